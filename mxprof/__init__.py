@@ -1,0 +1,51 @@
+"""mxprof: a low-overhead profiler with Apache MXNet's profiler API and a C core.
+
+Code written for ``mxnet.profiler`` runs with ``import mxprof as profiler``::
+
+    import mxprof as profiler
+    profiler.set_config(filename="trace.json", aggregate_stats=True)
+    domain = profiler.Domain("train")
+    step = domain.new_task("step")
+    profiler.set_state("run")
+    with step:
+        ...
+    profiler.set_state("stop")
+    profiler.dump()
+    print(profiler.dumps())
+"""
+
+from ._version import __version__
+from .compat import dump_profile, profiler_set_config, profiler_set_state
+from .control import dump, pause, resume, set_config, set_state
+from .counter import Counter
+from .domain import Domain
+from .errors import ConfigError, OutputError, ProfilerError, StateError
+from .marker import Marker
+from .ranges import Event, Frame, Task
+from .scope import current_scope, scope
+from .stats import dumps
+
+__all__ = [
+    "ConfigError",
+    "Counter",
+    "Domain",
+    "Event",
+    "Frame",
+    "Marker",
+    "OutputError",
+    "ProfilerError",
+    "StateError",
+    "Task",
+    "__version__",
+    "current_scope",
+    "dump",
+    "dump_profile",
+    "dumps",
+    "pause",
+    "profiler_set_config",
+    "profiler_set_state",
+    "resume",
+    "scope",
+    "set_config",
+    "set_state",
+]

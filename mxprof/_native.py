@@ -1,0 +1,141 @@
+"""The only importer of the compiled core: ``ffi``, ``lib`` and thin helpers.
+
+Everything above this module speaks Python; everything below it is the C API
+declared in ``native/include/mxprof.h``.  Errors come back from C as negative
+codes and leave here as exceptions (``check``).
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+from typing import NamedTuple
+
+from ._mxprof_native import ffi, lib
+from .errors import ProfilerError
+
+lib.mxp_init()
+
+KIND_TASK = lib.MXP_KIND_TASK
+KIND_FRAME = lib.MXP_KIND_FRAME
+KIND_EVENT = lib.MXP_KIND_EVENT
+KIND_COUNTER = lib.MXP_KIND_COUNTER
+KIND_MARKER = lib.MXP_KIND_MARKER
+KIND_SCOPE = lib.MXP_KIND_SCOPE
+
+FLAG_RECORD = lib.MXP_FLAG_RECORD
+FLAG_TRACE = lib.MXP_FLAG_TRACE
+FLAG_AGGREGATE = lib.MXP_FLAG_AGGREGATE
+
+_MESSAGES = {
+    lib.MXP_E_INVALID: "invalid argument",
+    lib.MXP_E_NOMEM: "out of memory",
+    lib.MXP_E_IO: "I/O error",
+    lib.MXP_E_STATE: "not possible in the current state",
+    lib.MXP_E_FULL: "table full",
+}
+
+
+def check(rc: int, what: str) -> int:
+    """Raise ProfilerError for a negative return code; return rc otherwise."""
+    if rc < 0:
+        raise ProfilerError(f"{what}: {_MESSAGES.get(rc, f'error {rc}')}")
+    return rc
+
+
+def utf8(text: str, what: str) -> bytes:
+    """Encode a name for the core, rejecting what is not valid Unicode text."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        from .errors import ConfigError
+
+        raise ConfigError(f"{what} {text!r} is not valid Unicode text ({e.reason})") from None
+
+
+class ObjectInfo(NamedTuple):
+    kind: int
+    domain: str
+    name: str
+
+
+_info_cache: dict[int, ObjectInfo] = {}
+
+
+def register(kind: int, domain: bytes, name: bytes) -> int:
+    """Intern (kind, domain, name) and return its id.
+
+    A full table is not an error for the caller: the id of a shared
+    ``<overflow>`` object comes back and the core tallies it.
+    """
+    out = ffi.new("uint32_t *")
+    rc = lib.mxp_object_register(kind, domain, len(domain), name, len(name), out)
+    if rc < 0 and rc != lib.MXP_E_FULL:
+        check(rc, "registering an object")
+    return int(out[0])
+
+
+def object_info(oid: int) -> ObjectInfo:
+    """Kind, domain and name of an interned object."""
+    info = _info_cache.get(oid)
+    if info is None:
+        kind = ffi.new("int *")
+        name = ffi.new("const char **")
+        name_len = ffi.new("size_t *")
+        dom = ffi.new("const char **")
+        dom_len = ffi.new("size_t *")
+        check(lib.mxp_object_info(oid, kind, name, name_len, dom, dom_len), f"object {oid}")
+        info = ObjectInfo(
+            int(kind[0]),
+            ffi.unpack(dom[0], dom_len[0]).decode("utf-8", "replace"),
+            ffi.unpack(name[0], name_len[0]).decode("utf-8", "replace"),
+        )
+        _info_cache[oid] = info
+    return info
+
+
+class Stat(NamedTuple):
+    """Merged statistics of one object (see ``mxp_stat`` in mxprof.h)."""
+
+    id: int
+    kind: int
+    count: int
+    total: int
+    min: int
+    max: int
+    self: int
+    last: int
+    sum: float
+
+
+def stats_snapshot() -> list[Stat]:
+    """Statistics of every object with any, merged over all threads."""
+    n = ffi.new("uint32_t *")
+    cap = max(16, lib.mxp_object_count())
+    while True:
+        buf = ffi.new("mxp_stat[]", cap)
+        rc = lib.mxp_stats_snapshot(buf, cap, n)
+        if rc != lib.MXP_E_FULL:
+            break
+        cap = n[0] + 64
+    check(rc, "reading statistics")
+    return [
+        Stat(s.id, s.kind, s.count, s.total, s.min, s.max, s.self, s.last, s.sum)
+        for s in (buf[i] for i in range(n[0]))
+    ]
+
+
+COUNT_FIELDS = ("dropped_events", "unmatched_stops", "non_lifo_stops", "ignored_calls")
+
+
+def counts() -> dict[str, int]:
+    """The core's tallies of events it did not record as asked."""
+    c = ffi.new("mxp_counts *")
+    lib.mxp_counts_get(c)
+    return {f: int(getattr(c, f)) for f in COUNT_FIELDS}
+
+
+def strerror(code: int) -> str:
+    """errno as text, e.g. 'EACCES (Permission denied)'."""
+    import os
+
+    return f"{_errno.errorcode.get(code, code)} ({os.strerror(code)})"

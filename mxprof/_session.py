@@ -1,0 +1,242 @@
+"""The profiler's state machine: configuration, run/stop, pause, dumps to file.
+
+A *profile* begins at the first ``set_state('run')`` (ts 0 of its trace) and
+lasts through any number of stop/run and pause/resume cycles until
+``dump(finished=True)`` or interpreter exit completes its file.  The file is
+created at the profile's first write and is a complete JSON document after
+every write (see native/src/mxp_trace.c).
+
+All control calls serialise on one lock.  The hot path never takes it: it
+reads the core's flags, which this module keeps in step with the state.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+import sys
+import threading
+import warnings
+from typing import Any
+
+from . import _threads, config
+from ._native import FLAG_AGGREGATE, FLAG_RECORD, FLAG_TRACE, lib, strerror, utf8
+from ._version import __version__
+from .errors import ConfigError, OutputError, ProfilerError, StateError
+
+STATES = ("run", "stop")
+
+
+def check_bool(what: str, value: Any) -> bool:
+    """True/False/1/0 as a bool, else ConfigError naming what."""
+    if value is True or value is False:
+        return value
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    raise ConfigError(f"{what} must be a bool (True, False, 1 or 0), got {value!r}")
+
+
+def check_process(value: Any) -> str:
+    if value not in config.PROCESSES:
+        raise ConfigError(f"profile_process must be 'worker' or 'server', got {value!r}")
+    return str(value)
+
+
+def remote(call: str) -> None:
+    """Calls for profile_process='server' need the distributed control channel."""
+    raise StateError(
+        f"{call}(profile_process='server') needs a distributed job: no kvstore server is "
+        "connected to this process (mxprof.distributed is not initialised)"
+    )
+
+
+class _Flusher:
+    """The background writer of continuous_dump: one daemon thread."""
+
+    def __init__(self, session: Session, period: float) -> None:
+        self.period = period
+        self._stop = threading.Event()
+        self._session = session
+        self.thread = threading.Thread(target=self._run, name="mxprof-flush", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            self._session.background_flush(self._stop)
+
+    def stop(self) -> None:
+        """Stop and wait; safe with the session lock held (see background_flush)."""
+        self._stop.set()
+        if threading.current_thread() is not self.thread:
+            self.thread.join()
+
+
+class Session:
+    """The process-wide profiler state (one instance, ``SESSION``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the state of a fresh import (the core is reset separately)."""
+        self.config: dict[str, Any] = config.defaults()
+        self.state = "stop"
+        self.paused = False
+        self.ever_ran = False
+        self.profile_open = False  # a profile has begun and is not finished
+        self.traced = False  # the open profile writes a trace file
+        self.flusher: _Flusher | None = None
+        self.pending: OutputError | None = None  # a failed background write
+        self.baseline = {k: 0 for k in ("dropped_events", "unmatched_stops", "non_lifo_stops", "ignored_calls")}
+        self.applied_max_events = -1
+        self._flush_task: Any = None
+
+    # ---- keeping the core in step ----
+
+    def sync(self) -> None:
+        """Make the core's flags and the background writer match the state."""
+        recording = self.state == "run" and not self.paused
+        want = (
+            (FLAG_RECORD if recording else 0)
+            | (FLAG_TRACE if self.profile_open and self.traced else 0)
+            | (FLAG_AGGREGATE if self.config["aggregate_stats"] else 0)
+        )
+        every = FLAG_RECORD | FLAG_TRACE | FLAG_AGGREGATE
+        lib.mxp_flags_update(want, every & ~want)
+        if self.config["max_events"] != self.applied_max_events:
+            lib.mxp_max_events_set(self.config["max_events"])
+            self.applied_max_events = self.config["max_events"]
+        period = self.config["dump_period"]
+        wanted = self.profile_open and self.traced and self.config["continuous_dump"]
+        if self.flusher is not None and (not wanted or self.flusher.period != period):
+            self.flusher.stop()
+            self.flusher = None
+        if wanted and self.flusher is None:
+            self.flusher = _Flusher(self, period)
+
+    def begin_profile(self) -> None:
+        lib.mxp_profile_begin()
+        argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+        process = utf8(argv0 if argv0 not in ("", "-c", "-m") else "python", "process name")
+        other = (
+            f'"mxprof_version":{json.dumps(__version__)},"host":{json.dumps(socket.gethostname())}'
+        ).encode()
+        lib.mxp_trace_meta_set(process, len(process), b"", 0, other, len(other))
+        self.set_path(self.config["filename"])
+        self.traced = self.config["write_trace"]
+        self.profile_open = True
+        self.ever_ran = True
+        self.pending = None
+
+    def set_path(self, path: str) -> None:
+        """Point the core at path; an open file of this profile is completed first."""
+        data = utf8(path, "filename")
+        rc = lib.mxp_trace_path_set(data, len(data))
+        if rc == lib.MXP_E_IO:
+            warnings.warn(
+                f"mxprof: could not complete the trace file before switching to {path!r}: "
+                f"{strerror(lib.mxp_trace_errno())}; its events go to {path!r}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        if self.pending is not None:
+            warnings.warn(
+                f"mxprof: {self.pending}; the events it kept go to {path!r}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            self.pending = None
+
+    # ---- writing ----
+
+    def flush(self, finish: bool, explicit: bool) -> None:
+        """Write the buffered events; on failure raise (explicit) or keep the error."""
+        _threads.sync_names()
+        task = None
+        recording = self.state == "run" and not self.paused
+        if recording and config.source_enabled(self.config, "profile_api"):
+            if self._flush_task is None:
+                from .domain import Domain
+
+                self._flush_task = Domain("mxprof").new_task("flush")
+            task = self._flush_task
+        if task is not None:
+            task.start()
+        try:
+            rc = lib.mxp_trace_flush(1 if finish else 0)
+        finally:
+            if task is not None:
+                task.stop()
+        if rc == 0:
+            if explicit and self.pending is not None:
+                warnings.warn(
+                    f"mxprof: an earlier background write failed ({self.pending}); "
+                    "this dump() wrote everything it had kept",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+            self.pending = None
+            return
+        if rc == lib.MXP_E_STATE:
+            raise StateError("no trace file to write: the profile has no path")
+        path = self.config["filename"]
+        code = lib.mxp_trace_errno()
+        error = OutputError(
+            f"cannot write trace file {path!r}: {strerror(code)}; the events are kept in "
+            "memory for the next successful write",
+            path,
+            code,
+        )
+        if explicit:
+            self.pending = None
+            raise error
+        self.pending = error
+
+    def background_flush(self, stop: threading.Event) -> None:
+        # Poll for the lock so that a control call holding it can stop and
+        # join this thread without deadlocking.
+        while not self.lock.acquire(timeout=0.05):
+            if stop.is_set():
+                return
+        try:
+            if not stop.is_set() and self.profile_open and self.traced:
+                self.flush(finish=False, explicit=False)
+        finally:
+            self.lock.release()
+
+    def end_profile(self) -> None:
+        self.profile_open = False
+        self.sync()
+
+    def at_exit(self) -> None:
+        with self.lock:
+            if self.flusher is not None:
+                self.flusher.stop()
+                self.flusher = None
+            if not self.profile_open:
+                return
+            try:
+                if self.traced:
+                    self.flush(finish=True, explicit=True)
+            except ProfilerError as e:
+                warnings.warn(f"mxprof: trace not written at exit: {e}", RuntimeWarning, stacklevel=1)
+            self.end_profile()
+
+    def after_fork_in_child(self) -> None:
+        # The core forgot the parent's buffers and file; the parent's writer
+        # thread and any lock holder do not exist here.
+        self.lock = threading.RLock()
+        self.flusher = None
+        self.state = "stop"
+        self.paused = False
+        self.profile_open = False
+
+
+SESSION = Session()
+SESSION.sync()
+atexit.register(SESSION.at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=SESSION.after_fork_in_child)

@@ -1,0 +1,54 @@
+"""Test support: return the profiler to a clean state, drive a fake clock.
+
+Not part of the public API; used by mxprof's own test suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any, Callable
+
+from ._native import lib
+from ._session import SESSION
+
+
+def reset() -> None:
+    """Stop everything and forget all state except interned objects' ids."""
+    with SESSION.lock:
+        if SESSION.flusher is not None:
+            SESSION.flusher.stop()
+        lib.mxp_reset()
+        SESSION.reset()
+        SESSION.sync()
+
+
+@contextlib.contextmanager
+def fake_clock(start_ns: int = 0) -> Iterator[Callable[[int], None]]:
+    """Freeze the core's clock at start_ns; yields ``advance(ns)``.
+
+    Example:
+        >>> with fake_clock() as advance:  # doctest: +SKIP
+        ...     task.start(); advance(1_000_000); task.stop()   # exactly 1 ms
+    """
+    lib.mxp_clock_fake(1, start_ns)
+    try:
+        yield lib.mxp_clock_fake_advance
+    finally:
+        lib.mxp_clock_fake(0, 0)
+
+
+def load_trace(path: object) -> dict[str, Any]:
+    """Parse a trace file strictly (any JSON error fails the test)."""
+    with open(str(path), encoding="utf-8") as f:
+        return json.load(f)  # type: ignore[no-any-return]
+
+
+def events(trace: dict[str, Any], ph: str | None = None, name: str | None = None) -> list[Any]:
+    """The trace's events, optionally only those of one phase and/or name."""
+    return [
+        e
+        for e in trace["traceEvents"]
+        if (ph is None or e["ph"] == ph) and (name is None or e.get("name") == name)
+    ]

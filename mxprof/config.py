@@ -1,0 +1,154 @@
+"""Typed configuration: MXNet's ``set_config`` keys plus mxprof's own.
+
+Every key is validated before anything is applied, so a call with one bad
+value changes nothing.  Keys not passed keep their current values (MXNet
+reset them to defaults on every call).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Key:
+    """One configuration key: its default, its checker, and what it does."""
+
+    name: str
+    default: Any
+    check: Callable[[str, Any], Any]
+    doc: str
+
+
+def _bool(key: str, value: Any) -> bool:
+    # MXNet's parameter parser took True/False/1/0; so do we, and nothing else.
+    if value is True or value is False:
+        return value
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    raise ConfigError(f"{key} must be a bool (True, False, 1 or 0), got {value!r}")
+
+
+def _str(key: str, value: Any) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"{key} must be a str, got {type(value).__name__} {value!r}")
+    if not value:
+        raise ConfigError(f"{key} must not be empty, got {value!r}")
+    if "\0" in value:
+        raise ConfigError(f"{key} must not contain NUL characters, got {value!r}")
+    return value
+
+
+def _period(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{key} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _count(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{key} must be an int >= 0 (0 = no limit), got {value!r}")
+    return value
+
+
+PROCESSES = ("worker", "server")
+
+
+def _process(key: str, value: Any) -> str:
+    if value not in PROCESSES:
+        raise ConfigError(f"{key} must be 'worker' or 'server', got {value!r}")
+    return str(value)
+
+
+KEYS: dict[str, Key] = {
+    k.name: k
+    for k in (
+        Key("filename", "profile.json", _str, "path of the Chrome trace file"),
+        Key("profile_all", False, _bool, "turns on every profile_* source"),
+        Key(
+            "profile_symbolic",
+            True,
+            _bool,
+            "graph-mode sources of framework integrations (none in this release)",
+        ),
+        Key(
+            "profile_imperative",
+            True,
+            _bool,
+            "eager-mode sources of framework integrations (none in this release)",
+        ),
+        Key(
+            "profile_memory",
+            True,
+            _bool,
+            "memory sources (none in this release; mxprof.memory is planned)",
+        ),
+        Key(
+            "profile_api",
+            True,
+            _bool,
+            "mxprof's own work: each trace write is a task 'flush' in domain 'mxprof'",
+        ),
+        Key("continuous_dump", True, _bool, "write the trace in the background every dump_period"),
+        Key("dump_period", 1.0, _period, "seconds between background writes"),
+        Key("aggregate_stats", False, _bool, "keep per-name statistics for dumps()"),
+        Key(
+            "profile_process",
+            "worker",
+            _process,
+            "'server' sends the call to kvstore servers (needs mxprof.distributed)",
+        ),
+        Key(
+            "gpu_memory_profile_filename_prefix",
+            "gpu_memory_profile",
+            _str,
+            "prefix of the GPU memory CSV (written by dump() once memory sources exist)",
+        ),
+        Key(
+            "max_events",
+            10_000_000,
+            _count,
+            "mxprof: most events held in memory awaiting the trace file; more are dropped "
+            "and counted (0 = no limit)",
+        ),
+        Key(
+            "write_trace",
+            True,
+            _bool,
+            "mxprof: False records statistics only (no per-event records, no trace file)",
+        ),
+    )
+}
+
+
+def defaults() -> dict[str, Any]:
+    """A fresh dict of every key's default value."""
+    return {k.name: k.default for k in KEYS.values()}
+
+
+def validate(updates: dict[str, Any]) -> dict[str, Any]:
+    """Check every key and value; return the normalised values.
+
+    Raises ConfigError naming the first unknown key (with the list of valid
+    ones) or bad value.
+    """
+    unknown = sorted(k for k in updates if k not in KEYS)
+    if unknown:
+        raise ConfigError(
+            f"unknown config key {unknown[0]!r}; valid keys: {', '.join(sorted(KEYS))}"
+        )
+    return {k: KEYS[k].check(k, v) for k, v in updates.items()}
+
+
+def source_enabled(config: dict[str, Any], key: str) -> bool:
+    """Whether a profile_* source is on (profile_all turns every one on)."""
+    return bool(config["profile_all"] or config[key])

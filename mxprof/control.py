@@ -1,0 +1,130 @@
+"""MXNet's profiler control functions: set_config, set_state, pause, resume, dump."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import config
+from ._session import SESSION, STATES, check_bool, check_process, remote
+from .errors import ConfigError, StateError
+
+
+def set_config(**kwargs: Any) -> None:
+    """Configure the profiler; keys not passed keep their current values.
+
+    Keys (MXNet's names, types and defaults, plus mxprof's ``max_events`` and
+    ``write_trace``) are listed in ``mxprof.config.KEYS``.  Every value is
+    checked before any is applied.  Changing ``filename`` while a profile is
+    open completes the old file; later events go to the new one.
+
+    Args:
+        **kwargs: configuration keys and values.
+
+    Raises:
+        ConfigError: an unknown key (the message lists the valid ones) or a
+            bad value.
+        StateError: ``profile_process='server'`` outside a distributed job.
+
+    Example:
+        >>> import mxprof
+        >>> mxprof.set_config(filename="trace.json", aggregate_stats=True, dump_period=0.5)
+    """
+    values = config.validate(kwargs)
+    if values.pop("profile_process", "worker") == "server":
+        remote("set_config")
+    with SESSION.lock:
+        old = dict(SESSION.config)
+        SESSION.config.update(values)
+        if SESSION.profile_open and SESSION.config["filename"] != old["filename"]:
+            SESSION.set_path(SESSION.config["filename"])
+        SESSION.sync()
+
+
+def set_state(state: str = "stop", profile_process: str = "worker") -> None:
+    """Start (``'run'``) or stop (``'stop'``) recording.
+
+    The first ``'run'`` of a profile sets the trace's time zero; a ``'run'``
+    after ``dump(finished=True)`` begins a new profile that rewrites the file.
+    ``'stop'`` keeps the profile open, so ``dump()`` still writes it.
+
+    Raises:
+        ConfigError: a state other than 'run' / 'stop', or a bad process.
+
+    Example:
+        >>> import mxprof
+        >>> mxprof.set_state("run")
+        >>> mxprof.set_state("stop")
+    """
+    if state not in STATES:
+        raise ConfigError(f"state must be 'run' or 'stop', got {state!r}")
+    if check_process(profile_process) == "server":
+        remote("set_state")
+    with SESSION.lock:
+        if state == "run":
+            if not SESSION.profile_open:
+                SESSION.begin_profile()
+            SESSION.paused = False
+        SESSION.state = state
+        SESSION.sync()
+
+
+def pause(profile_process: str = "worker") -> None:
+    """Stop recording without ending the state 'run'; ``resume()`` continues.
+
+    Example:
+        >>> import mxprof
+        >>> mxprof.pause(); mxprof.resume()
+    """
+    if check_process(profile_process) == "server":
+        remote("pause")
+    with SESSION.lock:
+        SESSION.paused = True
+        SESSION.sync()
+
+
+def resume(profile_process: str = "worker") -> None:
+    """Undo ``pause()``.
+
+    Example:
+        >>> import mxprof
+        >>> mxprof.resume()
+    """
+    if check_process(profile_process) == "server":
+        remote("resume")
+    with SESSION.lock:
+        SESSION.paused = False
+        SESSION.sync()
+
+
+def dump(finished: bool = True, profile_process: str = "worker") -> None:
+    """Write everything recorded so far to the trace file.
+
+    The file is complete JSON afterwards either way.  ``finished=True`` also
+    ends output until the next ``set_state('run')``; a ``dump()`` after that
+    does nothing.
+
+    Raises:
+        StateError: the profiler has never run.
+        OutputError: the file cannot be written (the events stay in memory and
+            go to the next successful write, e.g. after a new filename).
+
+    Example:
+        >>> import mxprof
+        >>> mxprof.set_state("run")
+        >>> mxprof.dump(finished=False)   # the file is valid; recording goes on
+    """
+    finished = check_bool("finished", finished)
+    if check_process(profile_process) == "server":
+        remote("dump")
+    with SESSION.lock:
+        if not SESSION.ever_ran:
+            raise StateError(
+                "dump() needs a profile, and the profiler has never run: "
+                "call mxprof.set_state('run') first"
+            )
+        if not SESSION.profile_open:
+            return
+        if SESSION.traced:
+            SESSION.flush(finish=finished, explicit=True)
+        if finished:
+            SESSION.end_profile()

@@ -1,0 +1,184 @@
+"""Ranges: Task, Frame and Event -- timed spans of code on one thread.
+
+Each works three ways, all recording the same thing::
+
+    task.start(); ...; task.stop()
+    with task: ...
+    @task
+    def f(): ...
+
+Each begin and each end is one call into the core with a cached integer id
+(DESIGN.md §2.2).  The end of ``with`` and of a decorated call runs in a
+``finally``, so a raising body still closes its range.  Ranges of one thread
+nest; a stop on another thread than its start is tallied, never raised.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, TypeVar
+
+from . import _native
+from ._native import lib
+from ._threads import register_current
+from .domain import Domain, check_domain, check_name
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_begin = lib.mxp_range_begin
+_frame_begin = lib.mxp_frame_begin
+_end = lib.mxp_range_end
+_begin_token = lib.mxp_range_begin_token
+_end_token = lib.mxp_range_end_token
+
+
+class _Range:
+    """What Task, Frame and Event share."""
+
+    __slots__ = ("_name", "_domain", "_id")
+    _kind = _native.KIND_TASK
+
+    def __init__(self, domain: Domain | None, name: str) -> None:
+        self._name = check_name(name, f"{type(self).__name__} name")
+        self._domain = domain
+        dom = domain._utf8 if domain is not None else b""
+        self._id = _native.register(self._kind, dom, self._name.encode("utf-8"))
+
+    @property
+    def name(self) -> str:
+        """The range's name."""
+        return self._name
+
+    @property
+    def domain(self) -> Domain | None:
+        """The range's domain (None for an Event)."""
+        return self._domain
+
+    def start(self) -> None:
+        """Begin the range on the calling thread."""
+        if _begin(self._id):
+            register_current()
+
+    def stop(self) -> None:
+        """End the innermost open range of this object on the calling thread."""
+        if _end(self._id):
+            register_current()
+
+    def __enter__(self) -> _Range:
+        if _begin(self._id):
+            register_current()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if _end(self._id):
+            register_current()
+
+    def __call__(self, fn: F) -> F:
+        """Decorate fn so that every call of it is one range.
+
+        Coroutine functions are timed until they return (each call its own
+        range, even when many run interleaved on one event loop).
+        """
+        if not callable(fn):
+            raise TypeError(f"{type(self).__name__} decorates a callable, got {fn!r}")
+        rid = self._id
+        begin = _frame_begin if self._kind == _native.KIND_FRAME else _begin
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def timed_coroutine(*args: Any, **kwargs: Any) -> Any:
+                token = _begin_token(rid)
+                if token & 1:
+                    register_current()
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    _end_token(rid, token)
+
+            return timed_coroutine  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if begin(rid):
+                register_current()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _end(rid)
+
+        return timed  # type: ignore[return-value]
+
+    def __str__(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        dom = f"{self._domain.name!r}, " if self._domain is not None else ""
+        return f"{type(self).__name__}({dom}{self._name!r})"
+
+
+class Task(_Range):
+    """A timed range in a domain: a ``"ph":"X"`` event with ``cat`` = domain.
+
+    Args:
+        domain: the Domain it belongs to.
+        name: its name; tasks with the same domain and name aggregate together.
+
+    Example:
+        >>> import mxprof
+        >>> forward = mxprof.Task(mxprof.Domain("train"), "forward")
+        >>> with forward:
+        ...     pass
+    """
+
+    __slots__ = ()
+
+    def __init__(self, domain: Domain, name: str) -> None:
+        super().__init__(check_domain(domain, "Task"), name)
+
+
+class Frame(_Range):
+    """A numbered range (0, 1, ... per frame and profile), e.g. one training step.
+
+    In the trace: ``"ph":"X"``, ``cat`` = ``<domain>,frame``, ``args.frame`` =
+    the index.
+
+    Example:
+        >>> import mxprof
+        >>> step = mxprof.Frame(mxprof.Domain("train"), "step")
+        >>> for _ in range(3):
+        ...     with step:
+        ...         pass
+    """
+
+    __slots__ = ()
+    _kind = _native.KIND_FRAME
+
+    def __init__(self, domain: Domain, name: str) -> None:
+        super().__init__(check_domain(domain, "Frame"), name)
+
+    def start(self) -> None:
+        """Begin the next frame on the calling thread."""
+        if _frame_begin(self._id):
+            register_current()
+
+    def __enter__(self) -> Frame:
+        if _frame_begin(self._id):
+            register_current()
+        return self
+
+
+class Event(_Range):
+    """A timed range without a domain (trace category ``event``).
+
+    Example:
+        >>> import mxprof
+        >>> load = mxprof.Event("load_batch")
+        >>> load.start(); load.stop()
+    """
+
+    __slots__ = ()
+    _kind = _native.KIND_EVENT
+
+    def __init__(self, name: str) -> None:
+        super().__init__(None, name)

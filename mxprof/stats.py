@@ -1,0 +1,288 @@
+"""dumps(): statistics as MXNet's table or JSON, from the core's aggregates.
+
+Layouts follow MXNet's ``AggregateStats`` (research/mxnet.md §2) so existing
+parsers keep working, with these fixes: counters report their real values in
+their own section (``Counter``: Count, Last, Min, Max, Avg = mean of the
+samples), markers are counted (``Marker``), long names widen the name column,
+rows sort by ``sort_by`` with ties by name ascending, and JSON numbers keep
+nanosecond precision instead of 4 significant digits.  The core's tallies of
+events it could not record as asked are a ``Profiler`` section.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from . import _native
+from ._native import (
+    COUNT_FIELDS,
+    KIND_COUNTER,
+    KIND_EVENT,
+    KIND_FRAME,
+    KIND_MARKER,
+    KIND_TASK,
+    Stat,
+    lib,
+)
+from ._session import SESSION, check_bool
+from .errors import ConfigError
+
+FORMATS = ("table", "json")
+SORT_KEYS = ("total", "avg", "min", "max", "count")
+
+NAME_WIDTH = 25  # MXNet's minimum; longer names widen the column
+COL_WIDTH = 16
+
+
+@dataclass
+class Row:
+    name: str
+    count: int
+    values: dict[str, float]  # already in display units
+
+
+def _category(kind: int, domain: str) -> str:
+    if kind == KIND_EVENT:
+        return "event"
+    if kind == KIND_FRAME:
+        return f"{domain},frame"
+    return domain
+
+
+def _ms(ns: float) -> float:
+    return round(ns / 1e6, 6)  # ms, to the nanosecond
+
+
+def _time_row(s: Stat, name: str) -> Row:
+    return Row(
+        name,
+        s.count,
+        {
+            "Total": _ms(s.total),
+            "Min": _ms(s.min),
+            "Max": _ms(s.max),
+            "Avg": _ms(s.total / s.count),
+        },
+    )
+
+
+def _counter_row(s: Stat, name: str) -> Row:
+    return Row(
+        name, s.count, {"Last": s.last, "Min": s.min, "Max": s.max, "Avg": s.sum / s.count}
+    )
+
+
+def _sort_value(section: str, row: Row, sort_by: str) -> float:
+    if sort_by == "count" or section == "Marker":
+        return row.count
+    if section == "Counter" and sort_by == "total":
+        return row.values["Last"]
+    return row.values[{"total": "Total", "avg": "Avg", "min": "Min", "max": "Max"}[sort_by]]
+
+
+Sections = dict[str, dict[str, list[Row]]]
+
+
+def collect(stats: Iterable[Stat]) -> Sections:
+    """Group the core's statistics into sections and categories."""
+    sections: Sections = {"Time": {}, "Memory": {}, "Counter": {}, "Marker": {}}
+    for s in stats:
+        info = _native.object_info(s.id)
+        if s.kind in (KIND_TASK, KIND_FRAME, KIND_EVENT):
+            row, section = _time_row(s, info.name), "Time"
+        elif s.kind == KIND_COUNTER:
+            row, section = _counter_row(s, info.name), "Counter"
+        elif s.kind == KIND_MARKER:
+            row, section = Row(info.name, s.count, {}), "Marker"
+        else:
+            continue
+        sections[section].setdefault(_category(s.kind, info.domain), []).append(row)
+    return sections
+
+
+def _sorted(section: str, rows: list[Row], sort_by: str, ascending: bool) -> list[Row]:
+    sign = 1 if ascending else -1
+    return sorted(rows, key=lambda r: (sign * _sort_value(section, r, sort_by), r.name))
+
+
+# ---- table ----
+
+
+def _display(name: str) -> str:
+    """The name as one table cell: control characters shown escaped."""
+    if name.isprintable():
+        return name
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in name)
+
+
+def _width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * max(0, width - _width(text))
+
+
+_TABLE_COLUMNS = {
+    "Time": (
+        ("Time (ms)", "Total", "{:.4f}"),
+        ("Min Time (ms)", "Min", "{:.4f}"),
+        ("Max Time (ms)", "Max", "{:.4f}"),
+        ("Avg Time (ms)", "Avg", "{:.4f}"),
+    ),
+    "Counter": (
+        ("Last", "Last", "{:d}"),
+        ("Min", "Min", "{:d}"),
+        ("Max", "Max", "{:d}"),
+        ("Avg", "Avg", "{:.4f}"),
+    ),
+    "Marker": (),
+}
+_TABLE_SUFFIX = {"Time": "", "Counter": ",counter", "Marker": ",marker"}
+
+
+def _table_block(section: str, category: str, rows: list[Row]) -> list[str]:
+    cols = _TABLE_COLUMNS[section]
+    names = [_display(r.name) for r in rows]
+    width = max([NAME_WIDTH] + [_width(n) + 2 for n in names])
+
+    def line(first: str, cells: list[str]) -> str:
+        return _pad(first, width) + f"{cells[0]:>{COL_WIDTH}}" + "".join(
+            f" {c:>{COL_WIDTH}}" for c in cells[1:]
+        )
+
+    heads = ["Total Count"] + [c[0] for c in cols]
+    out = [_display(category) + _TABLE_SUFFIX[section], "=" * 17]
+    out.append(line("Name", heads))
+    out.append(line("----", ["-" * len(h) for h in heads]))
+    for row, name in zip(rows, names):
+        cells = [str(row.count)] + [fmt.format(row.values[key]) for _, key, fmt in cols]
+        out.append(line(name, cells))
+    out.append("")
+    return out
+
+
+def render_table(sections: Sections, tallies: dict[str, int]) -> str:
+    lines = ["", "Profile Statistics:", "\tNote the difference in units for different entries."]
+    for section in ("Time", "Counter", "Marker"):
+        for category in sorted(sections[section]):
+            lines += _table_block(section, category, sections[section][category])
+    problems = {k: v for k, v in tallies.items() if v}
+    if problems:
+        width = max([NAME_WIDTH] + [len(k) + 2 for k in problems])
+        lines += ["Profiler", "=" * 17, _pad("Name", width) + f"{'Total Count':>{COL_WIDTH}}"]
+        lines.append(_pad("----", width) + f"{'-' * 11:>{COL_WIDTH}}")
+        lines += [_pad(k, width) + f"{v:>{COL_WIDTH}}" for k, v in problems.items()]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+# ---- JSON ----
+
+
+def _num(value: Any) -> str:
+    return str(value) if isinstance(value, int) else repr(float(value))
+
+
+def _json_entries(indent: str, entries: list[tuple[str, list[str]]]) -> list[str]:
+    """MXNet's layout: one key per line, siblings separated by a lone comma line."""
+    out: list[str] = []
+    for i, (key, body) in enumerate(entries):
+        if i:
+            out.append(indent + ",")
+        out.append(f"{indent}{json.dumps(key, ensure_ascii=False)}: {{")
+        out += body
+        out.append(indent + "}")
+    return out
+
+
+def _json_row(section: str, row: Row) -> list[str]:
+    pad = " " * 16
+    fields: list[tuple[str, Any]] = [("Count", row.count)]
+    if section == "Time":
+        fields += [(k, row.values[k]) for k in ("Total", "Min", "Max", "Avg")]
+    elif section == "Counter":
+        fields += [(k, row.values[k]) for k in ("Last", "Min", "Max", "Avg")]
+    return [
+        f'{pad}"{key}": {_num(value)}' + ("," if i < len(fields) - 1 else "")
+        for i, (key, value) in enumerate(fields)
+    ]
+
+
+def render_json(sections: Sections, tallies: dict[str, int]) -> str:
+    lines = ["{"]
+    blocks: list[tuple[str, list[str]]] = []
+    for section in ("Time", "Memory", "Counter", "Marker"):
+        cats = sections[section]
+        body = _json_entries(
+            " " * 8,
+            [
+                (cat, _json_entries(" " * 12, [(r.name, _json_row(section, r)) for r in cats[cat]]))
+                for cat in sorted(cats)
+            ],
+        )
+        blocks.append((section, body))
+    blocks.append(
+        (
+            "Profiler",
+            [
+                f'        "{k}": {v}' + ("," if i < len(tallies) - 1 else "")
+                for i, (k, v) in enumerate(tallies.items())
+            ],
+        )
+    )
+    lines += _json_entries(" " * 4, blocks)
+    lines += [",", '    "Unit": {', '        "Time": "ms",', '        "Memory": "kB"', "    }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def dumps(
+    reset: bool = False, format: str = "table", sort_by: str = "total", ascending: bool = False
+) -> str:
+    """Statistics of everything recorded since the last reset.
+
+    Returns '' unless ``set_config(aggregate_stats=True)``.  Statistics come
+    from the core's per-thread aggregates, not from re-reading events.
+
+    Args:
+        reset: clear the statistics after rendering them.
+        format: 'table' (MXNet's text table) or 'json'.
+        sort_by: 'total', 'avg', 'min', 'max' or 'count' (rows within each
+            category; counters sort 'total' by their last value).
+        ascending: sort ascending instead of descending.
+
+    Raises:
+        ConfigError: a bad format, sort_by, reset or ascending (checked even
+            when statistics are off).
+
+    Example:
+        >>> import json, mxprof
+        >>> mxprof.set_config(aggregate_stats=True)
+        >>> stats = json.loads(mxprof.dumps(format="json"))
+        >>> sorted(stats)[:2]
+        ['Counter', 'Marker']
+    """
+    reset = check_bool("reset", reset)
+    ascending = check_bool("ascending", ascending)
+    if format not in FORMATS:
+        raise ConfigError(f"format must be 'table' or 'json', got {format!r}")
+    if sort_by not in SORT_KEYS:
+        raise ConfigError(f"sort_by must be one of {', '.join(SORT_KEYS)}; got {sort_by!r}")
+    with SESSION.lock:
+        if not SESSION.config["aggregate_stats"]:
+            return ""
+        sections = collect(_native.stats_snapshot())
+        for section, cats in sections.items():
+            for cat, rows in cats.items():
+                cats[cat] = _sorted(section, rows, sort_by, ascending)
+        now = _native.counts()
+        tallies = {k: now[k] - SESSION.baseline[k] for k in COUNT_FIELDS}
+        text = (render_table if format == "table" else render_json)(sections, tallies)
+        if reset:
+            lib.mxp_stats_reset()
+            SESSION.baseline = now
+        return text

@@ -1,0 +1,85 @@
+"""cffi builder for the mxprof core (out-of-line API mode).
+
+The cdef is the marked region of ``include/mxprof.h``, so the header is the
+single source of truth; every ``#define NAME value`` there becomes
+``#define NAME ...`` so the compiler, not this file, supplies the value.
+
+GIL policy: cffi releases the GIL around every C call, which costs about
+25 ns -- half the price of a hot call.  The per-event functions take
+microseconds at worst and never wait on Python, so they keep the GIL.  The
+functions that can run long (writing a trace, merging statistics, switching
+files) are wrapped in the preamble to release it explicitly.
+"""
+
+import os
+import re
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HEADER = os.path.join(HERE, "include", "mxprof.h")
+SOURCES = sorted(
+    os.path.join("native", "src", f) for f in os.listdir(os.path.join(HERE, "src")) if f.endswith(".c")
+)
+
+# Calls that may block on I/O or the writer lock: they release the GIL.
+RELEASING = (
+    ("int", "mxp_trace_flush", "int finish", "finish"),
+    ("int", "mxp_trace_path_set", "const char *path, size_t path_len", "path, path_len"),
+    ("int", "mxp_trace_discard", "void", ""),
+    ("int", "mxp_profile_begin", "void", ""),
+    ("int", "mxp_stats_snapshot", "mxp_stat *out, uint32_t cap, uint32_t *n_out", "out, cap, n_out"),
+    ("int", "mxp_max_events_set", "uint64_t max_events", "max_events"),
+    ("int", "mxp_trace_errno", "void", ""),
+    ("void", "mxp_reset", "void", ""),
+)
+
+
+def read_cdef(path=HEADER):
+    """Return the cdef text: the header's marked region, values elided."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    match = re.search(r"/\* MXP_CDEF_BEGIN \*/(.*?)/\* MXP_CDEF_END \*/", text, re.S)
+    if match is None:
+        raise RuntimeError(f"{path}: no MXP_CDEF_BEGIN/END region")
+    return re.sub(r"^#define (\w+) .*$", r"#define \1 ...", match.group(1), flags=re.M)
+
+
+def preamble():
+    """C glue placed before cffi's generated wrappers."""
+    lines = ['#include "mxprof.h"', ""]
+    for ret, name, params, args in RELEASING:
+        call = f"{name}({args})"
+        if ret == "void":
+            body = f"Py_BEGIN_ALLOW_THREADS {call}; Py_END_ALLOW_THREADS"
+        else:
+            body = f"{ret} r; Py_BEGIN_ALLOW_THREADS r = {call}; Py_END_ALLOW_THREADS return r;"
+        lines.append(f"static {ret} mxpy_{name}({params}) {{ {body} }}")
+    for ret, name, params, args in RELEASING:
+        lines.append(f"#define {name}(...) mxpy_{name}(__VA_ARGS__)")
+    lines += [
+        "",
+        "/* Every other call keeps the GIL (see native/build_ffi.py). */",
+        "#undef Py_BEGIN_ALLOW_THREADS",
+        "#undef Py_END_ALLOW_THREADS",
+        "#define Py_BEGIN_ALLOW_THREADS {",
+        "#define Py_END_ALLOW_THREADS }",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden"]
+
+ffibuilder = FFI()
+ffibuilder.cdef(read_cdef())
+ffibuilder.set_source(
+    "mxprof._mxprof_native",
+    preamble(),
+    sources=SOURCES,
+    include_dirs=[os.path.join("native", "include"), os.path.join("native", "src")],
+    extra_compile_args=CFLAGS,
+    extra_link_args=["-pthread"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

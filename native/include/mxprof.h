@@ -1,0 +1,269 @@
+/*
+ * mxprof.h -- the one public header of the mxprof C core.
+ *
+ * The region between MXP_CDEF_BEGIN and MXP_CDEF_END is read verbatim by
+ * native/build_ffi.py as the cffi cdef (with every #define value replaced by
+ * "..." so the compiler, not the cdef, supplies it).  Keep that region plain
+ * C declarations: no preprocessor conditionals, no attributes.
+ *
+ * Conventions
+ *   - Every function returns MXP_OK (0) or a negative MXP_E_* code unless it
+ *     says otherwise.  The hot functions (range, frame, counter, marker,
+ *     scope) return MXP_NEW_THREAD (1) on the first call a thread makes, so a
+ *     binding can learn about the thread once; they never fail because of the
+ *     profiler's state.
+ *   - Strings are (pointer, length) pairs of UTF-8; they need not be
+ *     NUL-terminated and may contain NUL.  The core copies what it keeps.
+ *   - Times are int64 nanoseconds of the core's monotonic clock.
+ *   - Thread safety: every function may be called from any thread at any time
+ *     unless it says otherwise.  The hot functions take no lock except when a
+ *     thread records for the first time or fills a buffer chunk.
+ *   - The core never calls back into the host and never prints or exits.
+ */
+#ifndef MXPROF_H
+#define MXPROF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* MXP_CDEF_BEGIN */
+
+/* Return codes. */
+#define MXP_OK 0
+#define MXP_NEW_THREAD 1       /* hot call: first call on this thread */
+#define MXP_E_INVALID -1       /* an argument is out of range */
+#define MXP_E_NOMEM -2         /* allocation failed */
+#define MXP_E_IO -3            /* a file operation failed; see mxp_trace_errno */
+#define MXP_E_STATE -4         /* the request does not fit the current state */
+#define MXP_E_FULL -5          /* a fixed-size table is full */
+
+/* Object kinds (the "kind" of an interned object). */
+#define MXP_KIND_TASK 1
+#define MXP_KIND_FRAME 2
+#define MXP_KIND_EVENT 3
+#define MXP_KIND_COUNTER 4
+#define MXP_KIND_MARKER 5
+#define MXP_KIND_SCOPE 6
+
+/* Marker scopes; the values are MXNet's and ITT's. */
+#define MXP_SCOPE_GLOBAL 1
+#define MXP_SCOPE_PROCESS 2
+#define MXP_SCOPE_THREAD 3
+#define MXP_SCOPE_TASK 4
+#define MXP_SCOPE_MARKER 5
+
+/* Session flags (mxp_flags_update). */
+#define MXP_FLAG_RECORD 1      /* state is run and not paused */
+#define MXP_FLAG_TRACE 2       /* buffer events for the trace file */
+#define MXP_FLAG_AGGREGATE 4   /* keep per-name statistics */
+
+/* Clock sources (mxp_clock_source). */
+#define MXP_CLOCK_TSC 0
+#define MXP_CLOCK_MONOTONIC 1
+#define MXP_CLOCK_FAKE 2
+
+/* The largest number of interned objects (ids are 0 .. MXP_MAX_OBJECTS-1). */
+#define MXP_MAX_OBJECTS 1048576
+
+/* Merged statistics of one object, as returned by mxp_stats_snapshot.
+ * Ranges (task, frame, event): count, total/min/max/self in ns.
+ * Counters: count = samples, min/max/last = sample values, sum = their sum.
+ * Markers: count only. */
+typedef struct mxp_stat {
+    uint32_t id;
+    uint32_t kind;
+    uint64_t count;
+    int64_t total;
+    int64_t min;
+    int64_t max;
+    int64_t self;
+    int64_t last;
+    double sum;
+} mxp_stat;
+
+/* Process-wide tallies of events the core did not record as asked.
+ * All are cumulative since the process started (or mxp_reset). */
+typedef struct mxp_counts {
+    uint64_t dropped_events;    /* trace records refused by the event cap */
+    uint64_t unmatched_stops;   /* stop with no open start on this thread */
+    uint64_t non_lifo_stops;    /* stop of a range that was not innermost */
+    uint64_t ignored_calls;     /* hot calls made while not recording */
+    uint64_t written_events;    /* trace records written to files */
+} mxp_counts;
+
+/* Initialise the core.  Idempotent; every other function calls it lazily,
+ * but a binding should call it once at import.  Returns MXP_OK. */
+int mxp_init(void);
+
+/* Return the core to its initial state: state stopped, flags cleared, all
+ * buffered records, statistics, counters' values, tallies and the trace
+ * output discarded, the fake clock off.  Interned objects keep their ids.
+ * For tests; must not race with other calls. */
+void mxp_reset(void);
+
+/* A no-op with the signature of the hot calls: the floor a binding pays for
+ * one call.  Always returns MXP_OK. */
+int mxp_noop(uint32_t id);
+
+/* ---- clock ---- */
+
+/* Current time of the core's clock, in ns. */
+int64_t mxp_clock_ns(void);
+
+/* Which source the clock reads (MXP_CLOCK_*). */
+int mxp_clock_source(void);
+
+/* Test hook: while enabled, the clock reads now_ns and only moves by
+ * mxp_clock_fake_advance.  Disabling returns to the real source.  Must not
+ * race with recording threads. */
+void mxp_clock_fake(int enabled, int64_t now_ns);
+
+/* Test hook: advance the fake clock by delta_ns (no effect when it is off). */
+void mxp_clock_fake_advance(int64_t delta_ns);
+
+/* ---- registry ---- */
+
+/* Intern the object (kind, domain, name) and store its dense id in *id_out.
+ * The same triple always yields the same id.  kind is MXP_KIND_*; for
+ * MXP_KIND_EVENT and MXP_KIND_SCOPE the domain is ignored.  When the table is
+ * full the call still succeeds with the id of a shared "<overflow>" object of
+ * that kind and returns MXP_E_FULL.  MXP_E_INVALID for a bad kind. */
+int mxp_object_register(int kind, const char *domain, size_t domain_len,
+                        const char *name, size_t name_len, uint32_t *id_out);
+
+/* Number of ids handed out so far. */
+uint32_t mxp_object_count(void);
+
+/* Describe object id: its kind, and its name and domain as NUL-terminated
+ * copies (lengths exclude the NUL) that live as long as the process.
+ * MXP_E_INVALID for an id not handed out. */
+int mxp_object_info(uint32_t id, int *kind, const char **name, size_t *name_len,
+                    const char **domain, size_t *domain_len);
+
+/* ---- hot path (never blocks on the writer, never fails on state) ---- */
+
+/* Open a task or event range on the calling thread. */
+int mxp_range_begin(uint32_t id);
+
+/* Close the innermost open range with this id on the calling thread and
+ * record it (one complete record) if its begin was recorded.  A stop with no
+ * matching open range is tallied in unmatched_stops; one that is not the
+ * innermost is recorded and tallied in non_lifo_stops. */
+int mxp_range_end(uint32_t id);
+
+/* As mxp_range_begin, for a frame: the range gets the frame's next index
+ * (0, 1, ... per frame object and profile).  Close it with mxp_range_end. */
+int mxp_frame_begin(uint32_t id);
+
+/* As mxp_range_begin (or mxp_frame_begin for a frame), but returns a token
+ * naming this very range:
+ * token >> 1 identifies it and bit 0 is the MXP_NEW_THREAD flag.  Ranges
+ * begun this way are closed by mxp_range_end_token, which finds the exact
+ * range even when several ranges of the same id are open (coroutines). */
+int64_t mxp_range_begin_token(uint32_t id);
+
+/* Close the range named by token (from mxp_range_begin_token). */
+int mxp_range_end_token(uint32_t id, int64_t token);
+
+/* Set a counter to value, recording a sample while recording.  The value is
+ * kept in every state. */
+int mxp_counter_set(uint32_t id, int64_t value);
+
+/* Add delta (may be negative) to a counter; saturates at the int64 limits. */
+int mxp_counter_add(uint32_t id, int64_t delta);
+
+/* Current value of a counter (0 for a never-set counter or a non-counter). */
+int64_t mxp_counter_value(uint32_t id);
+
+/* Record an instant marker with an MXP_SCOPE_* scope.  MXP_E_INVALID (and
+ * nothing recorded) for an unknown scope. */
+int mxp_marker_mark(uint32_t id, int scope);
+
+/* Set the calling thread's current scope to an MXP_KIND_SCOPE object id
+ * (0 = none).  Cheap; a binding mirrors its context variable with it. */
+int mxp_scope_set(uint32_t scope_id);
+
+/* The calling thread's current scope id (0 = none). */
+uint32_t mxp_scope_current(void);
+
+/* ---- threads ---- */
+
+/* The calling thread's small trace id (1, 2, ... never reused). */
+uint32_t mxp_thread_tid(void);
+
+/* Name the thread with trace id tid in trace output.  MXP_E_INVALID for an
+ * unknown tid. */
+int mxp_thread_name_set(uint32_t tid, const char *name, size_t name_len);
+
+/* ---- session ---- */
+
+/* Set the bits in set and clear those in clear (MXP_FLAG_*); returns the
+ * new flags.  Turning MXP_FLAG_AGGREGATE on after it was off starts the
+ * statistics afresh. */
+uint32_t mxp_flags_update(uint32_t set, uint32_t clear);
+
+/* The most trace records held in memory awaiting output; beyond it records
+ * are dropped and tallied.  0 means no limit. */
+int mxp_max_events_set(uint64_t max_events);
+
+/* Begin a new profile: ts 0 is now, the wall-clock time of now is recorded,
+ * buffered records and per-profile tallies are discarded, frame indexes
+ * restart at 0, and the next flush creates (truncates) the trace file.  A
+ * file still open from the previous profile is closed as it is. */
+int mxp_profile_begin(void);
+
+/* Metadata written into every trace file of later flushes: the process name
+ * (process_name metadata), a JSON fragment of extra top-level members and one
+ * of extra otherData members (each "\"k\":v,..." without outer braces, or
+ * empty).  The core does not validate the fragments. */
+int mxp_trace_meta_set(const char *process_name, size_t process_name_len,
+                       const char *top_json, size_t top_json_len,
+                       const char *other_json, size_t other_json_len);
+
+/* Use path for the trace from the next flush on.  If a file of the current
+ * profile is open and unfinished, it is first completed with everything
+ * buffered so far; if that fails, MXP_E_IO is returned, the switch still
+ * happens and the records stay buffered for the new path. */
+int mxp_trace_path_set(const char *path, size_t path_len);
+
+/* Write every buffered record of the current profile to the trace file,
+ * creating it on the first flush of a profile; afterwards the file is a
+ * complete JSON document.  finish = 1 also ends output: later flushes do
+ * nothing until mxp_profile_begin.  On a failed write, the records stay
+ * buffered, the file is restored to its last complete state where possible,
+ * and MXP_E_IO is returned (errno in mxp_trace_errno).  MXP_E_STATE when no
+ * profile is open or no path is set.  Takes the writer lock; safe while other
+ * threads record. */
+int mxp_trace_flush(int finish);
+
+/* Discard every buffered record (they are not written). */
+int mxp_trace_discard(void);
+
+/* errno of the last failed trace write, 0 if none. */
+int mxp_trace_errno(void);
+
+/* ---- statistics ---- */
+
+/* Fill out[0 .. *n_out) with the merged statistics of every object that has
+ * any (count > 0), over all threads, live and exited, since the last reset.
+ * cap is the length of out; if it is too small, MXP_E_FULL and *n_out holds
+ * the number needed. */
+int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out);
+
+/* Clear the statistics (recording threads continue into the fresh ones). */
+void mxp_stats_reset(void);
+
+/* Read the process-wide tallies. */
+void mxp_counts_get(mxp_counts *out);
+
+/* MXP_CDEF_END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MXPROF_H */

@@ -1,0 +1,251 @@
+/*
+ * mxp_api.c -- the hot path: ranges, frames, counters, markers, scopes.
+ *
+ * Each call: find the thread's state (one TLS load), load the session flags
+ * (one relaxed atomic load), and when recording read the clock and write one
+ * fixed-size record plus the thread's own aggregate entry.  No locks, no
+ * allocation except on the slow paths in mxp_thread.c.
+ *
+ * Ranges live on a per-thread stack.  A begin made while not recording still
+ * pushes an entry (with no clock read) so that its end is recognised and not
+ * tallied as a stop without a start; nothing is recorded for it.
+ */
+#include "mxp_internal.h"
+
+#include <string.h>
+
+static inline bool known(uint32_t id) {
+    return id < atomic_load_explicit(&mxpi_g.nobj, MXPI_RELAXED);
+}
+
+static inline uint32_t flags_now(void) {
+    return atomic_load_explicit(&mxpi_g.flags, MXPI_RELAXED);
+}
+
+/* Push an open range; returns it, or NULL when the stack is at its limit. */
+static inline mxpi_open *push(mxpi_thread *t, uint32_t id) {
+    if (MXPI_UNLIKELY(t->depth >= t->stack_cap) && !mxpi_stack_grow(t)) {
+        mxpi_tally(&t->dropped);
+        return NULL;
+    }
+    mxpi_open *o = &t->stack[t->depth++];
+    o->id = id;
+    o->aux = 0;
+    o->seq = ++t->seq;
+    uint32_t f = flags_now();
+    if (MXPI_LIKELY(f & MXP_FLAG_RECORD)) {
+        /* MXPI_OPEN_* share their bits with MXP_FLAG_*. */
+        o->flags = f & (MXPI_OPEN_LIVE | MXPI_OPEN_TRACE | MXPI_OPEN_AGG);
+        o->child = 0;
+        o->start = o->credit = mxpi_ticks();
+    } else {
+        o->flags = 0;
+        mxpi_tally(&t->ignored);
+    }
+    return o;
+}
+
+static inline void aggregate_range(mxpi_thread *t, uint32_t id, int64_t dur, int64_t self) {
+    mxpi_agg *e = mxpi_agg_of(t, id);
+    if (MXPI_UNLIKELY(e == NULL)) return;
+    MXPI_STORE(e->count, MXPI_LOAD(e->count) + 1);
+    MXPI_STORE(e->total, MXPI_LOAD(e->total) + dur);
+    MXPI_STORE(e->self, MXPI_LOAD(e->self) + self);
+    if (dur < MXPI_LOAD(e->min)) MXPI_STORE(e->min, dur);
+    if (dur > MXPI_LOAD(e->max)) MXPI_STORE(e->max, dur);
+}
+
+/* Close the range at stack index i (not necessarily the top). */
+static void end_at(mxpi_thread *t, uint32_t i) {
+    mxpi_open o = t->stack[i];
+    uint32_t top = t->depth - 1;
+    if (MXPI_UNLIKELY(!(o.flags & MXPI_OPEN_LIVE))) {
+        mxpi_tally(&t->ignored);
+    } else {
+        int64_t now = mxpi_ticks();
+        int64_t dur = now - o.start;
+        if (dur < 0) dur = 0;
+        if (MXPI_UNLIKELY(i != top)) {
+            /* Not innermost: the range directly above was its child until
+             * now; from now on it counts towards the grandparent. */
+            mxpi_open *above = &t->stack[i + 1];
+            if (above->flags & MXPI_OPEN_LIVE) {
+                o.child += now - above->credit;
+                above->credit = now;
+            }
+            mxpi_tally(&t->non_lifo);
+        }
+        if (i > 0 && (t->stack[i - 1].flags & MXPI_OPEN_LIVE)) t->stack[i - 1].child += now - o.credit;
+        uint32_t f = flags_now();
+        if (o.flags & f & MXPI_OPEN_TRACE) mxpi_record(t, f, o.start, dur, o.id, o.aux);
+        if (o.flags & f & MXPI_OPEN_AGG) {
+            int64_t self = dur - o.child;
+            aggregate_range(t, o.id, dur, self < 0 ? 0 : self);
+        }
+    }
+    if (MXPI_UNLIKELY(i != top)) memmove(&t->stack[i], &t->stack[i + 1], (top - i) * sizeof t->stack[0]);
+    t->depth = top;
+}
+
+int mxp_range_begin(uint32_t id) {
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    if (MXPI_UNLIKELY(t == NULL || !known(id))) return rc;
+    push(t, id);
+    return rc;
+}
+
+int mxp_frame_begin(uint32_t id) {
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    if (MXPI_UNLIKELY(t == NULL || !known(id))) return rc;
+    mxpi_open *o = push(t, id);
+    if (o != NULL && (o->flags & MXPI_OPEN_LIVE))
+        o->aux = atomic_fetch_add_explicit(&mxpi_obj(id)->frame_next, 1, MXPI_RELAXED);
+    return rc;
+}
+
+int mxp_range_end(uint32_t id) {
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    if (MXPI_UNLIKELY(t == NULL)) return rc;
+    uint32_t d = t->depth;
+    while (d > 0) {
+        if (t->stack[--d].id == id) {
+            end_at(t, d);
+            return rc;
+        }
+    }
+    mxpi_tally(&t->unmatched);
+    return rc;
+}
+
+int64_t mxp_range_begin_token(uint32_t id) {
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    if (MXPI_UNLIKELY(t == NULL || !known(id))) return rc;
+    mxpi_open *o = push(t, id);
+    if (o == NULL) return rc;
+    if ((o->flags & MXPI_OPEN_LIVE) && mxpi_obj(id)->kind == MXP_KIND_FRAME)
+        o->aux = atomic_fetch_add_explicit(&mxpi_obj(id)->frame_next, 1, MXPI_RELAXED);
+    return (int64_t)(o->seq << 1) | rc;
+}
+
+int mxp_range_end_token(uint32_t id, int64_t token) {
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    if (MXPI_UNLIKELY(t == NULL)) return rc;
+    uint64_t seq = (uint64_t)token >> 1;
+    uint32_t d = t->depth;
+    while (d > 0) {
+        mxpi_open *o = &t->stack[--d];
+        if (o->seq == seq && o->id == id) {
+            end_at(t, d);
+            return rc;
+        }
+        if (o->seq < seq) break; /* sequence numbers grow up the stack */
+    }
+    mxpi_tally(&t->unmatched);
+    return rc;
+}
+
+/* ---- counters and markers ---- */
+
+static inline void sample(mxpi_thread *t, uint32_t id, int64_t value) {
+    uint32_t f = flags_now();
+    if (MXPI_UNLIKELY(!(f & MXP_FLAG_RECORD))) {
+        mxpi_tally(&t->ignored);
+        return;
+    }
+    int64_t now = mxpi_ticks();
+    if (f & MXP_FLAG_TRACE) mxpi_record(t, f, now, value, id, 0);
+    if (f & MXP_FLAG_AGGREGATE) {
+        mxpi_agg *e = mxpi_agg_of(t, id);
+        if (MXPI_UNLIKELY(e == NULL)) return;
+        MXPI_STORE(e->count, MXPI_LOAD(e->count) + 1);
+        MXPI_STORE(e->sum, MXPI_LOAD(e->sum) + (double)value);
+        if (value < MXPI_LOAD(e->min)) MXPI_STORE(e->min, value);
+        if (value > MXPI_LOAD(e->max)) MXPI_STORE(e->max, value);
+        MXPI_STORE(e->last, value);
+        MXPI_STORE(e->last_ts, now);
+    }
+}
+
+static inline mxpi_object *counter_of(uint32_t id) {
+    if (MXPI_UNLIKELY(!known(id))) return NULL;
+    mxpi_object *o = mxpi_obj(id);
+    return o->kind == MXP_KIND_COUNTER ? o : NULL;
+}
+
+int mxp_counter_set(uint32_t id, int64_t value) {
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    mxpi_object *o = counter_of(id);
+    if (MXPI_UNLIKELY(o == NULL)) return MXP_E_INVALID;
+    atomic_store_explicit(&o->value, value, MXPI_RELAXED);
+    if (MXPI_LIKELY(t != NULL)) sample(t, id, value);
+    return rc;
+}
+
+int mxp_counter_add(uint32_t id, int64_t delta) {
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    mxpi_object *o = counter_of(id);
+    if (MXPI_UNLIKELY(o == NULL)) return MXP_E_INVALID;
+    int64_t cur = atomic_load_explicit(&o->value, MXPI_RELAXED), next;
+    do {
+        if (__builtin_add_overflow(cur, delta, &next)) next = delta > 0 ? INT64_MAX : INT64_MIN;
+    } while (!atomic_compare_exchange_weak_explicit(&o->value, &cur, next, MXPI_RELAXED, MXPI_RELAXED));
+    if (MXPI_LIKELY(t != NULL)) sample(t, id, next);
+    return rc;
+}
+
+int64_t mxp_counter_value(uint32_t id) {
+    mxpi_object *o = counter_of(id);
+    return o == NULL ? 0 : atomic_load_explicit(&o->value, MXPI_RELAXED);
+}
+
+int mxp_marker_mark(uint32_t id, int scope) {
+    if (MXPI_UNLIKELY(scope < MXP_SCOPE_GLOBAL || scope > MXP_SCOPE_MARKER || !known(id)))
+        return MXP_E_INVALID;
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    if (MXPI_UNLIKELY(t == NULL)) return rc;
+    uint32_t f = flags_now();
+    if (MXPI_UNLIKELY(!(f & MXP_FLAG_RECORD))) {
+        mxpi_tally(&t->ignored);
+        return rc;
+    }
+    int64_t now = mxpi_ticks();
+    if (f & MXP_FLAG_TRACE) mxpi_record(t, f, now, 0, id, (uint32_t)scope);
+    if (f & MXP_FLAG_AGGREGATE) {
+        mxpi_agg *e = mxpi_agg_of(t, id);
+        if (MXPI_LIKELY(e != NULL)) {
+            MXPI_STORE(e->count, MXPI_LOAD(e->count) + 1);
+            MXPI_STORE(e->last_ts, now);
+        }
+    }
+    return rc;
+}
+
+/* ---- scopes and threads ---- */
+
+int mxp_scope_set(uint32_t scope_id) {
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    if (MXPI_UNLIKELY(t == NULL)) return rc;
+    if (MXPI_UNLIKELY(!known(scope_id))) return MXP_E_INVALID;
+    t->scope = scope_id;
+    return rc;
+}
+
+uint32_t mxp_scope_current(void) {
+    mxpi_thread *t = mxpi_tls;
+    return t ? t->scope : 0;
+}
+
+uint32_t mxp_thread_tid(void) {
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    return t ? t->tid : 0;
+}

@@ -1,0 +1,150 @@
+/*
+ * mxp_core.c -- global state, initialisation, session flags, tallies, and
+ * the fork handlers.
+ */
+#include "mxp_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* No limit on buffered records: large, but far from overflowing on adds. */
+#define UNLIMITED_BUDGET (INT64_MAX / 4)
+
+mxpi_global mxpi_g = {
+    .reg_lock = PTHREAD_MUTEX_INITIALIZER,
+    .out_lock = PTHREAD_MUTEX_INITIALIZER,
+    .free_lock = PTHREAD_MUTEX_INITIALIZER,
+    .names_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+/* Fork: hold the short locks across fork() so the child inherits consistent
+ * registry and free-list state.  The writer's lock is not taken (a flush can
+ * run for seconds); the child abandons the writer's state instead. */
+static void fork_prepare(void) {
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    pthread_mutex_lock(&mxpi_g.free_lock);
+    pthread_mutex_lock(&mxpi_g.names_lock);
+}
+
+static void fork_parent(void) {
+    pthread_mutex_unlock(&mxpi_g.names_lock);
+    pthread_mutex_unlock(&mxpi_g.free_lock);
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+}
+
+static void fork_child(void) {
+    pthread_mutex_init(&mxpi_g.reg_lock, NULL);
+    pthread_mutex_init(&mxpi_g.free_lock, NULL);
+    pthread_mutex_init(&mxpi_g.names_lock, NULL);
+    pthread_mutex_init(&mxpi_g.out_lock, NULL);
+    /* Only the forking thread exists here.  Keep its state (its open ranges
+     * may still be closed), forget the others, and start with empty buffers:
+     * the parent's records are the parent's to write.  Their memory is
+     * abandoned, not freed: the parent's writer may have been mid-update. */
+    mxpi_thread *self = mxpi_tls;
+    mxpi_g.threads = NULL;
+    if (self != NULL) {
+        self->next = NULL;
+        self->cur = NULL;
+        self->pos = self->limit = 0;
+        self->head = NULL;
+        self->head_pos = 0;
+        atomic_store_explicit(&self->first, NULL, MXPI_RELAXED);
+        mxpi_g.threads = self;
+    }
+    if (self != NULL) {
+        MXPI_STORE(self->unmatched, 0);
+        MXPI_STORE(self->non_lifo, 0);
+        MXPI_STORE(self->ignored, 0);
+        MXPI_STORE(self->dropped, 0);
+    }
+    mxpi_g.retired_unmatched = mxpi_g.retired_non_lifo = 0;
+    mxpi_g.retired_ignored = mxpi_g.retired_dropped = 0;
+    atomic_store(&mxpi_g.budget, mxpi_g.max_events ? (int64_t)mxpi_g.max_events : UNLIMITED_BUDGET);
+    atomic_fetch_and_explicit(&mxpi_g.flags, ~(uint32_t)(MXP_FLAG_RECORD | MXP_FLAG_TRACE), MXPI_RELAXED);
+    atomic_fetch_add(&mxpi_g.agg_epoch, 1); /* the parent's statistics are not the child's */
+    mxpi_trace_after_fork();
+}
+
+static void init_once_fn(void) {
+    mxpi_clock_init();
+    atomic_store(&mxpi_g.budget, UNLIMITED_BUDGET);
+    mxpi_registry_init();
+    mxpi_threads_init();
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+int mxp_init(void) {
+    pthread_once(&init_once, init_once_fn);
+    return MXP_OK;
+}
+
+int mxp_noop(uint32_t id) {
+    (void)id;
+    return MXP_OK;
+}
+
+#define FLAG_MASK ((uint32_t)(MXP_FLAG_RECORD | MXP_FLAG_TRACE | MXP_FLAG_AGGREGATE))
+
+uint32_t mxp_flags_update(uint32_t set, uint32_t clear) {
+    mxp_init();
+    set &= FLAG_MASK;
+    clear &= FLAG_MASK;
+    uint32_t old = atomic_load(&mxpi_g.flags);
+    uint32_t neu;
+    do {
+        neu = (old & ~clear) | set;
+    } while (!atomic_compare_exchange_weak(&mxpi_g.flags, &old, neu));
+    if ((neu & MXP_FLAG_AGGREGATE) && !(old & MXP_FLAG_AGGREGATE)) mxp_stats_reset();
+    return neu & FLAG_MASK;
+}
+
+void mxpi_cap_epoch_bump(void) {
+    atomic_fetch_add(&mxpi_g.flags, 1u << MXPI_CAP_EPOCH_SHIFT);
+}
+
+int mxp_max_events_set(uint64_t max_events) {
+    mxp_init();
+    if (max_events > (uint64_t)UNLIMITED_BUDGET) max_events = 0;
+    pthread_mutex_lock(&mxpi_g.out_lock);
+    int64_t old = mxpi_g.max_events ? (int64_t)mxpi_g.max_events : UNLIMITED_BUDGET;
+    int64_t neu = max_events ? (int64_t)max_events : UNLIMITED_BUDGET;
+    mxpi_g.max_events = max_events;
+    atomic_fetch_add(&mxpi_g.budget, neu - old);
+    mxpi_cap_epoch_bump();
+    pthread_mutex_unlock(&mxpi_g.out_lock);
+    return MXP_OK;
+}
+
+void mxp_counts_get(mxp_counts *out) {
+    mxp_init();
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    out->unmatched_stops = mxpi_g.retired_unmatched;
+    out->non_lifo_stops = mxpi_g.retired_non_lifo;
+    out->ignored_calls = mxpi_g.retired_ignored;
+    out->dropped_events = mxpi_g.retired_dropped;
+    for (mxpi_thread *t = mxpi_g.threads; t; t = t->next) {
+        out->unmatched_stops += MXPI_LOAD(t->unmatched);
+        out->non_lifo_stops += MXPI_LOAD(t->non_lifo);
+        out->ignored_calls += MXPI_LOAD(t->ignored);
+        out->dropped_events += MXPI_LOAD(t->dropped);
+    }
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+    out->written_events = MXPI_LOAD(mxpi_g.written);
+}
+
+void mxp_reset(void) {
+    mxp_init();
+    atomic_fetch_and(&mxpi_g.flags, ~FLAG_MASK);
+    mxpi_cap_epoch_bump();
+    mxp_clock_fake(0, 0);
+    mxpi_trace_reset();
+    mxpi_threads_reset();
+    mxpi_registry_reset_values();
+    mxp_max_events_set(0);
+    MXPI_STORE(mxpi_g.written, 0);
+    mxp_stats_reset();
+}

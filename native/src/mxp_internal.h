@@ -1,0 +1,339 @@
+/*
+ * mxp_internal.h -- shared internals of the mxprof core (not installed).
+ *
+ * Ownership in one place:
+ *   - A thread state (mxpi_thread) is created by its thread on its first hot
+ *     call.  Its stack, chunk tail and aggregate pages are written only by that
+ *     thread.  Its chunk head is owned by the writer (under out_lock).
+ *   - Records are published by a release store of chunk->count; the writer
+ *     reads them after an acquire load, so draining never stops recorders.
+ *   - A chunk is freed only by the writer, and only once the owner has moved
+ *     to a newer chunk (chunk->next != NULL).
+ *   - Aggregate entries are written by their owner with relaxed atomic stores
+ *     and read by mxp_stats_snapshot under reg_lock; a reset bumps an epoch
+ *     instead of touching other threads' memory.
+ *   - Lock order: out_lock, then reg_lock, then free_lock / names_lock.
+ */
+#ifndef MXP_INTERNAL_H
+#define MXP_INTERNAL_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "mxprof.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define MXPI_HAVE_TSC 1
+#else
+#define MXPI_HAVE_TSC 0
+#endif
+
+#define MXPI_LIKELY(x) __builtin_expect(!!(x), 1)
+#define MXPI_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define MXPI_RELAXED memory_order_relaxed
+#define MXPI_ACQUIRE memory_order_acquire
+#define MXPI_RELEASE memory_order_release
+
+/* ---- clock (mxp_clock.c) ---- */
+
+/* Set once by mxpi_clock_init and by the fake-clock test hook. */
+extern int mxpi_clock_mode;
+extern _Atomic int64_t mxpi_fake_now;
+
+int64_t mxpi_ticks_slow(void);
+void mxpi_clock_init(void);
+
+/* The hot-path clock: raw ticks (TSC cycles, or ns for the other sources).
+ * Ticks become ns only in writers and statistics, through a timebase. */
+static inline int64_t mxpi_ticks(void) {
+#if MXPI_HAVE_TSC
+    if (MXPI_LIKELY(mxpi_clock_mode == MXP_CLOCK_TSC)) return (int64_t)__rdtsc();
+#endif
+    return mxpi_ticks_slow();
+}
+
+/* A linear map from ticks to monotonic ns, refreshed on every call of
+ * mxpi_timebase_get (the longer the process runs, the finer the ratio). */
+typedef struct mxpi_timebase {
+    int64_t tick0;
+    int64_t ns0;
+    double ns_per_tick;
+} mxpi_timebase;
+
+void mxpi_timebase_get(mxpi_timebase *tb);
+int64_t mxpi_realtime_ns(void);
+int64_t mxpi_monotonic_ns(void);
+
+static inline int64_t mxpi_tb_span(const mxpi_timebase *tb, int64_t ticks) {
+    double ns = (double)ticks * tb->ns_per_tick;
+    return (int64_t)(ns < 0 ? ns - 0.5 : ns + 0.5);
+}
+
+/* ---- records and chunks ---- */
+
+/* One trace record, 24 bytes.  ts is the start (ranges) or the instant, in
+ * ticks; val is the duration in ticks (ranges) or the sample (counters); aux
+ * is the frame index (frames) or the scope (markers). */
+typedef struct mxpi_rec {
+    int64_t ts;
+    int64_t val;
+    uint32_t id;
+    uint32_t aux;
+} mxpi_rec;
+
+#define MXPI_CHUNK_RECORDS 1024u
+#define MXPI_RESERVE_STEP 256u
+
+typedef struct mxpi_chunk {
+    _Atomic(struct mxpi_chunk *) next; /* set once the owner moved on */
+    _Atomic uint32_t count;            /* committed records */
+    uint32_t unused;
+    mxpi_rec rec[MXPI_CHUNK_RECORDS];
+} mxpi_chunk;
+
+/* ---- aggregates ---- */
+
+typedef struct mxpi_agg {
+    _Atomic uint32_t epoch;
+    _Atomic uint64_t count;
+    _Atomic int64_t total;
+    _Atomic int64_t min;
+    _Atomic int64_t max;
+    _Atomic int64_t self;
+    _Atomic int64_t last;
+    _Atomic int64_t last_ts;
+    _Atomic double sum;
+} mxpi_agg;
+
+#define MXPI_PAGE_BITS 8u
+#define MXPI_PAGE_SIZE (1u << MXPI_PAGE_BITS)
+#define MXPI_NPAGES (MXP_MAX_OBJECTS / MXPI_PAGE_SIZE)
+
+typedef _Atomic(mxpi_agg *) mxpi_agg_dir[MXPI_NPAGES];
+
+/* ---- the per-thread range stack ---- */
+
+#define MXPI_OPEN_LIVE 1u   /* begun while recording: start is valid */
+#define MXPI_OPEN_TRACE 2u  /* write a record at the end */
+#define MXPI_OPEN_AGG 4u    /* aggregate at the end */
+
+typedef struct mxpi_open {
+    uint32_t id;
+    uint32_t aux;
+    uint32_t flags;
+    uint32_t unused;
+    int64_t start;  /* ticks */
+    int64_t child;  /* ticks covered by finished children */
+    int64_t credit; /* the parent is credited with [credit, end] */
+    uint64_t seq;   /* token for mxp_range_end_token */
+} mxpi_open;
+
+#define MXPI_STACK_MAX 65536u
+
+/* ---- thread state ---- */
+
+typedef struct mxpi_thread {
+    /* owner only */
+    mxpi_chunk *cur;
+    uint32_t pos;
+    uint32_t limit; /* slots below it are reserved under the event cap */
+    uint32_t cap_epoch;
+    mxpi_open *stack;
+    uint32_t depth;
+    uint32_t stack_cap;
+    uint64_t seq;
+    uint32_t scope;
+    uint32_t tid;
+    int64_t os_tid;
+    mxpi_agg_dir *aggs; /* NULL until the first aggregate */
+
+    /* owner writes (relaxed), anyone reads */
+    _Atomic uint64_t unmatched;
+    _Atomic uint64_t non_lifo;
+    _Atomic uint64_t ignored;
+    _Atomic uint64_t dropped;
+    _Atomic(mxpi_chunk *) first; /* the first chunk, published once */
+
+    /* writer only (out_lock) */
+    mxpi_chunk *head;
+    uint32_t head_pos;
+
+    /* registry (reg_lock) */
+    int retired;
+    struct mxpi_thread *next;
+} mxpi_thread;
+
+/* ---- objects ---- */
+
+typedef struct mxpi_object {
+    uint32_t kind;
+    uint32_t name_len;
+    uint32_t domain_len;
+    uint32_t frag_len;
+    uint32_t key_len;
+    uint32_t hash_next; /* chain in the registry's hash table, 0 = end */
+    uint64_t hash;
+    char *name;   /* raw bytes, NUL-terminated copy */
+    char *domain; /* raw bytes, NUL-terminated copy */
+    char *frag;   /* JSON prefix up to and including "ts": */
+    char *key;    /* counters: escaped "name": for args */
+    _Atomic int64_t value;       /* counters */
+    _Atomic uint32_t frame_next; /* frames */
+} mxpi_object;
+
+/* ---- global state ---- */
+
+typedef struct mxpi_global {
+    _Atomic uint32_t flags;     /* MXP_FLAG_* | cap epoch << MXPI_CAP_EPOCH_SHIFT */
+    _Atomic uint32_t agg_epoch; /* bumped by a statistics reset */
+    _Atomic int64_t budget;     /* records that may still be buffered */
+    uint64_t max_events;        /* 0 = no limit (under out_lock) */
+
+    pthread_mutex_t reg_lock;
+    pthread_mutex_t out_lock;
+    pthread_mutex_t free_lock;
+    pthread_mutex_t names_lock;
+
+    /* registry */
+    _Atomic uint32_t nobj;
+    mxpi_object *_Atomic obj_pages[MXPI_NPAGES];
+    uint32_t *buckets;
+    uint32_t nbuckets;
+    uint32_t overflow_id[MXP_KIND_SCOPE + 1];
+
+    /* threads (reg_lock) */
+    mxpi_thread *threads;
+    uint32_t next_tid;
+    mxpi_agg_dir *retired_aggs;
+    uint64_t retired_unmatched, retired_non_lifo, retired_ignored, retired_dropped;
+
+    /* chunk free list (free_lock) */
+    mxpi_chunk *free_chunks;
+    uint32_t nfree;
+
+    /* tallies of the writer (out_lock) */
+    _Atomic uint64_t written;
+} mxpi_global;
+
+extern mxpi_global mxpi_g;
+extern _Thread_local mxpi_thread *mxpi_tls;
+
+static inline mxpi_object *mxpi_obj(uint32_t id) {
+    return &atomic_load_explicit(&mxpi_g.obj_pages[id >> MXPI_PAGE_BITS], MXPI_ACQUIRE)
+                [id & (MXPI_PAGE_SIZE - 1)];
+}
+
+/* mxp_registry.c */
+void mxpi_registry_init(void);
+void mxpi_registry_reset_values(void);
+
+/* mxp_core.c */
+void mxpi_cap_epoch_bump(void);
+
+/* mxp_thread.c */
+mxpi_thread *mxpi_thread_attach(void);
+void mxpi_threads_init(void);
+mxpi_chunk *mxpi_chunk_get(void);
+void mxpi_chunk_put(mxpi_chunk *c);
+bool mxpi_record_slow(mxpi_thread *t, uint32_t cap_epoch);
+bool mxpi_stack_grow(mxpi_thread *t);
+mxpi_agg *mxpi_agg_page_new(mxpi_thread *t, uint32_t page);
+void mxpi_agg_clear(mxpi_agg *e, uint32_t epoch);
+void mxpi_agg_merge(mxpi_agg *dst, const mxpi_agg *src, uint32_t kind);
+mxpi_thread **mxpi_threads_snapshot(uint32_t *n); /* caller holds out_lock */
+void mxpi_threads_reap(void);                       /* caller holds out_lock */
+void mxpi_threads_reset(void);
+
+/* mxp_trace.c */
+void mxpi_trace_reset(void);
+void mxpi_trace_after_fork(void);
+void mxpi_trace_note_thread(uint32_t tid, int64_t os_tid);
+
+/* mxp_json.c */
+typedef struct mxpi_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+    bool failed; /* an allocation failed; the content is incomplete */
+} mxpi_buf;
+
+bool mxpi_buf_reserve(mxpi_buf *b, size_t extra);
+void mxpi_buf_put(mxpi_buf *b, const char *s, size_t n);
+void mxpi_buf_puts(mxpi_buf *b, const char *s);
+void mxpi_buf_putc(mxpi_buf *b, char c);
+void mxpi_buf_i64(mxpi_buf *b, int64_t v);
+void mxpi_buf_u64(mxpi_buf *b, uint64_t v);
+void mxpi_buf_us(mxpi_buf *b, int64_t ns); /* ns as µs with 3 decimals */
+void mxpi_buf_json_str(mxpi_buf *b, const char *s, size_t n);
+void mxpi_buf_free(mxpi_buf *b);
+
+/* ---- hot-path helpers ---- */
+
+/* The calling thread's state, attaching it on the first call.  *rc becomes
+ * MXP_NEW_THREAD on that first call.  NULL only when memory ran out. */
+static inline mxpi_thread *mxpi_self(int *rc) {
+    mxpi_thread *t = mxpi_tls;
+    if (MXPI_LIKELY(t != NULL)) return t;
+    t = mxpi_thread_attach();
+    if (t) *rc = MXP_NEW_THREAD;
+    return t;
+}
+
+static inline void mxpi_tally(_Atomic uint64_t *c) {
+    atomic_store_explicit(c, atomic_load_explicit(c, MXPI_RELAXED) + 1, MXPI_RELAXED);
+}
+
+/* The flags word also carries the cap epoch in its upper bits: a change of
+ * the event cap bumps it, and every thread then hands back the slots it had
+ * reserved under the old cap before recording again. */
+#define MXPI_CAP_EPOCH_SHIFT 8u
+#define MXPI_CAP_EPOCH(f) ((f) >> MXPI_CAP_EPOCH_SHIFT)
+
+/* Append one record to the calling thread's buffer (or tally a drop); f is
+ * the flags word the caller loaded. */
+static inline void mxpi_record(mxpi_thread *t, uint32_t f, int64_t ts, int64_t val, uint32_t id,
+                               uint32_t aux) {
+    if (MXPI_UNLIKELY(t->pos >= t->limit || MXPI_CAP_EPOCH(f) != t->cap_epoch) &&
+        !mxpi_record_slow(t, MXPI_CAP_EPOCH(f))) {
+        mxpi_tally(&t->dropped);
+        return;
+    }
+    mxpi_chunk *c = t->cur;
+    mxpi_rec *r = &c->rec[t->pos];
+    r->ts = ts;
+    r->val = val;
+    r->id = id;
+    r->aux = aux;
+    t->pos++;
+    atomic_store_explicit(&c->count, t->pos, MXPI_RELEASE);
+}
+
+/* The calling thread's aggregate entry for id, cleared if it belongs to an
+ * older statistics epoch.  NULL only when memory ran out. */
+static inline mxpi_agg *mxpi_agg_of(mxpi_thread *t, uint32_t id) {
+    mxpi_agg *page = NULL;
+    if (MXPI_LIKELY(t->aggs != NULL))
+        page = atomic_load_explicit(&(*t->aggs)[id >> MXPI_PAGE_BITS], MXPI_RELAXED);
+    if (MXPI_UNLIKELY(page == NULL)) {
+        page = mxpi_agg_page_new(t, id >> MXPI_PAGE_BITS);
+        if (page == NULL) return NULL;
+    }
+    mxpi_agg *e = &page[id & (MXPI_PAGE_SIZE - 1)];
+    uint32_t epoch = atomic_load_explicit(&mxpi_g.agg_epoch, MXPI_RELAXED);
+    if (MXPI_UNLIKELY(atomic_load_explicit(&e->epoch, MXPI_RELAXED) != epoch))
+        mxpi_agg_clear(e, epoch);
+    return e;
+}
+
+#define MXPI_LOAD(x) atomic_load_explicit(&(x), MXPI_RELAXED)
+#define MXPI_STORE(x, v) atomic_store_explicit(&(x), (v), MXPI_RELAXED)
+
+#endif /* MXP_INTERNAL_H */

@@ -1,0 +1,292 @@
+/*
+ * mxp_thread.c -- per-thread state: attach and retire, record chunks and the
+ * event cap, the range stack, aggregate pages.
+ *
+ * Everything here is the slow side of the hot path: it runs when a thread
+ * records for the first time, fills a chunk or its cap reservation, opens
+ * ranges deeper than ever before, or touches a new page of object ids.
+ */
+#include "mxp_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+_Thread_local mxpi_thread *mxpi_tls;
+
+static pthread_key_t exit_key;
+
+/* Keep at most this many empty chunks for reuse (about 6 MB). */
+#define MAX_FREE_CHUNKS 256u
+
+/* ---- chunks ---- */
+
+mxpi_chunk *mxpi_chunk_get(void) {
+    mxpi_chunk *c = NULL;
+    pthread_mutex_lock(&mxpi_g.free_lock);
+    if (mxpi_g.free_chunks != NULL) {
+        c = mxpi_g.free_chunks;
+        mxpi_g.free_chunks = atomic_load_explicit(&c->next, MXPI_RELAXED);
+        mxpi_g.nfree--;
+    }
+    pthread_mutex_unlock(&mxpi_g.free_lock);
+    if (c == NULL) c = malloc(sizeof *c);
+    if (c == NULL) return NULL;
+    atomic_store_explicit(&c->next, NULL, MXPI_RELAXED);
+    atomic_store_explicit(&c->count, 0, MXPI_RELAXED);
+    return c;
+}
+
+void mxpi_chunk_put(mxpi_chunk *c) {
+    pthread_mutex_lock(&mxpi_g.free_lock);
+    if (mxpi_g.nfree < MAX_FREE_CHUNKS) {
+        atomic_store_explicit(&c->next, mxpi_g.free_chunks, MXPI_RELAXED);
+        mxpi_g.free_chunks = c;
+        mxpi_g.nfree++;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&mxpi_g.free_lock);
+    free(c);
+}
+
+/* Take up to want record slots from the global cap. */
+static uint32_t reserve(uint32_t want) {
+    int64_t b = atomic_load_explicit(&mxpi_g.budget, MXPI_RELAXED);
+    while (b > 0) {
+        int64_t take = b < (int64_t)want ? b : (int64_t)want;
+        if (atomic_compare_exchange_weak_explicit(&mxpi_g.budget, &b, b - take, MXPI_RELAXED,
+                                                  MXPI_RELAXED))
+            return (uint32_t)take;
+    }
+    return 0;
+}
+
+/* t->pos reached t->limit: move to a fresh chunk and/or reserve more slots
+ * under the cap.  False when the record must be dropped. */
+bool mxpi_record_slow(mxpi_thread *t, uint32_t cap_epoch) {
+    if (t->cap_epoch != cap_epoch) {
+        /* The cap changed: return what was reserved under the old one. */
+        if (t->limit > t->pos)
+            atomic_fetch_add_explicit(&mxpi_g.budget, t->limit - t->pos, MXPI_RELAXED);
+        t->limit = t->pos;
+        t->cap_epoch = cap_epoch;
+    }
+    if (t->cur == NULL || t->pos >= MXPI_CHUNK_RECORDS) {
+        mxpi_chunk *c = mxpi_chunk_get();
+        if (c == NULL) return false;
+        if (t->cur == NULL)
+            atomic_store_explicit(&t->first, c, MXPI_RELEASE);
+        else
+            atomic_store_explicit(&t->cur->next, c, MXPI_RELEASE);
+        t->cur = c;
+        t->pos = 0;
+        t->limit = 0;
+    }
+    uint32_t room = MXPI_CHUNK_RECORDS - t->pos;
+    uint32_t got = reserve(room < MXPI_RESERVE_STEP ? room : MXPI_RESERVE_STEP);
+    t->limit = t->pos + got;
+    return got > 0;
+}
+
+/* ---- stack ---- */
+
+bool mxpi_stack_grow(mxpi_thread *t) {
+    if (t->stack_cap >= MXPI_STACK_MAX) return false;
+    uint32_t cap = t->stack_cap ? t->stack_cap * 2 : 16;
+    mxpi_open *s = realloc(t->stack, cap * sizeof *s);
+    if (s == NULL) return false;
+    t->stack = s;
+    t->stack_cap = cap;
+    return true;
+}
+
+/* ---- aggregates ---- */
+
+void mxpi_agg_clear(mxpi_agg *e, uint32_t epoch) {
+    MXPI_STORE(e->count, 0);
+    MXPI_STORE(e->total, 0);
+    MXPI_STORE(e->min, INT64_MAX);
+    MXPI_STORE(e->max, INT64_MIN);
+    MXPI_STORE(e->self, 0);
+    MXPI_STORE(e->last, 0);
+    MXPI_STORE(e->last_ts, INT64_MIN);
+    MXPI_STORE(e->sum, 0.0);
+    atomic_store_explicit(&e->epoch, epoch, MXPI_RELEASE);
+}
+
+static mxpi_agg *new_page(mxpi_agg_dir **dirp, uint32_t page) {
+    if (*dirp == NULL) {
+        *dirp = calloc(1, sizeof **dirp);
+        if (*dirp == NULL) return NULL;
+    }
+    mxpi_agg *p = malloc(MXPI_PAGE_SIZE * sizeof *p);
+    if (p == NULL) return NULL;
+    uint32_t epoch = atomic_load_explicit(&mxpi_g.agg_epoch, MXPI_RELAXED);
+    for (uint32_t i = 0; i < MXPI_PAGE_SIZE; i++) mxpi_agg_clear(&p[i], epoch);
+    atomic_store_explicit(&(**dirp)[page], p, MXPI_RELEASE);
+    return p;
+}
+
+mxpi_agg *mxpi_agg_page_new(mxpi_thread *t, uint32_t page) {
+    if (t->aggs == NULL) {
+        /* Readers find the directory under reg_lock. */
+        pthread_mutex_lock(&mxpi_g.reg_lock);
+        mxpi_agg *p = new_page(&t->aggs, page);
+        pthread_mutex_unlock(&mxpi_g.reg_lock);
+        return p;
+    }
+    return new_page(&t->aggs, page);
+}
+
+/* Fold src into dst; the kind decides how "last" combines. */
+void mxpi_agg_merge(mxpi_agg *dst, const mxpi_agg *src, uint32_t kind) {
+    uint64_t n = MXPI_LOAD(src->count);
+    if (n == 0) return;
+    MXPI_STORE(dst->count, MXPI_LOAD(dst->count) + n);
+    MXPI_STORE(dst->total, MXPI_LOAD(dst->total) + MXPI_LOAD(src->total));
+    MXPI_STORE(dst->self, MXPI_LOAD(dst->self) + MXPI_LOAD(src->self));
+    MXPI_STORE(dst->sum, MXPI_LOAD(dst->sum) + MXPI_LOAD(src->sum));
+    if (MXPI_LOAD(src->min) < MXPI_LOAD(dst->min)) MXPI_STORE(dst->min, MXPI_LOAD(src->min));
+    if (MXPI_LOAD(src->max) > MXPI_LOAD(dst->max)) MXPI_STORE(dst->max, MXPI_LOAD(src->max));
+    (void)kind;
+    if (MXPI_LOAD(src->last_ts) >= MXPI_LOAD(dst->last_ts)) {
+        MXPI_STORE(dst->last_ts, MXPI_LOAD(src->last_ts));
+        MXPI_STORE(dst->last, MXPI_LOAD(src->last));
+    }
+}
+
+static void free_aggs(mxpi_agg_dir *dir) {
+    if (dir == NULL) return;
+    for (uint32_t i = 0; i < MXPI_NPAGES; i++) free(atomic_load_explicit(&(*dir)[i], MXPI_RELAXED));
+    free(dir);
+}
+
+/* Fold a retiring thread's aggregates of the current epoch into the
+ * registry's retired table.  Caller holds reg_lock. */
+static void retire_aggs(mxpi_thread *t) {
+    if (t->aggs == NULL) return;
+    uint32_t epoch = atomic_load_explicit(&mxpi_g.agg_epoch, MXPI_RELAXED);
+    uint32_t nobj = atomic_load_explicit(&mxpi_g.nobj, MXPI_ACQUIRE);
+    for (uint32_t page = 0; page < MXPI_NPAGES; page++) {
+        mxpi_agg *src = atomic_load_explicit(&(*t->aggs)[page], MXPI_ACQUIRE);
+        if (src == NULL) continue;
+        for (uint32_t i = 0; i < MXPI_PAGE_SIZE; i++) {
+            uint32_t id = page * MXPI_PAGE_SIZE + i;
+            if (id >= nobj) break;
+            if (MXPI_LOAD(src[i].epoch) != epoch || MXPI_LOAD(src[i].count) == 0) continue;
+            mxpi_agg *dpage = mxpi_g.retired_aggs
+                                  ? atomic_load_explicit(&(*mxpi_g.retired_aggs)[page], MXPI_RELAXED)
+                                  : NULL;
+            if (dpage == NULL) dpage = new_page(&mxpi_g.retired_aggs, page);
+            if (dpage == NULL) return; /* out of memory: these statistics are lost */
+            mxpi_agg *d = &dpage[i];
+            if (MXPI_LOAD(d->epoch) != epoch) mxpi_agg_clear(d, epoch);
+            mxpi_agg_merge(d, &src[i], mxpi_obj(id)->kind);
+        }
+    }
+}
+
+/* ---- attach / retire ---- */
+
+static void thread_exit(void *arg) {
+    mxpi_thread *t = arg;
+    if (mxpi_tls == t) mxpi_tls = NULL;
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    retire_aggs(t);
+    free_aggs(t->aggs);
+    t->aggs = NULL;
+    mxpi_g.retired_unmatched += MXPI_LOAD(t->unmatched);
+    mxpi_g.retired_non_lifo += MXPI_LOAD(t->non_lifo);
+    mxpi_g.retired_ignored += MXPI_LOAD(t->ignored);
+    mxpi_g.retired_dropped += MXPI_LOAD(t->dropped);
+    MXPI_STORE(t->unmatched, 0);
+    MXPI_STORE(t->non_lifo, 0);
+    MXPI_STORE(t->ignored, 0);
+    MXPI_STORE(t->dropped, 0);
+    /* Unused cap reservations go back. */
+    if (t->limit > t->pos) atomic_fetch_add_explicit(&mxpi_g.budget, t->limit - t->pos, MXPI_RELAXED);
+    t->limit = t->pos;
+    free(t->stack);
+    t->stack = NULL;
+    t->depth = t->stack_cap = 0;
+    t->retired = 1;
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+}
+
+void mxpi_threads_init(void) { pthread_key_create(&exit_key, thread_exit); }
+
+mxpi_thread *mxpi_thread_attach(void) {
+    mxp_init();
+    mxpi_thread *t = calloc(1, sizeof *t);
+    if (t == NULL) return NULL;
+    if (!mxpi_stack_grow(t)) {
+        free(t);
+        return NULL;
+    }
+    t->os_tid = (int64_t)syscall(SYS_gettid);
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    t->tid = ++mxpi_g.next_tid;
+    t->next = mxpi_g.threads;
+    mxpi_g.threads = t;
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+    mxpi_trace_note_thread(t->tid, t->os_tid);
+    pthread_setspecific(exit_key, t);
+    mxpi_tls = t;
+    return t;
+}
+
+/* ---- for the writer (caller holds out_lock) ---- */
+
+mxpi_thread **mxpi_threads_snapshot(uint32_t *n) {
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    uint32_t count = 0;
+    for (mxpi_thread *t = mxpi_g.threads; t; t = t->next) count++;
+    mxpi_thread **arr = malloc((count ? count : 1) * sizeof *arr);
+    if (arr != NULL) {
+        count = 0;
+        for (mxpi_thread *t = mxpi_g.threads; t; t = t->next) arr[count++] = t;
+    }
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+    *n = arr ? count : 0;
+    return arr;
+}
+
+/* Free the states of exited threads whose records are all drained. */
+void mxpi_threads_reap(void) {
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    mxpi_thread **pp = &mxpi_g.threads;
+    while (*pp) {
+        mxpi_thread *t = *pp;
+        mxpi_chunk *c = t->head ? t->head : atomic_load_explicit(&t->first, MXPI_ACQUIRE);
+        uint32_t done = t->head == c ? t->head_pos : 0;
+        bool drained = c == NULL || (atomic_load_explicit(&c->next, MXPI_ACQUIRE) == NULL &&
+                                     done >= atomic_load_explicit(&c->count, MXPI_ACQUIRE));
+        if (t->retired && drained) {
+            *pp = t->next;
+            if (c) mxpi_chunk_put(c);
+            free(t);
+        } else {
+            pp = &t->next;
+        }
+    }
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+}
+
+/* Drop every thread state but the caller's and clear the caller's (tests, fork). */
+void mxpi_threads_reset(void) {
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    free_aggs(mxpi_g.retired_aggs);
+    mxpi_g.retired_aggs = NULL;
+    mxpi_g.retired_unmatched = mxpi_g.retired_non_lifo = 0;
+    mxpi_g.retired_ignored = mxpi_g.retired_dropped = 0;
+    for (mxpi_thread *t = mxpi_g.threads; t; t = t->next) {
+        t->depth = 0;
+        t->scope = 0;
+        MXPI_STORE(t->unmatched, 0);
+        MXPI_STORE(t->non_lifo, 0);
+        MXPI_STORE(t->ignored, 0);
+        MXPI_STORE(t->dropped, 0);
+    }
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+}

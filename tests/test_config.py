@@ -1,0 +1,216 @@
+"""set_config / set_state / pause / dump argument handling and the MXNet keys."""
+
+import warnings
+
+import pytest
+
+import mxprof
+from mxprof import _testing, config
+from mxprof._session import SESSION
+
+MXNET_KEYS = {
+    "filename": "profile.json",
+    "profile_all": False,
+    "profile_symbolic": True,
+    "profile_imperative": True,
+    "profile_memory": True,
+    "profile_api": True,
+    "continuous_dump": True,
+    "dump_period": 1.0,
+    "aggregate_stats": False,
+    "profile_process": "worker",
+    "gpu_memory_profile_filename_prefix": "gpu_memory_profile",
+}
+
+
+def test_every_mxnet_key_exists_with_mxnet_default():
+    for key, default in MXNET_KEYS.items():
+        assert config.KEYS[key].default == default, key
+    for key in set(MXNET_KEYS) - {"profile_process"}:
+        assert SESSION.config[key] == MXNET_KEYS[key]
+
+
+def test_mxprof_keys_are_documented():
+    assert config.KEYS["max_events"].default == 10_000_000
+    assert config.KEYS["write_trace"].default is True
+    assert all(k.doc for k in config.KEYS.values())
+
+
+def test_unknown_key_lists_the_valid_ones():
+    with pytest.raises(mxprof.ConfigError) as e:
+        mxprof.set_config(bogus=1)
+    msg = str(e.value)
+    assert "'bogus'" in msg
+    for key in MXNET_KEYS:
+        assert key in msg
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"dump_period": 0}, "dump_period"),
+        ({"dump_period": -1.5}, "dump_period"),
+        ({"dump_period": float("nan")}, "dump_period"),
+        ({"dump_period": True}, "dump_period"),
+        ({"dump_period": "1"}, "dump_period"),
+        ({"aggregate_stats": "yes"}, "aggregate_stats"),
+        ({"aggregate_stats": 2}, "aggregate_stats"),
+        ({"continuous_dump": None}, "continuous_dump"),
+        ({"profile_process": "client"}, "profile_process"),
+        ({"filename": ""}, "filename"),
+        ({"filename": 42}, "filename"),
+        ({"max_events": -1}, "max_events"),
+        ({"max_events": 1.5}, "max_events"),
+    ],
+)
+def test_bad_values_raise_naming_key_and_value(kwargs, fragment):
+    before = dict(SESSION.config)
+    with pytest.raises(mxprof.ConfigError) as e:
+        mxprof.set_config(**kwargs)
+    assert fragment in str(e.value)
+    assert repr(next(iter(kwargs.values())))[:3] in str(e.value)
+    assert SESSION.config == before
+
+
+def test_one_bad_value_applies_nothing():
+    with pytest.raises(mxprof.ConfigError):
+        mxprof.set_config(aggregate_stats=True, dump_period=0)
+    assert SESSION.config["aggregate_stats"] is False
+
+
+def test_bools_accept_true_false_one_zero():
+    mxprof.set_config(aggregate_stats=1)
+    assert SESSION.config["aggregate_stats"] is True
+    mxprof.set_config(aggregate_stats=0)
+    assert SESSION.config["aggregate_stats"] is False
+
+
+def test_keys_not_passed_keep_their_values(tmp_path):
+    mxprof.set_config(aggregate_stats=True, dump_period=0.25)
+    mxprof.set_config(filename=str(tmp_path / "x.json"))
+    assert SESSION.config["aggregate_stats"] is True
+    assert SESSION.config["dump_period"] == 0.25
+
+
+def test_pathlike_filename(tmp_path):
+    mxprof.set_config(filename=tmp_path / "p.json")
+    assert SESSION.config["filename"] == str(tmp_path / "p.json")
+
+
+def test_set_config_never_touches_files(tmp_path):
+    path = tmp_path / "untouched.json"
+    path.write_text("keep me")
+    mxprof.set_config(filename=str(path))
+    mxprof.set_config(filename=str(path), aggregate_stats=True)
+    assert path.read_text() == "keep me"
+
+
+def test_bad_state():
+    with pytest.raises(mxprof.ConfigError, match="'walk'"):
+        mxprof.set_state("walk")
+
+
+def test_dumps_arguments_validated_even_when_stats_off():
+    assert SESSION.config["aggregate_stats"] is False
+    with pytest.raises(mxprof.ConfigError, match="'xml'"):
+        mxprof.dumps(format="xml")
+    with pytest.raises(mxprof.ConfigError, match="'median'"):
+        mxprof.dumps(sort_by="median")
+    with pytest.raises(mxprof.ConfigError, match="reset"):
+        mxprof.dumps(reset="yes")
+    with pytest.raises(mxprof.ConfigError, match="ascending"):
+        mxprof.dumps(ascending=None)
+
+
+def test_dumps_is_empty_when_stats_off():
+    assert mxprof.dumps() == ""
+    assert mxprof.dumps(reset=True, format="json") == ""
+
+
+def test_dump_before_ever_running_is_a_state_error():
+    with pytest.raises(mxprof.StateError, match="never run"):
+        mxprof.dump()
+    with pytest.raises(mxprof.StateError):
+        mxprof.dump(finished=False)
+
+
+def test_dump_bad_arguments():
+    mxprof.set_state("run")
+    with pytest.raises(mxprof.ConfigError, match="finished"):
+        mxprof.dump(finished="no")
+    with pytest.raises(mxprof.ConfigError, match="profile_process"):
+        mxprof.dump(profile_process="client")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: mxprof.set_config(profile_process="server", filename="x.json"),
+        lambda: mxprof.set_state("run", profile_process="server"),
+        lambda: mxprof.pause(profile_process="server"),
+        lambda: mxprof.resume(profile_process="server"),
+        lambda: mxprof.dump(profile_process="server"),
+    ],
+)
+def test_server_process_without_a_distributed_job(call):
+    with pytest.raises(mxprof.StateError, match="profile_process='server'"):
+        call()
+    assert SESSION.state == "stop"
+
+
+def test_error_classes():
+    assert issubclass(mxprof.ProfilerError, RuntimeError)
+    assert issubclass(mxprof.ConfigError, mxprof.ProfilerError)
+    assert issubclass(mxprof.ConfigError, ValueError)
+    assert issubclass(mxprof.StateError, mxprof.ProfilerError)
+    assert issubclass(mxprof.OutputError, OSError)
+
+
+def test_deprecated_aliases_warn_every_call_and_work(tmp_path):
+    path = str(tmp_path / "old.json")
+    for _ in range(2):
+        with pytest.warns(DeprecationWarning, match="profiler_set_config"):
+            mxprof.profiler_set_config(mode="all", filename=path)
+    assert SESSION.config["profile_all"] is True
+    assert SESSION.config["filename"] == path
+    with pytest.warns(DeprecationWarning, match="profiler_set_state"):
+        mxprof.profiler_set_state("run")
+    assert SESSION.state == "run"
+    task = mxprof.Domain("old").new_task("t")
+    task.start()
+    task.stop()
+    with pytest.warns(DeprecationWarning, match="dump_profile"):
+        mxprof.dump_profile()
+    trace = _testing.load_trace(path)
+    assert [e["name"] for e in _testing.events(trace, "X")] == ["t"]
+    with pytest.warns(DeprecationWarning), pytest.raises(mxprof.ConfigError, match="mode"):
+        mxprof.profiler_set_config(mode="imperative")
+
+
+def test_symbolic_mode_alias():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        mxprof.profiler_set_config()
+    assert SESSION.config["profile_symbolic"] is True
+    assert SESSION.config["filename"] == "profile.json"
+
+
+def test_domain_name_must_be_non_empty_str():
+    with pytest.raises(mxprof.ConfigError, match="Domain name"):
+        mxprof.Domain("")
+    with pytest.raises(TypeError):
+        mxprof.Domain(None)
+    with pytest.raises(mxprof.ConfigError, match="not valid Unicode"):
+        mxprof.Domain("\ud800")
+
+
+def test_object_constructors_check_types():
+    d = mxprof.Domain("d")
+    with pytest.raises(TypeError, match="Domain"):
+        mxprof.Task("not a domain", "t")
+    with pytest.raises(TypeError):
+        mxprof.Counter(d, 5)
+    with pytest.raises(mxprof.ConfigError):
+        d.new_marker("")
+    with pytest.raises(TypeError):
+        mxprof.Event(b"bytes")
