@@ -107,13 +107,16 @@ class Stat(NamedTuple):
     sum: float
 
 
-def stats_snapshot() -> list[Stat]:
-    """Statistics of every object with any, merged over all threads."""
+def stats_snapshot(reset: bool = False) -> list[Stat]:
+    """Statistics of every object with any, merged over all threads.
+
+    reset starts new statistics from exactly what is returned.
+    """
     n = ffi.new("uint32_t *")
     cap = max(16, lib.mxp_object_count())
     while True:
         buf = ffi.new("mxp_stat[]", cap)
-        rc = lib.mxp_stats_snapshot(buf, cap, n)
+        rc = lib.mxp_stats_snapshot(buf, cap, n, 1 if reset else 0)
         if rc != lib.MXP_E_FULL:
             break
         cap = n[0] + 64

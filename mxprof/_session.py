@@ -27,6 +27,15 @@ from ._version import __version__
 from .errors import ConfigError, OutputError, ProfilerError, StateError
 
 STATES = ("run", "stop")
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def warn(message: str) -> None:
+    """A RuntimeWarning attributed to the first caller outside mxprof."""
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, RuntimeWarning, stacklevel=level)
 
 
 def check_bool(what: str, value: Any) -> bool:
@@ -132,23 +141,16 @@ class Session:
         self.pending = None
 
     def set_path(self, path: str) -> None:
-        """Point the core at path; an open file of this profile is completed first."""
+        """Point the core at path; this profile's events so far go to the old one."""
         data = utf8(path, "filename")
-        rc = lib.mxp_trace_path_set(data, len(data))
-        if rc == lib.MXP_E_IO:
-            warnings.warn(
-                f"mxprof: could not complete the trace file before switching to {path!r}: "
-                f"{strerror(lib.mxp_trace_errno())}; its events go to {path!r}",
-                RuntimeWarning,
-                stacklevel=4,
+        if lib.mxp_trace_path_set(data, len(data)) == lib.MXP_E_IO:
+            warn(
+                "mxprof: could not write the trace file before switching to "
+                f"{path!r}: {strerror(lib.mxp_trace_errno())}; its events go to {path!r}"
             )
-        if self.pending is not None:
-            warnings.warn(
-                f"mxprof: {self.pending}; the events it kept go to {path!r}",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-            self.pending = None
+        elif self.pending is not None:
+            warn(f"mxprof: {self.pending}; the events it kept go to {path!r}")
+        self.pending = None
 
     # ---- writing ----
 
@@ -172,11 +174,9 @@ class Session:
                 task.stop()
         if rc == 0:
             if explicit and self.pending is not None:
-                warnings.warn(
+                warn(
                     f"mxprof: an earlier background write failed ({self.pending}); "
-                    "this dump() wrote everything it had kept",
-                    RuntimeWarning,
-                    stacklevel=4,
+                    "this dump() wrote everything it had kept"
                 )
             self.pending = None
             return
@@ -222,7 +222,7 @@ class Session:
                 if self.traced:
                     self.flush(finish=True, explicit=True)
             except ProfilerError as e:
-                warnings.warn(f"mxprof: trace not written at exit: {e}", RuntimeWarning, stacklevel=1)
+                warn(f"mxprof: trace not written at exit: {e}")
             self.end_profile()
 
     def after_fork_in_child(self) -> None:

@@ -26,7 +26,6 @@ from ._native import (
     KIND_MARKER,
     KIND_TASK,
     Stat,
-    lib,
 )
 from ._session import SESSION, check_bool
 from .errors import ConfigError
@@ -275,7 +274,7 @@ def dumps(
     with SESSION.lock:
         if not SESSION.config["aggregate_stats"]:
             return ""
-        sections = collect(_native.stats_snapshot())
+        sections = collect(_native.stats_snapshot(reset))
         for section, cats in sections.items():
             for cat, rows in cats.items():
                 cats[cat] = _sorted(section, rows, sort_by, ascending)
@@ -283,6 +282,5 @@ def dumps(
         tallies = {k: now[k] - SESSION.baseline[k] for k in COUNT_FIELDS}
         text = (render_table if format == "table" else render_json)(sections, tallies)
         if reset:
-            lib.mxp_stats_reset()
             SESSION.baseline = now
         return text

@@ -212,8 +212,9 @@ int mxp_max_events_set(uint64_t max_events);
 
 /* Begin a new profile: ts 0 is now, the wall-clock time of now is recorded,
  * buffered records and per-profile tallies are discarded, frame indexes
- * restart at 0, and the next flush creates (truncates) the trace file.  A
- * file still open from the previous profile is closed as it is. */
+ * restart at 0, and the path is forgotten: set it with mxp_trace_path_set,
+ * whose first flush creates (truncates) the file.  A file still open from the
+ * previous profile is closed as it is. */
 int mxp_profile_begin(void);
 
 /* Metadata written into every trace file of later flushes: the process name
@@ -224,10 +225,11 @@ int mxp_trace_meta_set(const char *process_name, size_t process_name_len,
                        const char *top_json, size_t top_json_len,
                        const char *other_json, size_t other_json_len);
 
-/* Use path for the trace from the next flush on.  If a file of the current
- * profile is open and unfinished, it is first completed with everything
- * buffered so far; if that fails, MXP_E_IO is returned, the switch still
- * happens and the records stay buffered for the new path. */
+/* Use path for the trace from the next flush on.  While a profile is open
+ * and unfinished, everything buffered so far is first written to the old
+ * path (creating its file if needed), which is then complete; if that fails,
+ * MXP_E_IO is returned, the switch still happens and the records stay
+ * buffered for the new path.  The same path again changes nothing. */
 int mxp_trace_path_set(const char *path, size_t path_len);
 
 /* Write every buffered record of the current profile to the trace file,
@@ -250,11 +252,13 @@ int mxp_trace_errno(void);
 
 /* Fill out[0 .. *n_out) with the merged statistics of every object that has
  * any (count > 0), over all threads, live and exited, since the last reset.
- * cap is the length of out; if it is too small, MXP_E_FULL and *n_out holds
- * the number needed. */
-int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out);
+ * cap is the length of out; if it is too small, MXP_E_FULL, *n_out holds the
+ * number needed and nothing is reset.  reset = 1 also starts new statistics
+ * from exactly the state reported: every event is reported once, before or
+ * after the reset. */
+int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out, int reset);
 
-/* Clear the statistics (recording threads continue into the fresh ones). */
+/* Start new statistics (recording threads continue into them). */
 void mxp_stats_reset(void);
 
 /* Read the process-wide tallies. */

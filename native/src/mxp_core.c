@@ -64,8 +64,8 @@ static void fork_child(void) {
     mxpi_g.retired_ignored = mxpi_g.retired_dropped = 0;
     atomic_store(&mxpi_g.budget, mxpi_g.max_events ? (int64_t)mxpi_g.max_events : UNLIMITED_BUDGET);
     atomic_fetch_and_explicit(&mxpi_g.flags, ~(uint32_t)(MXP_FLAG_RECORD | MXP_FLAG_TRACE), MXPI_RELAXED);
-    atomic_fetch_add(&mxpi_g.agg_epoch, 1); /* the parent's statistics are not the child's */
     mxpi_trace_after_fork();
+    mxp_stats_reset(); /* the parent's statistics are not the child's */
 }
 
 static void init_once_fn(void) {

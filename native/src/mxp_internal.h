@@ -101,6 +101,9 @@ typedef struct mxpi_chunk {
 
 /* ---- aggregates ---- */
 
+/* Aggregates of one object on one thread.  count, total, self and sum only
+ * ever grow (a statistics reset subtracts a baseline); min and max belong to
+ * the statistics epoch in epoch and restart when it changes. */
 typedef struct mxpi_agg {
     _Atomic uint32_t epoch;
     _Atomic uint64_t count;
@@ -194,6 +197,8 @@ typedef struct mxpi_object {
 typedef struct mxpi_global {
     _Atomic uint32_t flags;     /* MXP_FLAG_* | cap epoch << MXPI_CAP_EPOCH_SHIFT */
     _Atomic uint32_t agg_epoch; /* bumped by a statistics reset */
+    mxpi_agg *baseline;         /* merged sums at the last reset (reg_lock) */
+    uint32_t nbaseline;
     _Atomic int64_t budget;     /* records that may still be buffered */
     uint64_t max_events;        /* 0 = no limit (under out_lock) */
 
@@ -247,7 +252,8 @@ bool mxpi_record_slow(mxpi_thread *t, uint32_t cap_epoch);
 bool mxpi_stack_grow(mxpi_thread *t);
 mxpi_agg *mxpi_agg_page_new(mxpi_thread *t, uint32_t page);
 void mxpi_agg_clear(mxpi_agg *e, uint32_t epoch);
-void mxpi_agg_merge(mxpi_agg *dst, const mxpi_agg *src, uint32_t kind);
+void mxpi_agg_roll(mxpi_agg *e, uint32_t epoch);
+void mxpi_agg_fold(mxpi_agg *dst, const mxpi_agg *src, uint32_t epoch);
 mxpi_thread **mxpi_threads_snapshot(uint32_t *n); /* caller holds out_lock */
 void mxpi_threads_reap(void);                       /* caller holds out_lock */
 void mxpi_threads_reset(void);
@@ -316,8 +322,8 @@ static inline void mxpi_record(mxpi_thread *t, uint32_t f, int64_t ts, int64_t v
     atomic_store_explicit(&c->count, t->pos, MXPI_RELEASE);
 }
 
-/* The calling thread's aggregate entry for id, cleared if it belongs to an
- * older statistics epoch.  NULL only when memory ran out. */
+/* The calling thread's aggregate entry for id; its min and max restart if
+ * they belong to an older statistics epoch.  NULL only when memory ran out. */
 static inline mxpi_agg *mxpi_agg_of(mxpi_thread *t, uint32_t id) {
     mxpi_agg *page = NULL;
     if (MXPI_LIKELY(t->aggs != NULL))
@@ -329,7 +335,7 @@ static inline mxpi_agg *mxpi_agg_of(mxpi_thread *t, uint32_t id) {
     mxpi_agg *e = &page[id & (MXPI_PAGE_SIZE - 1)];
     uint32_t epoch = atomic_load_explicit(&mxpi_g.agg_epoch, MXPI_RELAXED);
     if (MXPI_UNLIKELY(atomic_load_explicit(&e->epoch, MXPI_RELAXED) != epoch))
-        mxpi_agg_clear(e, epoch);
+        mxpi_agg_roll(e, epoch);
     return e;
 }
 

@@ -3,8 +3,10 @@
  *
  * Aggregates are kept per thread (no sharing on the hot path) and merged
  * only here, so their cost does not depend on how many events were
- * recorded.  A reset bumps the epoch: entries of an older epoch read as
- * empty and are cleared by their owner on its next update.
+ * recorded.  Their sums only grow; a reset stores the merged sums as a
+ * baseline, in the same critical section as the snapshot it follows, so an
+ * event is reported before or after a reset, never lost or counted twice.
+ * Minimum and maximum cannot be subtracted: they restart per epoch.
  */
 #include "mxp_internal.h"
 
@@ -16,12 +18,8 @@ static void fold_dir(mxpi_agg *acc, mxpi_agg_dir *dir, uint32_t nobj, uint32_t e
     for (uint32_t page = 0; page * MXPI_PAGE_SIZE < nobj; page++) {
         mxpi_agg *src = atomic_load_explicit(&(*dir)[page], MXPI_ACQUIRE);
         if (src == NULL) continue;
-        for (uint32_t i = 0; i < MXPI_PAGE_SIZE; i++) {
-            uint32_t id = page * MXPI_PAGE_SIZE + i;
-            if (id >= nobj) break;
-            if (atomic_load_explicit(&src[i].epoch, MXPI_ACQUIRE) != epoch) continue;
-            mxpi_agg_merge(&acc[id], &src[i], mxpi_obj(id)->kind);
-        }
+        for (uint32_t i = 0; i < MXPI_PAGE_SIZE && page * MXPI_PAGE_SIZE + i < nobj; i++)
+            mxpi_agg_fold(&acc[page * MXPI_PAGE_SIZE + i], &src[i], epoch);
     }
 }
 
@@ -29,7 +27,38 @@ static bool is_range(uint32_t kind) {
     return kind == MXP_KIND_TASK || kind == MXP_KIND_FRAME || kind == MXP_KIND_EVENT;
 }
 
-int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out) {
+static void subtract(mxpi_agg *a, const mxpi_agg *base) {
+    MXPI_STORE(a->count, MXPI_LOAD(a->count) - MXPI_LOAD(base->count));
+    MXPI_STORE(a->total, MXPI_LOAD(a->total) - MXPI_LOAD(base->total));
+    MXPI_STORE(a->self, MXPI_LOAD(a->self) - MXPI_LOAD(base->self));
+    MXPI_STORE(a->sum, MXPI_LOAD(a->sum) - MXPI_LOAD(base->sum));
+}
+
+/* Merge everything into acc[0..nobj) and, with reset, make it the new
+ * baseline.  Returns the statistics since the previous baseline in acc. */
+static bool merge(mxpi_agg *acc, uint32_t nobj, bool reset) {
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    uint32_t epoch = atomic_load_explicit(&mxpi_g.agg_epoch, MXPI_RELAXED);
+    for (uint32_t id = 0; id < nobj; id++) mxpi_agg_clear(&acc[id], epoch);
+    for (mxpi_thread *t = mxpi_g.threads; t; t = t->next) fold_dir(acc, t->aggs, nobj, epoch);
+    fold_dir(acc, mxpi_g.retired_aggs, nobj, epoch);
+    mxpi_agg *fresh = NULL;
+    if (reset) {
+        fresh = malloc((nobj ? nobj : 1) * sizeof *fresh);
+        if (fresh != NULL) memcpy(fresh, acc, nobj * sizeof *fresh);
+    }
+    for (uint32_t id = 0; id < nobj && id < mxpi_g.nbaseline; id++) subtract(&acc[id], &mxpi_g.baseline[id]);
+    if (fresh != NULL) {
+        free(mxpi_g.baseline);
+        mxpi_g.baseline = fresh;
+        mxpi_g.nbaseline = nobj;
+        atomic_fetch_add_explicit(&mxpi_g.agg_epoch, 1, MXPI_RELAXED);
+    }
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+    return !reset || fresh != NULL;
+}
+
+int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out, int reset) {
     mxp_init();
     if (n_out == NULL || (out == NULL && cap)) return MXP_E_INVALID;
     mxpi_timebase tb;
@@ -37,14 +66,8 @@ int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out) {
     uint32_t nobj = mxp_object_count();
     mxpi_agg *acc = malloc(nobj * sizeof *acc);
     if (acc == NULL) return MXP_E_NOMEM;
-
-    pthread_mutex_lock(&mxpi_g.reg_lock);
-    uint32_t epoch = atomic_load_explicit(&mxpi_g.agg_epoch, MXPI_RELAXED);
-    for (uint32_t id = 0; id < nobj; id++) mxpi_agg_clear(&acc[id], epoch);
-    for (mxpi_thread *t = mxpi_g.threads; t; t = t->next) fold_dir(acc, t->aggs, nobj, epoch);
-    fold_dir(acc, mxpi_g.retired_aggs, nobj, epoch);
-    pthread_mutex_unlock(&mxpi_g.reg_lock);
-
+    /* Count first: a reset must not happen unless the result fits. */
+    bool ok = merge(acc, nobj, false);
     uint32_t n = 0;
     for (uint32_t id = 0; id < nobj; id++) n += MXPI_LOAD(acc[id].count) > 0;
     *n_out = n;
@@ -52,33 +75,53 @@ int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out) {
         free(acc);
         return MXP_E_FULL;
     }
+    if (reset) ok = merge(acc, nobj, true);
+    if (!ok) {
+        free(acc);
+        return MXP_E_NOMEM;
+    }
     n = 0;
-    for (uint32_t id = 0; id < nobj; id++) {
+    for (uint32_t id = 0; id < nobj && n < cap; id++) {
         mxpi_agg *a = &acc[id];
-        if (MXPI_LOAD(a->count) == 0) continue;
+        uint64_t count = MXPI_LOAD(a->count);
+        if (count == 0) continue;
         uint32_t kind = mxpi_obj(id)->kind;
         mxp_stat *s = &out[n++];
         memset(s, 0, sizeof *s);
         s->id = id;
         s->kind = kind;
-        s->count = MXPI_LOAD(a->count);
+        s->count = count;
+        int64_t lo = MXPI_LOAD(a->min), hi = MXPI_LOAD(a->max);
+        if (lo > hi) { /* only a racing update of the old epoch: no extremes yet */
+            lo = hi = is_range(kind) ? MXPI_LOAD(a->total) / (int64_t)count
+                                     : (int64_t)(MXPI_LOAD(a->sum) / (double)count);
+        }
         if (is_range(kind)) {
             s->total = mxpi_tb_span(&tb, MXPI_LOAD(a->total));
-            s->min = mxpi_tb_span(&tb, MXPI_LOAD(a->min));
-            s->max = mxpi_tb_span(&tb, MXPI_LOAD(a->max));
+            s->min = mxpi_tb_span(&tb, lo);
+            s->max = mxpi_tb_span(&tb, hi);
             s->self = mxpi_tb_span(&tb, MXPI_LOAD(a->self));
         } else if (kind == MXP_KIND_COUNTER) {
-            s->min = MXPI_LOAD(a->min);
-            s->max = MXPI_LOAD(a->max);
+            s->min = lo;
+            s->max = hi;
             s->last = MXPI_LOAD(a->last);
             s->sum = MXPI_LOAD(a->sum);
         }
     }
+    *n_out = n;
     free(acc);
     return MXP_OK;
 }
 
 void mxp_stats_reset(void) {
     mxp_init();
-    atomic_fetch_add_explicit(&mxpi_g.agg_epoch, 1, MXPI_RELAXED);
+    uint32_t nobj = mxp_object_count();
+    mxpi_agg *acc = malloc((nobj ? nobj : 1) * sizeof *acc);
+    if (acc == NULL) {
+        /* Without memory for a baseline, at least restart min and max. */
+        atomic_fetch_add_explicit(&mxpi_g.agg_epoch, 1, MXPI_RELAXED);
+        return;
+    }
+    merge(acc, nobj, true);
+    free(acc);
 }

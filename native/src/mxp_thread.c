@@ -139,17 +139,25 @@ mxpi_agg *mxpi_agg_page_new(mxpi_thread *t, uint32_t page) {
     return new_page(&t->aggs, page);
 }
 
-/* Fold src into dst; the kind decides how "last" combines. */
-void mxpi_agg_merge(mxpi_agg *dst, const mxpi_agg *src, uint32_t kind) {
+void mxpi_agg_roll(mxpi_agg *e, uint32_t epoch) {
+    MXPI_STORE(e->min, INT64_MAX);
+    MXPI_STORE(e->max, INT64_MIN);
+    atomic_store_explicit(&e->epoch, epoch, MXPI_RELEASE);
+}
+
+/* Add src's sums to dst's, and its min/max when they belong to epoch; the
+ * later of the two samples is "last". */
+void mxpi_agg_fold(mxpi_agg *dst, const mxpi_agg *src, uint32_t epoch) {
     uint64_t n = MXPI_LOAD(src->count);
     if (n == 0) return;
     MXPI_STORE(dst->count, MXPI_LOAD(dst->count) + n);
     MXPI_STORE(dst->total, MXPI_LOAD(dst->total) + MXPI_LOAD(src->total));
     MXPI_STORE(dst->self, MXPI_LOAD(dst->self) + MXPI_LOAD(src->self));
     MXPI_STORE(dst->sum, MXPI_LOAD(dst->sum) + MXPI_LOAD(src->sum));
-    if (MXPI_LOAD(src->min) < MXPI_LOAD(dst->min)) MXPI_STORE(dst->min, MXPI_LOAD(src->min));
-    if (MXPI_LOAD(src->max) > MXPI_LOAD(dst->max)) MXPI_STORE(dst->max, MXPI_LOAD(src->max));
-    (void)kind;
+    if (atomic_load_explicit(&src->epoch, MXPI_ACQUIRE) == epoch) {
+        if (MXPI_LOAD(src->min) < MXPI_LOAD(dst->min)) MXPI_STORE(dst->min, MXPI_LOAD(src->min));
+        if (MXPI_LOAD(src->max) > MXPI_LOAD(dst->max)) MXPI_STORE(dst->max, MXPI_LOAD(src->max));
+    }
     if (MXPI_LOAD(src->last_ts) >= MXPI_LOAD(dst->last_ts)) {
         MXPI_STORE(dst->last_ts, MXPI_LOAD(src->last_ts));
         MXPI_STORE(dst->last, MXPI_LOAD(src->last));
@@ -162,8 +170,8 @@ static void free_aggs(mxpi_agg_dir *dir) {
     free(dir);
 }
 
-/* Fold a retiring thread's aggregates of the current epoch into the
- * registry's retired table.  Caller holds reg_lock. */
+/* Fold a retiring thread's aggregates into the registry's retired table.
+ * Caller holds reg_lock. */
 static void retire_aggs(mxpi_thread *t) {
     if (t->aggs == NULL) return;
     uint32_t epoch = atomic_load_explicit(&mxpi_g.agg_epoch, MXPI_RELAXED);
@@ -174,15 +182,15 @@ static void retire_aggs(mxpi_thread *t) {
         for (uint32_t i = 0; i < MXPI_PAGE_SIZE; i++) {
             uint32_t id = page * MXPI_PAGE_SIZE + i;
             if (id >= nobj) break;
-            if (MXPI_LOAD(src[i].epoch) != epoch || MXPI_LOAD(src[i].count) == 0) continue;
+            if (MXPI_LOAD(src[i].count) == 0) continue;
             mxpi_agg *dpage = mxpi_g.retired_aggs
                                   ? atomic_load_explicit(&(*mxpi_g.retired_aggs)[page], MXPI_RELAXED)
                                   : NULL;
             if (dpage == NULL) dpage = new_page(&mxpi_g.retired_aggs, page);
             if (dpage == NULL) return; /* out of memory: these statistics are lost */
             mxpi_agg *d = &dpage[i];
-            if (MXPI_LOAD(d->epoch) != epoch) mxpi_agg_clear(d, epoch);
-            mxpi_agg_merge(d, &src[i], mxpi_obj(id)->kind);
+            if (MXPI_LOAD(d->epoch) != epoch) mxpi_agg_roll(d, epoch);
+            mxpi_agg_fold(d, &src[i], epoch);
         }
     }
 }
@@ -273,11 +281,9 @@ void mxpi_threads_reap(void) {
     pthread_mutex_unlock(&mxpi_g.reg_lock);
 }
 
-/* Drop every thread state but the caller's and clear the caller's (tests, fork). */
+/* Clear every thread's open ranges, scope and tallies (tests). */
 void mxpi_threads_reset(void) {
     pthread_mutex_lock(&mxpi_g.reg_lock);
-    free_aggs(mxpi_g.retired_aggs);
-    mxpi_g.retired_aggs = NULL;
     mxpi_g.retired_unmatched = mxpi_g.retired_non_lifo = 0;
     mxpi_g.retired_ignored = mxpi_g.retired_dropped = 0;
     for (mxpi_thread *t = mxpi_g.threads; t; t = t->next) {

@@ -35,6 +35,7 @@ typedef struct tinfo {
 } tinfo;
 
 typedef struct cursor {
+    mxpi_chunk *start; /* where reading began: chunks from here to chunk are done */
     mxpi_chunk *chunk;
     uint32_t pos;
     uint64_t consumed;
@@ -244,9 +245,9 @@ static void tail_build(mxpi_buf *b) {
 
 /* Where the writer resumes reading thread t. */
 static cursor cursor_of(mxpi_thread *t) {
-    cursor c = {t->head, t->head_pos, 0};
+    cursor c = {t->head, t->head, t->head_pos, 0};
     if (c.chunk == NULL) {
-        c.chunk = atomic_load_explicit(&t->first, MXPI_ACQUIRE);
+        c.start = c.chunk = atomic_load_explicit(&t->first, MXPI_ACQUIRE);
         c.pos = 0;
     }
     return c;
@@ -269,9 +270,11 @@ static bool walk(cursor *c, uint32_t tid, rec_fn fn, void *ctx) {
     return true;
 }
 
-/* Make t's read position c, freeing the chunks passed over. */
+/* Make t's read position c, freeing the chunks passed over.  Only chunks
+ * from c.start on were read: the thread may have published its first chunk
+ * since, and that one must stay. */
 static void commit(mxpi_thread *t, cursor c) {
-    mxpi_chunk *p = t->head ? t->head : atomic_load_explicit(&t->first, MXPI_ACQUIRE);
+    mxpi_chunk *p = c.start;
     while (p != NULL && p != c.chunk) {
         mxpi_chunk *next = atomic_load_explicit(&p->next, MXPI_ACQUIRE);
         mxpi_chunk_put(p);
@@ -434,6 +437,8 @@ int mxp_profile_begin(void) {
     pthread_mutex_lock(&mxpi_g.out_lock);
     if (W.fd >= 0) close(W.fd);
     W.fd = -1;
+    free(W.path); /* a new profile writes nowhere until mxp_trace_path_set */
+    W.path = NULL;
     discard_locked();
     uint32_t nobj = mxp_object_count();
     for (uint32_t id = 0; id < nobj; id++) atomic_store_explicit(&mxpi_obj(id)->frame_next, 0, MXPI_RELAXED);
@@ -476,11 +481,9 @@ int mxp_trace_path_set(const char *path, size_t path_len) {
     pthread_mutex_lock(&mxpi_g.out_lock);
     bool same = W.path != NULL && strlen(W.path) == path_len && memcmp(W.path, path, path_len) == 0;
     if (!same) {
-        if (W.fd >= 0) {
-            if (W.profile_open && !W.finished) rc = flush_locked(false);
-            if (W.fd >= 0) close(W.fd);
-            W.fd = -1;
-        }
+        if (W.profile_open && !W.finished && W.path != NULL) rc = flush_locked(false);
+        if (W.fd >= 0) close(W.fd);
+        W.fd = -1;
         if (!set_str(&W.path, NULL, path, path_len)) rc = MXP_E_NOMEM;
     }
     pthread_mutex_unlock(&mxpi_g.out_lock);

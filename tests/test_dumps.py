@@ -1,0 +1,315 @@
+"""dumps(): MXNet's exact table and JSON layouts, sorting, reset, long names."""
+
+import json
+from collections import OrderedDict
+
+import pytest
+
+import mxprof
+
+MS = 1_000_000
+
+
+def scenario(clock):
+    """research/mxnet.md §2.2, minus MXNet's own engine and C-API rows."""
+    mxprof.set_config(aggregate_stats=True, profile_api=False, write_trace=False)
+    d = mxprof.Domain("PythonDomain")
+    compute, frame = d.new_task("compute"), d.new_frame("frame0")
+    counter, marker = d.new_counter("PythonCounter"), d.new_marker("mark")
+    event = mxprof.Event("myevent")
+    mxprof.set_state("run")
+    for dur in (1.5, 2.5):
+        compute.start()
+        clock(int(dur * MS))
+        compute.stop()
+    frame.start()
+    clock(3 * MS)
+    frame.stop()
+    event.start()
+    clock(1_234_000)
+    event.stop()
+    counter.set_value(5)
+    counter.set_value(6)
+    marker.mark()
+    mxprof.set_state("stop")
+
+
+EXPECTED_TABLE = """
+Profile Statistics:
+\tNote the difference in units for different entries.
+PythonDomain
+=================
+Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)    Avg Time (ms)
+----                          -----------        ---------    -------------    -------------    -------------
+compute                                 2           4.0000           1.5000           2.5000           2.0000
+
+PythonDomain,frame
+=================
+Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)    Avg Time (ms)
+----                          -----------        ---------    -------------    -------------    -------------
+frame0                                  1           3.0000           3.0000           3.0000           3.0000
+
+event
+=================
+Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)    Avg Time (ms)
+----                          -----------        ---------    -------------    -------------    -------------
+myevent                                 1           1.2340           1.2340           1.2340           1.2340
+
+PythonDomain,counter
+=================
+Name                          Total Count             Last              Min              Max              Avg
+----                          -----------             ----              ---              ---              ---
+PythonCounter                           2                6                5                6           5.5000
+
+PythonDomain,marker
+=================
+Name                          Total Count
+----                          -----------
+mark                                    1
+
+"""
+
+EXPECTED_JSON_HEAD = """{
+    "Time": {
+        "PythonDomain": {
+            "compute": {
+                "Count": 2,
+                "Total": 4.0,
+                "Min": 1.5,
+                "Max": 2.5,
+                "Avg": 2.0
+            }
+        }
+        ,
+        "PythonDomain,frame": {
+            "frame0": {
+                "Count": 1,
+                "Total": 3.0,
+                "Min": 3.0,
+                "Max": 3.0,
+                "Avg": 3.0
+            }
+        }
+        ,
+        "event": {
+            "myevent": {
+                "Count": 1,
+                "Total": 1.234,
+                "Min": 1.234,
+                "Max": 1.234,
+                "Avg": 1.234
+            }
+        }
+    }
+    ,
+    "Memory": {
+    }
+    ,
+    "Counter": {
+        "PythonDomain": {
+            "PythonCounter": {
+                "Count": 2,
+                "Last": 6,
+                "Min": 5,
+                "Max": 6,
+                "Avg": 5.5
+            }
+        }
+    }
+    ,
+    "Marker": {
+        "PythonDomain": {
+            "mark": {
+                "Count": 1
+            }
+        }
+    }
+    ,
+    "Profiler": {
+        "dropped_events": 0,
+        "unmatched_stops": 0,
+        "non_lifo_stops": 0,
+        "ignored_calls": 0
+    }
+,
+    "Unit": {
+        "Time": "ms",
+        "Memory": "kB"
+    }
+}
+"""
+
+
+def test_table_is_mxnet_layout_byte_for_byte(clock):
+    scenario(clock)
+    assert mxprof.dumps() == EXPECTED_TABLE
+
+
+def test_json_is_mxnet_layout_byte_for_byte(clock):
+    scenario(clock)
+    assert mxprof.dumps(format="json") == EXPECTED_JSON_HEAD
+
+
+def test_json_parses_in_order(clock):
+    scenario(clock)
+    data = json.loads(mxprof.dumps(format="json"), object_pairs_hook=OrderedDict)
+    assert list(data) == ["Time", "Memory", "Counter", "Marker", "Profiler", "Unit"]
+    assert list(data["Time"]) == ["PythonDomain", "PythonDomain,frame", "event"]
+    assert list(data["Time"]["PythonDomain"]["compute"]) == ["Count", "Total", "Min", "Max", "Avg"]
+    assert data["Unit"] == {"Time": "ms", "Memory": "kB"}
+
+
+def test_empty_statistics():
+    mxprof.set_config(aggregate_stats=True)
+    data = json.loads(mxprof.dumps(format="json"))
+    assert data["Time"] == data["Memory"] == data["Counter"] == data["Marker"] == {}
+    assert mxprof.dumps().startswith("\nProfile Statistics:\n")
+
+
+def rows(clock, durations_ms):
+    mxprof.set_config(aggregate_stats=True, profile_api=False, write_trace=False)
+    d = mxprof.Domain("d")
+    mxprof.set_state("run")
+    for name, durs in durations_ms.items():
+        t = d.new_task(name)
+        for ms in durs:
+            t.start()
+            clock(int(ms * MS))
+            t.stop()
+
+
+def order(**kw):
+    return list(json.loads(mxprof.dumps(format="json", **kw))["Time"]["d"])
+
+
+def test_sort_by_every_key_both_directions(clock):
+    rows(clock, {"a": [1, 1, 1, 1], "b": [10], "c": [2, 6], "d": [0.5, 3.5]})
+    # totals 4, 10, 8, 4; avgs 1, 10, 4, 2; mins 1, 10, 2, .5; maxes 1, 10, 6, 3.5; counts 4,1,2,2
+    assert order() == ["b", "c", "a", "d"]  # ties by name, ascending
+    assert order(sort_by="total", ascending=True) == ["a", "d", "c", "b"]
+    assert order(sort_by="avg") == ["b", "c", "d", "a"]
+    assert order(sort_by="min") == ["b", "c", "a", "d"]
+    assert order(sort_by="max", ascending=True) == ["a", "d", "c", "b"]
+    assert order(sort_by="count") == ["a", "c", "d", "b"]
+    assert order(sort_by="count", ascending=1) == ["b", "c", "d", "a"]
+
+
+def test_table_rows_follow_the_same_order(clock):
+    rows(clock, {"a": [1], "b": [3], "c": [2]})
+    table = mxprof.dumps(sort_by="total", ascending=True)
+    names = [ln.split()[0] for ln in table.splitlines() if ln[:1] in "abc" and ln.strip()]
+    assert names == ["a", "c", "b"]
+
+
+def test_counter_and_marker_sorting(clock):
+    mxprof.set_config(aggregate_stats=True, write_trace=False)
+    d = mxprof.Domain("d")
+    c1, c2 = d.new_counter("one"), d.new_counter("two")
+    m1, m2 = d.new_marker("m1"), d.new_marker("m2")
+    mxprof.set_state("run")
+    c1.set_value(100)
+    c1.set_value(1)  # last 1, mean 50.5
+    c2.set_value(10)  # last 10, mean 10
+    m2.mark()
+    m2.mark()
+    m1.mark()
+    data = json.loads(mxprof.dumps(format="json"))
+    assert list(data["Counter"]["d"]) == ["two", "one"]  # by last value
+    assert list(json.loads(mxprof.dumps(format="json", sort_by="avg"))["Counter"]["d"]) == [
+        "one",
+        "two",
+    ]
+    assert list(data["Marker"]["d"]) == ["m2", "m1"]
+
+
+def test_reset_clears_after_rendering(clock):
+    rows(clock, {"a": [1, 2]})
+    first = json.loads(mxprof.dumps(format="json", reset=True))
+    assert first["Time"]["d"]["a"]["Count"] == 2
+    assert json.loads(mxprof.dumps(format="json"))["Time"] == {}
+    t = mxprof.Domain("d").new_task("a")
+    t.start()
+    clock(MS)
+    t.stop()
+    assert json.loads(mxprof.dumps(format="json"))["Time"]["d"]["a"] == {
+        "Count": 1,
+        "Total": 1.0,
+        "Min": 1.0,
+        "Max": 1.0,
+        "Avg": 1.0,
+    }
+
+
+def test_reset_also_restarts_the_profiler_tallies():
+    mxprof.set_config(aggregate_stats=True)
+    mxprof.set_state("run")
+    mxprof.Domain("d").new_task("t").stop()
+    assert json.loads(mxprof.dumps(format="json", reset=True))["Profiler"]["unmatched_stops"] == 1
+    assert json.loads(mxprof.dumps(format="json"))["Profiler"]["unmatched_stops"] == 0
+
+
+def test_aggregate_off_and_on_again_starts_fresh(clock):
+    rows(clock, {"a": [1]})
+    mxprof.set_config(aggregate_stats=False)
+    assert mxprof.dumps() == ""
+    mxprof.set_config(aggregate_stats=True)
+    assert json.loads(mxprof.dumps(format="json"))["Time"] == {}
+
+
+def test_long_names_widen_the_column(clock):
+    long = "a_really_long_operator_name_that_goes_on_and_on"
+    rows(clock, {long: [1], "short": [2]})
+    lines = mxprof.dumps().splitlines()
+    header = next(ln for ln in lines if ln.startswith("Name"))
+    body = [ln for ln in lines if ln.startswith((long, "short"))]
+    col = header.index("Total Count") + len("Total Count")
+    for ln in body:
+        assert ln[:col].rstrip().endswith("1")  # counts end in the header's column
+        assert ln.split()[0] in (long, "short")
+    assert len({len(ln) for ln in body + [header]}) == 1
+
+
+def test_wide_and_control_characters_keep_alignment(clock):
+    rows(clock, {"漢字漢字": [1], "tab\there": [1], "x": [1]})
+    lines = mxprof.dumps().splitlines()
+    header = next(ln for ln in lines if ln.startswith("Name"))
+    col = header.index("Total Count") + len("Total Count")
+    row_lines = [ln for ln in lines if ln.startswith(("漢", "tab", "x "))]
+    assert len(row_lines) == 3
+    assert "tab\\there" in "\n".join(row_lines)
+    import unicodedata
+
+    def width(s):
+        return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in s)
+
+    for ln in row_lines:
+        count_end = width(ln[: ln.index(" 1 ") + 2]) if " 1 " in ln else None
+        assert count_end == col
+
+
+NASTY = ['q"uote', "back\\slash", "new\nline", "emoji 🚀", "z" * 10_000]
+
+
+def test_names_round_trip_through_json(clock):
+    mxprof.set_config(aggregate_stats=True, write_trace=False, profile_api=False)
+    objs = [(mxprof.Domain(n).new_task(n), mxprof.Domain(n).new_counter(n)) for n in NASTY]
+    mxprof.set_state("run")
+    for task, counter in objs:
+        task.start()
+        task.stop()
+        counter.set_value(1)
+    data = json.loads(mxprof.dumps(format="json"))
+    assert sorted(data["Time"]) == sorted(NASTY)
+    for n in NASTY:
+        assert list(data["Time"][n]) == [n]
+        assert list(data["Counter"][n]) == [n]
+    table = mxprof.dumps()
+    assert "new\\nline" in table and "emoji 🚀" in table
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_dumps_writes_no_file(tmp_path, fmt):
+    mxprof.set_config(aggregate_stats=True, filename=str(tmp_path / "t.json"))
+    mxprof.set_state("run")
+    mxprof.dumps(format=fmt)
+    assert not (tmp_path / "t.json").exists()
