@@ -39,8 +39,8 @@ class Counter:
         self._domain = check_domain(domain, "Counter")
         self._name = check_name(name, "Counter name")
         self._id = _native.register(_native.KIND_COUNTER, domain._utf8, name.encode("utf-8"))
-        if value is not None:
-            self.set_value(value)
+        if value is not None and lib.mxp_counter_init(self._id, value) == 1:
+            register_current()
 
     @property
     def name(self) -> str:

@@ -41,7 +41,9 @@ def test_counter_operations_and_samples(trace_file):
 
 
 def test_initial_value_and_identity():
+    mxprof.set_config(aggregate_stats=True)
     a = mxprof.Counter(mxprof.Domain("d"), "shared", 7)
+    assert json.loads(mxprof.dumps(format="json"))["Profiler"]["ignored_calls"] == 0
     b = mxprof.Domain("d").new_counter("shared")
     assert b.value == 7  # one counter
     b += 1
@@ -129,3 +131,10 @@ def test_bad_marker_scope_raises_in_any_state(trace_file, state):
     for bad in ("galaxy", "", None, 2):
         with pytest.raises(mxprof.ConfigError, match="global, process, thread, task, marker"):
             m.mark(bad)
+
+
+def test_initial_value_while_recording_is_a_sample(trace_file):
+    start(trace_file)
+    mxprof.Domain("d").new_counter("init", 42)
+    trace = finish(trace_file)
+    assert [e["args"] for e in _testing.events(trace, "C", "init")] == [{"init": 42}]

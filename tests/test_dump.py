@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import pytest
 
@@ -196,20 +197,36 @@ def test_unwritable_path_errors_and_keeps_events(tmp_path):
     assert count(good) == 5
 
 
-def test_failed_background_write_is_reported_by_dump(tmp_path):
-    t = task()
+def failing_background_write(tmp_path):
+    """A profile whose background writes failed; the writer is then stopped."""
     bad = str(tmp_path / "missing" / "trace.json")
     mxprof.set_config(filename=bad, dump_period=0.01, profile_api=False)
     mxprof.set_state("run")
-    run_ranges(t, 3)
+    run_ranges(task(), 3)
     deadline = time.monotonic() + 20
     while SESSION.pending is None and time.monotonic() < deadline:
         time.sleep(0.01)
+    mxprof.set_config(continuous_dump=False)
     assert SESSION.pending is not None and bad in str(SESSION.pending)
+    return bad
+
+
+def test_failed_background_write_is_raised_by_dump(tmp_path):
+    bad = failing_background_write(tmp_path)
     with pytest.raises(mxprof.OutputError, match="missing"):
         mxprof.dump()
     os.makedirs(os.path.dirname(bad))
-    mxprof.dump()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # reported once, not again
+        mxprof.dump()
+    assert count(bad) == 3
+
+
+def test_dump_that_recovers_warns_about_the_earlier_failure(tmp_path):
+    bad = failing_background_write(tmp_path)
+    os.makedirs(os.path.dirname(bad))
+    with pytest.warns(RuntimeWarning, match="earlier background write failed.*wrote everything"):
+        mxprof.dump()
     assert count(bad) == 3
 
 

@@ -132,14 +132,14 @@ def test_stats_reset_while_threads_record():
     threads = [threading.Thread(target=worker) for _ in range(4)]
     for t in threads:
         t.start()
-    seen = 0
-    for _ in range(50):
-        seen += json.loads(mxprof.dumps(format="json", reset=True))["Time"].get("mt", {}).get(
-            "t", {"Count": 0}
-        )["Count"]
+    def count(**kw):
+        time = json.loads(mxprof.dumps(format="json", **kw))["Time"]
+        return time.get("mt", {}).get("t", {}).get("Count", 0)
+
+    seen = sum(count(reset=True) for _ in range(50))
     stop.set()
     for t in threads:
         t.join()
-    seen += json.loads(mxprof.dumps(format="json"))["Time"]["mt"]["t"]["Count"]
+    seen += count()
     # A range that straddles a reset may fall on either side; none is counted twice.
     assert sum(done) - 4 * 50 <= seen <= sum(done)

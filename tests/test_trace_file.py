@@ -178,3 +178,16 @@ def test_write_trace_off_records_statistics_only(trace_file):
     mxprof.dump()
     assert not os.path.exists(trace_file)
     assert "t" in mxprof.dumps()
+
+
+def test_dev_null_as_the_trace_file():
+    task = mxprof.Domain("d").new_task("t")
+    mxprof.set_config(filename=os.devnull, aggregate_stats=True)
+    mxprof.set_state("run")
+    task.start()
+    task.stop()
+    mxprof.dump(finished=False)  # writes, cannot cut a device: no error
+    mxprof.dump()
+    import json
+
+    assert json.loads(mxprof.dumps(format="json"))["Time"]["d"]["t"]["Count"] == 1

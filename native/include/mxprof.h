@@ -173,6 +173,10 @@ int mxp_range_end_token(uint32_t id, int64_t token);
  * kept in every state. */
 int mxp_counter_set(uint32_t id, int64_t value);
 
+/* As mxp_counter_set, for a counter's initial value: while not recording it
+ * only stores the value (creating a counter is not a hot call to tally). */
+int mxp_counter_init(uint32_t id, int64_t value);
+
 /* Add delta (may be negative) to a counter; saturates at the int64 limits. */
 int mxp_counter_add(uint32_t id, int64_t delta);
 

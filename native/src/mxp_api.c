@@ -187,6 +187,14 @@ int mxp_counter_set(uint32_t id, int64_t value) {
     return rc;
 }
 
+int mxp_counter_init(uint32_t id, int64_t value) {
+    if (flags_now() & MXP_FLAG_RECORD) return mxp_counter_set(id, value);
+    mxpi_object *o = counter_of(id);
+    if (MXPI_UNLIKELY(o == NULL)) return MXP_E_INVALID;
+    atomic_store_explicit(&o->value, value, MXPI_RELAXED);
+    return MXP_OK;
+}
+
 int mxp_counter_add(uint32_t id, int64_t delta) {
     int rc = MXP_OK;
     mxpi_thread *t = mxpi_self(&rc);

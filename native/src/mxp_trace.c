@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define WRITE_THRESHOLD (1u << 20)
@@ -44,6 +45,7 @@ typedef struct cursor {
 static struct {
     char *path;
     int fd; /* -1: the current file is not created yet */
+    bool regular; /* a regular file (others, like /dev/null, cannot be cut) */
     bool profile_open;
     bool finished;
     int64_t epoch_ticks;
@@ -325,7 +327,8 @@ static bool write_rec(const mxpi_rec *r, uint32_t tid, void *arg) {
 /* Cut the file back to its last complete state. */
 static void restore(void) {
     int64_t off = W.tail_off;
-    if (ftruncate(W.fd, (off_t)off) == 0 && W.tail.len) pwrite_all(W.fd, W.tail.data, W.tail.len, &off);
+    if (W.regular && ftruncate(W.fd, (off_t)off) == 0 && W.tail.len)
+        pwrite_all(W.fd, W.tail.data, W.tail.len, &off);
 }
 
 static int create_file(void) {
@@ -335,6 +338,8 @@ static int create_file(void) {
         return MXP_E_IO;
     }
     W.fd = fd;
+    struct stat st;
+    W.regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
     pthread_mutex_lock(&mxpi_g.names_lock);
     for (uint32_t i = 0; i < W.nthreads; i++) W.threads[i].used = false;
     pthread_mutex_unlock(&mxpi_g.names_lock);
@@ -402,7 +407,7 @@ static int flush_locked(bool finish) {
     }
     int64_t tail_off = w.off;
     if (ok) ok = pwrite_all(W.fd, tail.data, tail.len, &w.off);
-    if (ok && ftruncate(W.fd, (off_t)w.off) != 0) {
+    if (ok && W.regular && ftruncate(W.fd, (off_t)w.off) != 0) {
         W.err = errno;
         ok = false;
     }

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Build the pure-C tests against the core's sources and run them.
+#
+#   native/tests/run.sh            plain build (-O2)
+#   native/tests/run.sh asan       AddressSanitizer + UndefinedBehaviorSanitizer
+#   native/tests/run.sh tsan       ThreadSanitizer
+#
+# CC picks the compiler (default gcc).  Exit status: the tests' own.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+native="$(dirname "$here")"
+mode="${1:-plain}"
+cc="${CC:-gcc}"
+out="$here/build"
+mkdir -p "$out"
+flags=(-std=c11 -Wall -Wextra -Werror -g -pthread -I"$native/include" -I"$native/src")
+case "$mode" in
+  plain) flags+=(-O2) ;;
+  asan) flags+=(-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all) ;;
+  tsan) flags+=(-O1 -fsanitize=thread) ;;
+  *) echo "usage: $0 [plain|asan|tsan]" >&2; exit 2 ;;
+esac
+"$cc" "${flags[@]}" "$here/test_core.c" "$native"/src/*.c -o "$out/test_core-$mode"
+# The fake clock is exercised; the TSC source needs no special setup.
+ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}" \
+  "$out/test_core-$mode"

@@ -1,0 +1,347 @@
+/*
+ * test_core.c -- pure-C tests of the mxprof core, linked with its sources.
+ *
+ * Built and run by native/tests/run.sh (also under sanitizers).  Each test
+ * checks what was recorded: statistics, tallies and the written file.
+ */
+#include "mxp_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures;
+static char tmpdir[256];
+
+#define CHECK(cond)                                                                     \
+    do {                                                                                \
+        if (!(cond)) {                                                                  \
+            fprintf(stderr, "%s:%d: %s: CHECK failed: %s\n", __FILE__, __LINE__, __func__, \
+                    #cond);                                                             \
+            failures++;                                                                 \
+        }                                                                               \
+    } while (0)
+
+#define CHECK_EQ(a, b)                                                                   \
+    do {                                                                                 \
+        long long va_ = (long long)(a), vb_ = (long long)(b);                            \
+        if (va_ != vb_) {                                                                \
+            fprintf(stderr, "%s:%d: %s: %s == %lld, expected %s == %lld\n", __FILE__,     \
+                    __LINE__, __func__, #a, va_, #b, vb_);                               \
+            failures++;                                                                  \
+        }                                                                                \
+    } while (0)
+
+static uint32_t reg(int kind, const char *domain, const char *name) {
+    uint32_t id = 0;
+    CHECK(mxp_object_register(kind, domain, strlen(domain), name, strlen(name), &id) == MXP_OK);
+    return id;
+}
+
+static void fresh(void) {
+    mxp_reset();
+    mxp_flags_update(MXP_FLAG_RECORD | MXP_FLAG_TRACE | MXP_FLAG_AGGREGATE, 0);
+}
+
+static mxp_stat stat_of(uint32_t id) {
+    static mxp_stat out[4096];
+    uint32_t n = 0;
+    mxp_stat none = {0};
+    if (mxp_stats_snapshot(out, 4096, &n, 0) != MXP_OK) return none;
+    for (uint32_t i = 0; i < n; i++)
+        if (out[i].id == id) return out[i];
+    return none;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)n + 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    if (p) p[n] = '\0';
+    fclose(f);
+    if (len) *len = (size_t)n;
+    return p;
+}
+
+/* (Not strstr: sanitizers' strstr re-measures the haystack on every call.) */
+static size_t count_of(const char *hay, const char *needle) {
+    size_t n = 0, k = strlen(needle);
+    for (const char *p = hay; *p; p++)
+        if (*p == *needle && strncmp(p, needle, k) == 0) n++;
+    return n;
+}
+
+/* The file is one complete document: opening, closing, and balanced braces
+ * outside strings. */
+static int complete_json(const char *s) {
+    int depth = 0, in_str = 0;
+    if (strncmp(s, "{\"traceEvents\":[", 16) != 0) return 0;
+    for (const char *p = s; *p; p++) {
+        if (in_str) {
+            if (*p == '\\') p++;
+            else if (*p == '"') in_str = 0;
+            continue;
+        }
+        if (*p == '"') in_str = 1;
+        else if (*p == '{' || *p == '[') depth++;
+        else if (*p == '}' || *p == ']') depth--;
+        if (depth < 0) return 0;
+    }
+    return depth == 0 && !in_str;
+}
+
+static void set_path(const char *name, char *out, size_t cap) {
+    snprintf(out, cap, "%s/%s", tmpdir, name);
+    CHECK(mxp_trace_path_set(out, strlen(out)) == MXP_OK);
+}
+
+/* ---- tests ---- */
+
+static void test_json_escaping(void) {
+    char in[256];
+    for (int i = 0; i < 256; i++) in[i] = (char)(i == 0 ? 1 : i);
+    in[0] = '\0';
+    mxpi_buf b = {0};
+    mxpi_buf_json_str(&b, in, sizeof in);
+    mxpi_buf_putc(&b, '\0');
+    CHECK(!b.failed);
+    CHECK(strstr(b.data, "\\u0000\\u0001") == b.data + 1);
+    CHECK(strstr(b.data, "\\b\\t\\n\\u000b\\f\\r") != NULL);
+    CHECK(strstr(b.data, "\\u001f !\\\"#") != NULL);
+    CHECK(strstr(b.data, "[\\\\]") != NULL);
+    for (const char *p = b.data; *p; p++) CHECK((unsigned char)*p >= 0x20);
+    mxpi_buf_free(&b);
+
+    mxpi_buf n = {0};
+    mxpi_buf_us(&n, 1234567);
+    mxpi_buf_putc(&n, ' ');
+    mxpi_buf_us(&n, -5);
+    mxpi_buf_putc(&n, ' ');
+    mxpi_buf_i64(&n, INT64_MIN);
+    mxpi_buf_putc(&n, '\0');
+    CHECK(strcmp(n.data, "1234.567 -0.005 -9223372036854775808") == 0);
+    mxpi_buf_free(&n);
+}
+
+static void test_registry(void) {
+    uint32_t a = reg(MXP_KIND_TASK, "d", "x");
+    CHECK_EQ(reg(MXP_KIND_TASK, "d", "x"), a);
+    CHECK(reg(MXP_KIND_FRAME, "d", "x") != a);
+    CHECK(reg(MXP_KIND_TASK, "dx", "") != reg(MXP_KIND_TASK, "d", "x"));
+    CHECK_EQ(reg(MXP_KIND_EVENT, "any", "e"), reg(MXP_KIND_EVENT, "other", "e"));
+    uint32_t id = 0;
+    CHECK_EQ(mxp_object_register(99, "d", 1, "n", 1, &id), MXP_E_INVALID);
+    const char *name;
+    size_t len;
+    int kind;
+    CHECK(mxp_object_info(a, &kind, &name, &len, NULL, NULL) == MXP_OK);
+    CHECK(kind == MXP_KIND_TASK && len == 1 && strcmp(name, "x") == 0);
+    CHECK_EQ(mxp_object_info(mxp_object_count(), NULL, NULL, NULL, NULL, NULL), MXP_E_INVALID);
+}
+
+static void test_self_time_and_nesting(void) {
+    fresh();
+    mxp_clock_fake(1, 1000);
+    uint32_t outer = reg(MXP_KIND_TASK, "t", "outer"), inner = reg(MXP_KIND_TASK, "t", "inner");
+    mxp_range_begin(outer);
+    mxp_clock_fake_advance(1000000);
+    mxp_range_begin(inner);
+    mxp_clock_fake_advance(2000000);
+    mxp_range_end(inner);
+    mxp_clock_fake_advance(1000000);
+    mxp_range_end(outer);
+    mxp_stat so = stat_of(outer), si = stat_of(inner);
+    CHECK_EQ(so.total, 4000000);
+    CHECK_EQ(so.self, 2000000);
+    CHECK_EQ(si.total, 2000000);
+    CHECK_EQ(si.self, 2000000);
+
+    /* Not LIFO: a [0,2], b [1,3]; self times add up to the wall time. */
+    uint32_t a = reg(MXP_KIND_TASK, "t", "a"), b = reg(MXP_KIND_TASK, "t", "b");
+    mxp_range_begin(a);
+    mxp_clock_fake_advance(1000);
+    mxp_range_begin(b);
+    mxp_clock_fake_advance(1000);
+    mxp_range_end(a);
+    mxp_clock_fake_advance(1000);
+    mxp_range_end(b);
+    CHECK_EQ(stat_of(a).total, 2000);
+    CHECK_EQ(stat_of(b).total, 2000);
+    CHECK_EQ(stat_of(a).self + stat_of(b).self, 3000);
+    mxp_counts c;
+    mxp_counts_get(&c);
+    CHECK_EQ(c.non_lifo_stops, 1);
+    CHECK_EQ(c.unmatched_stops, 0);
+    mxp_range_end(a);
+    mxp_counts_get(&c);
+    CHECK_EQ(c.unmatched_stops, 1);
+    mxp_clock_fake(0, 0);
+}
+
+static void test_tokens(void) {
+    fresh();
+    uint32_t r = reg(MXP_KIND_TASK, "t", "tok");
+    int64_t t1 = mxp_range_begin_token(r), t2 = mxp_range_begin_token(r);
+    CHECK(t1 >> 1 != t2 >> 1);
+    CHECK_EQ(mxp_range_end_token(r, t1), MXP_OK); /* the older one, not the innermost */
+    CHECK_EQ(mxp_range_end_token(r, t2), MXP_OK);
+    CHECK_EQ(stat_of(r).count, 2);
+    mxp_counts c;
+    mxp_counts_get(&c);
+    CHECK_EQ(c.unmatched_stops, 0);
+    CHECK_EQ(c.non_lifo_stops, 1);
+}
+
+static void test_counters(void) {
+    fresh();
+    uint32_t c = reg(MXP_KIND_COUNTER, "m", "c");
+    mxp_counter_set(c, 10);
+    mxp_counter_add(c, -15);
+    CHECK_EQ(mxp_counter_value(c), -5);
+    mxp_counter_set(c, INT64_MAX - 1);
+    mxp_counter_add(c, 100);
+    CHECK_EQ(mxp_counter_value(c), INT64_MAX);
+    mxp_stat s = stat_of(c);
+    CHECK_EQ(s.count, 4);
+    CHECK_EQ(s.min, -5);
+    CHECK_EQ(s.max, INT64_MAX);
+    CHECK_EQ(s.last, INT64_MAX);
+    CHECK_EQ(mxp_counter_set(reg(MXP_KIND_TASK, "m", "not a counter"), 1), MXP_E_INVALID);
+}
+
+static void test_flush_and_cap(void) {
+    fresh();
+    char path[512];
+    mxp_max_events_set(100);
+    CHECK_EQ(mxp_trace_flush(0), MXP_E_STATE); /* no profile */
+    mxp_profile_begin();
+    set_path("cap.json", path, sizeof path);
+    uint32_t r = reg(MXP_KIND_TASK, "cap", "r");
+    for (int i = 0; i < 1000; i++) {
+        mxp_range_begin(r);
+        mxp_range_end(r);
+    }
+    CHECK_EQ(mxp_trace_flush(0), MXP_OK);
+    char *text = read_file(path, NULL);
+    CHECK(text && complete_json(text));
+    CHECK_EQ(text ? count_of(text, "\"ph\":\"X\"") : 0, 100);
+    CHECK(text && strstr(text, "\"dropped_events\":900") != NULL);
+    free(text);
+    /* Written records free their slots under the cap. */
+    for (int i = 0; i < 50; i++) {
+        mxp_range_begin(r);
+        mxp_range_end(r);
+    }
+    CHECK_EQ(mxp_trace_flush(1), MXP_OK);
+    text = read_file(path, NULL);
+    CHECK_EQ(text ? count_of(text, "\"ph\":\"X\"") : 0, 150);
+    free(text);
+    CHECK_EQ(stat_of(r).count, 1050);
+    mxp_max_events_set(0);
+}
+
+static void test_failed_write_keeps_records(void) {
+    fresh();
+    mxp_profile_begin();
+    char bad[512], good[512];
+    snprintf(bad, sizeof bad, "%s/missing/x.json", tmpdir);
+    CHECK(mxp_trace_path_set(bad, strlen(bad)) == MXP_OK);
+    uint32_t r = reg(MXP_KIND_TASK, "io", "r");
+    for (int i = 0; i < 10; i++) {
+        mxp_range_begin(r);
+        mxp_range_end(r);
+    }
+    CHECK_EQ(mxp_trace_flush(0), MXP_E_IO);
+    CHECK_EQ(mxp_trace_errno(), ENOENT);
+    snprintf(good, sizeof good, "%s/good.json", tmpdir);
+    /* The switch tries the old path once more, reports it, and switches. */
+    CHECK_EQ(mxp_trace_path_set(good, strlen(good)), MXP_E_IO);
+    CHECK_EQ(mxp_trace_flush(1), MXP_OK);
+    char *text = read_file(good, NULL);
+    CHECK(text && complete_json(text));
+    CHECK_EQ(text ? count_of(text, "\"ph\":\"X\"") : 0, 10);
+    free(text);
+}
+
+#define THREADS 4
+#define PER_THREAD 50000
+
+static uint32_t mt_range, mt_counter;
+
+static void *recorder(void *arg) {
+    (void)arg;
+    for (int i = 0; i < PER_THREAD; i++) {
+        mxp_range_begin(mt_range);
+        mxp_counter_add(mt_counter, 1);
+        mxp_range_end(mt_range);
+    }
+    return NULL;
+}
+
+static void test_threads_record_while_draining(void) {
+    fresh();
+    mxp_profile_begin();
+    char path[512];
+    set_path("threads.json", path, sizeof path);
+    mt_range = reg(MXP_KIND_TASK, "mt", "r");
+    mt_counter = reg(MXP_KIND_COUNTER, "mt", "c");
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) pthread_create(&th[i], NULL, recorder, NULL);
+    int flushes = 0;
+    for (int i = 0; i < 20; i++) {
+        CHECK_EQ(mxp_trace_flush(0), MXP_OK);
+        mxp_stat s = stat_of(mt_range);
+        CHECK(s.count <= (uint64_t)THREADS * PER_THREAD);
+        if (i % 5 == 0) mxp_stats_reset();
+        flushes++;
+        usleep(2000);
+    }
+    for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+    CHECK_EQ(mxp_trace_flush(1), MXP_OK);
+    size_t len = 0;
+    char *text = read_file(path, &len);
+    CHECK(text && complete_json(text));
+    CHECK_EQ(text ? count_of(text, "\"ph\":\"X\"") : 0, THREADS * PER_THREAD);
+    CHECK_EQ(text ? count_of(text, "\"ph\":\"C\"") : 0, THREADS * PER_THREAD);
+    CHECK_EQ(text ? count_of(text, "\"name\":\"thread_name\"") : 0, THREADS);
+    free(text);
+    CHECK_EQ(mxp_counter_value(mt_counter), THREADS * PER_THREAD);
+    CHECK(flushes == 20);
+}
+
+int main(void) {
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(tmpdir, sizeof tmpdir, "%s/mxprof-ctest-XXXXXX", base);
+    if (mkdtemp(tmpdir) == NULL) {
+        perror("mkdtemp");
+        return 2;
+    }
+    mxp_init();
+    test_json_escaping();
+    test_registry();
+    test_self_time_and_nesting();
+    test_tokens();
+    test_counters();
+    test_flush_and_cap();
+    test_failed_write_keeps_records();
+    test_threads_record_while_draining();
+    mxp_reset();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("native core tests passed\n");
+    return 0;
+}
