@@ -10,8 +10,19 @@ from __future__ import annotations
 import errno as _errno
 from typing import NamedTuple
 
-from ._mxprof_native import ffi, lib
 from .errors import ProfilerError
+
+try:
+    from ._mxprof_native import ffi, lib
+except ImportError as e:  # pragma: no cover - depends on how mxprof was installed
+    import os
+
+    raise ImportError(
+        f"mxprof's compiled core is missing from {os.path.dirname(__file__)}: this looks "
+        "like the source tree, which has no compiled core unless installed with "
+        "'pip install -e .'.  Install mxprof ('pip install .') and import it from "
+        "another directory."
+    ) from e
 
 lib.mxp_init()
 
