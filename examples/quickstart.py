@@ -54,10 +54,8 @@ def predict(w: float, b: float, batch: list[tuple[float, float]]) -> list[float]
 
 def main() -> None:
     w, b, lr = 0.0, 0.0, 0.5
-    batches: "queue.Queue[list[tuple[float, float]] | None]" = queue.Queue(maxsize=4)
-    producer = threading.Thread(
-        target=loader, args=(batches, EPOCHS * STEPS), name="data-loader"
-    )
+    batches: queue.Queue[list[tuple[float, float]] | None] = queue.Queue(maxsize=4)
+    producer = threading.Thread(target=loader, args=(batches, EPOCHS * STEPS), name="data-loader")
     profiler.set_state("run")
     producer.start()
     for epoch in range(EPOCHS):

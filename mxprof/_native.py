@@ -26,6 +26,21 @@ except ImportError as e:  # pragma: no cover - depends on how mxprof was install
 
 lib.mxp_init()
 
+__all__ = [
+    "COUNT_FIELDS",
+    "ObjectInfo",
+    "Stat",
+    "check",
+    "counts",
+    "ffi",
+    "lib",
+    "object_info",
+    "register",
+    "stats_snapshot",
+    "strerror",
+    "utf8",
+]
+
 KIND_TASK = lib.MXP_KIND_TASK
 KIND_FRAME = lib.MXP_KIND_FRAME
 KIND_EVENT = lib.MXP_KIND_EVENT

@@ -19,6 +19,7 @@ import socket
 import sys
 import threading
 import warnings
+from types import FrameType
 from typing import Any
 
 from . import _threads, config
@@ -32,7 +33,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 def warn(message: str) -> None:
     """A RuntimeWarning attributed to the first caller outside mxprof."""
-    frame, level = sys._getframe(1), 2
+    frame: FrameType | None = sys._getframe(1)
+    level = 2
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, RuntimeWarning, stacklevel=level)
@@ -99,7 +101,9 @@ class Session:
         self.traced = False  # the open profile writes a trace file
         self.flusher: _Flusher | None = None
         self.pending: OutputError | None = None  # a failed background write
-        self.baseline = {k: 0 for k in ("dropped_events", "unmatched_stops", "non_lifo_stops", "ignored_calls")}
+        self.baseline = {
+            k: 0 for k in ("dropped_events", "unmatched_stops", "non_lifo_stops", "ignored_calls")
+        }
         self.applied_max_events = -1
         self._flush_task: Any = None
 

@@ -53,9 +53,7 @@ class Marker:
         """
         code = SCOPES.get(scope) if isinstance(scope, str) else None
         if code is None:
-            raise ConfigError(
-                f"unknown marker scope {scope!r}; valid scopes: {', '.join(SCOPES)}"
-            )
+            raise ConfigError(f"unknown marker scope {scope!r}; valid scopes: {', '.join(SCOPES)}")
         if _mark(self._id, code) == 1:
             register_current()
 

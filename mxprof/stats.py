@@ -70,9 +70,7 @@ def _time_row(s: Stat, name: str) -> Row:
 
 
 def _counter_row(s: Stat, name: str) -> Row:
-    return Row(
-        name, s.count, {"Last": s.last, "Min": s.min, "Max": s.max, "Avg": s.sum / s.count}
-    )
+    return Row(name, s.count, {"Last": s.last, "Min": s.min, "Max": s.max, "Avg": s.sum / s.count})
 
 
 def _sort_value(section: str, row: Row, sort_by: str) -> float:
@@ -150,8 +148,10 @@ def _table_block(section: str, category: str, rows: list[Row]) -> list[str]:
     width = max([NAME_WIDTH] + [_width(n) + 2 for n in names])
 
     def line(first: str, cells: list[str]) -> str:
-        return _pad(first, width) + f"{cells[0]:>{COL_WIDTH}}" + "".join(
-            f" {c:>{COL_WIDTH}}" for c in cells[1:]
+        return (
+            _pad(first, width)
+            + f"{cells[0]:>{COL_WIDTH}}"
+            + "".join(f" {c:>{COL_WIDTH}}" for c in cells[1:])
         )
 
     heads = ["Total Count"] + [c[0] for c in cols]

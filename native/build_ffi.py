@@ -19,7 +19,9 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEADER = os.path.join(HERE, "include", "mxprof.h")
 SOURCES = sorted(
-    os.path.join("native", "src", f) for f in os.listdir(os.path.join(HERE, "src")) if f.endswith(".c")
+    os.path.join("native", "src", f)
+    for f in os.listdir(os.path.join(HERE, "src"))
+    if f.endswith(".c")
 )
 
 # Calls that may block on I/O or the writer lock: they release the GIL.
@@ -61,7 +63,7 @@ def preamble():
         else:
             body = f"{ret} r; Py_BEGIN_ALLOW_THREADS r = {call}; Py_END_ALLOW_THREADS return r;"
         lines.append(f"static {ret} mxpy_{name}({params}) {{ {body} }}")
-    for ret, name, params, args in RELEASING:
+    for _, name, _, _ in RELEASING:
         lines.append(f"#define {name}(...) mxpy_{name}(__VA_ARGS__)")
     lines += [
         "",

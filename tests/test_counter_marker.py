@@ -32,9 +32,7 @@ def test_counter_operations_and_samples(trace_file):
     assert c.value == 15
     trace = finish(trace_file)
     samples = _testing.events(trace, "C", "bytes")
-    assert [s["args"] for s in samples] == [
-        {"bytes": v} for v in (10, 15, 12, 16, 15, 16, 15)
-    ]
+    assert [s["args"] for s in samples] == [{"bytes": v} for v in (10, 15, 12, 16, 15, 16, 15)]
     assert {s["cat"] for s in samples} == {"mem"}
     row = json.loads(mxprof.dumps(format="json"))["Counter"]["mem"]["bytes"]
     assert row == {"Count": 7, "Last": 15, "Min": 10, "Max": 16, "Avg": 99 / 7}

@@ -30,7 +30,7 @@ def test_nesting_appends_and_restores():
     with mxprof.scope("model") as outer:
         with mxprof.scope("layer1") as inner:
             with mxprof.scope("conv") as innermost:
-                assert core_scope() == "model:layer1:conv:"
+                assert innermost == core_scope() == "model:layer1:conv:"
             assert core_scope() == inner == "model:layer1:"
         assert outer == "model:" == core_scope()
 
@@ -43,29 +43,23 @@ def test_append_mode_false_replaces():
 
 
 def test_default_scope_is_not_prefixed():
-    with mxprof.scope("<unk>:"):
-        with mxprof.scope("x") as name:
-            assert name == "x:"
+    with mxprof.scope("<unk>:"), mxprof.scope("x") as name:
+        assert name == "x:"
 
 
 def test_exception_inside_restores_everything():
-    with pytest.raises(ZeroDivisionError):
-        with mxprof.scope("outer"):
-            with mxprof.scope("inner"):
-                1 / 0
+    with pytest.raises(ZeroDivisionError), mxprof.scope("outer"), mxprof.scope("inner"):
+        raise ZeroDivisionError
     assert mxprof.current_scope() == core_scope() == "<unk>:"
 
 
 def test_bad_arguments():
-    with pytest.raises(TypeError):
-        with mxprof.scope(5):
-            pass
-    with pytest.raises(TypeError):
-        with mxprof.scope("x", append_mode="yes"):
-            pass
-    with pytest.raises(mxprof.ConfigError):
-        with mxprof.scope("\udc80"):
-            pass
+    with pytest.raises(TypeError), mxprof.scope(5):
+        pass
+    with pytest.raises(TypeError), mxprof.scope("x", append_mode="yes"):
+        pass
+    with pytest.raises(mxprof.ConfigError), mxprof.scope("\udc80"):
+        pass
     assert mxprof.current_scope() == "<unk>:"
 
 

@@ -103,7 +103,9 @@ def test_exited_threads_keep_their_statistics_and_names(trace_file):
     mxprof.set_config(filename=trace_file, aggregate_stats=True, profile_api=False)
     mxprof.set_state("run")
     for i in range(20):
-        t = threading.Thread(target=lambda: [task.start() or task.stop() for _ in range(50)], name=f"s{i}")
+        t = threading.Thread(
+            target=lambda: [task.start() or task.stop() for _ in range(50)], name=f"s{i}"
+        )
         t.start()
         t.join()
     assert json.loads(mxprof.dumps(format="json"))["Time"]["mt"]["short"]["Count"] == 1000
@@ -132,6 +134,7 @@ def test_stats_reset_while_threads_record():
     threads = [threading.Thread(target=worker) for _ in range(4)]
     for t in threads:
         t.start()
+
     def count(**kw):
         time = json.loads(mxprof.dumps(format="json", **kw))["Time"]
         return time.get("mt", {}).get("t", {}).get("Count", 0)
