@@ -40,15 +40,6 @@ def warn(message: str) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=level)
 
 
-def check_bool(what: str, value: Any) -> bool:
-    """True/False/1/0 as a bool, else ConfigError naming what."""
-    if value is True or value is False:
-        return value
-    if type(value) is int and value in (0, 1):
-        return bool(value)
-    raise ConfigError(f"{what} must be a bool (True, False, 1 or 0), got {value!r}")
-
-
 def check_process(value: Any) -> str:
     if value not in config.PROCESSES:
         raise ConfigError(f"profile_process must be 'worker' or 'server', got {value!r}")

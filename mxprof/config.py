@@ -25,7 +25,8 @@ class Key:
     doc: str
 
 
-def _bool(key: str, value: Any) -> bool:
+def check_bool(key: str, value: Any) -> bool:
+    """True/False/1/0 as a bool, else ConfigError naming key."""
     # MXNet's parameter parser took True/False/1/0; so do we, and nothing else.
     if value is True or value is False:
         return value
@@ -73,34 +74,39 @@ KEYS: dict[str, Key] = {
     k.name: k
     for k in (
         Key("filename", "profile.json", _str, "path of the Chrome trace file"),
-        Key("profile_all", False, _bool, "turns on every profile_* source"),
+        Key("profile_all", False, check_bool, "turns on every profile_* source"),
         Key(
             "profile_symbolic",
             True,
-            _bool,
+            check_bool,
             "graph-mode sources of framework integrations (none in this release)",
         ),
         Key(
             "profile_imperative",
             True,
-            _bool,
+            check_bool,
             "eager-mode sources of framework integrations (none in this release)",
         ),
         Key(
             "profile_memory",
             True,
-            _bool,
+            check_bool,
             "memory sources (none in this release; mxprof.memory is planned)",
         ),
         Key(
             "profile_api",
             True,
-            _bool,
+            check_bool,
             "mxprof's own work: each trace write is a task 'flush' in domain 'mxprof'",
         ),
-        Key("continuous_dump", True, _bool, "write the trace in the background every dump_period"),
+        Key(
+            "continuous_dump",
+            True,
+            check_bool,
+            "write the trace in the background every dump_period",
+        ),
         Key("dump_period", 1.0, _period, "seconds between background writes"),
-        Key("aggregate_stats", False, _bool, "keep per-name statistics for dumps()"),
+        Key("aggregate_stats", False, check_bool, "keep per-name statistics for dumps()"),
         Key(
             "profile_process",
             "worker",
@@ -123,8 +129,9 @@ KEYS: dict[str, Key] = {
         Key(
             "write_trace",
             True,
-            _bool,
-            "mxprof: False records statistics only (no per-event records, no trace file)",
+            check_bool,
+            "mxprof: False records statistics only (no per-event records, no trace file); "
+            "takes effect when a profile begins",
         ),
     )
 }

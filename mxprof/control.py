@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import config
-from ._session import SESSION, STATES, check_bool, check_process, remote
+from ._session import SESSION, STATES, check_process, remote
+from .config import check_bool
 from .errors import ConfigError, StateError
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 from . import _native
 from ._native import lib
 from ._threads import register_current
-from .domain import Domain, check_domain, check_name
+from .domain import Domain, Named, check_domain
 
 _set = lib.mxp_counter_set
 _add = lib.mxp_counter_add
 _value = lib.mxp_counter_value
 
 
-class Counter:
+class Counter(Named):
     """A named int64 counter; every change while recording is a ``"ph":"C"`` sample.
 
     Counters with the same domain and name are one counter.  ``value`` sees
@@ -33,22 +33,13 @@ class Counter:
         30
     """
 
-    __slots__ = ("_name", "_domain", "_id")
+    __slots__ = ()
+    _kind = _native.KIND_COUNTER
 
     def __init__(self, domain: Domain, name: str, value: int | None = None) -> None:
-        self._domain = check_domain(domain, "Counter")
-        self._name = check_name(name, "Counter name")
-        self._id = _native.register(_native.KIND_COUNTER, domain._utf8, name.encode("utf-8"))
+        super().__init__(check_domain(domain, "Counter"), name)
         if value is not None and lib.mxp_counter_init(self._id, value) == 1:
             register_current()
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def domain(self) -> Domain:
-        return self._domain
 
     @property
     def value(self) -> int:
@@ -80,8 +71,5 @@ class Counter:
             register_current()
         return self
 
-    def __str__(self) -> str:
-        return self._name
-
     def __repr__(self) -> str:
-        return f"Counter({self._domain.name!r}, {self._name!r}, value={self.value})"
+        return f"{super().__repr__()[:-1]}, value={self.value})"

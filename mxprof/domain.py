@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import _native
 from ._native import utf8
 from .errors import ConfigError
 
@@ -89,3 +90,36 @@ def check_domain(domain: Any, what: str) -> Domain:
     if not isinstance(domain, Domain):
         raise TypeError(f"{what} needs an mxprof.Domain, got {type(domain).__name__} {domain!r}")
     return domain
+
+
+class Named:
+    """What every profiling object shares: a name, a domain, the core's id.
+
+    The id is interned once here, so the hot path passes only the integer.
+    """
+
+    __slots__ = ("_name", "_domain", "_id")
+    _kind = 0  # an MXP_KIND_* of the subclass
+
+    def __init__(self, domain: Domain | None, name: str) -> None:
+        self._name = check_name(name, f"{type(self).__name__} name")
+        self._domain = domain
+        dom = domain._utf8 if domain is not None else b""
+        self._id = _native.register(self._kind, dom, self._name.encode("utf-8"))
+
+    @property
+    def name(self) -> str:
+        """The object's name."""
+        return self._name
+
+    @property
+    def domain(self) -> Domain | None:
+        """The object's domain (None for an Event)."""
+        return self._domain
+
+    def __str__(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        dom = f"{self._domain.name!r}, " if self._domain is not None else ""
+        return f"{type(self).__name__}({dom}{self._name!r})"

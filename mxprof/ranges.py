@@ -22,7 +22,7 @@ from typing import Any, Callable, TypeVar
 from . import _native
 from ._native import lib
 from ._threads import register_current
-from .domain import Domain, check_domain, check_name
+from .domain import Domain, Named, check_domain
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,27 +33,11 @@ _begin_token = lib.mxp_range_begin_token
 _end_token = lib.mxp_range_end_token
 
 
-class _Range:
+class _Range(Named):
     """What Task, Frame and Event share."""
 
-    __slots__ = ("_name", "_domain", "_id")
+    __slots__ = ()
     _kind = _native.KIND_TASK
-
-    def __init__(self, domain: Domain | None, name: str) -> None:
-        self._name = check_name(name, f"{type(self).__name__} name")
-        self._domain = domain
-        dom = domain._utf8 if domain is not None else b""
-        self._id = _native.register(self._kind, dom, self._name.encode("utf-8"))
-
-    @property
-    def name(self) -> str:
-        """The range's name."""
-        return self._name
-
-    @property
-    def domain(self) -> Domain | None:
-        """The range's domain (None for an Event)."""
-        return self._domain
 
     def start(self) -> None:
         """Begin the range on the calling thread."""
@@ -108,13 +92,6 @@ class _Range:
                 _end(rid)
 
         return timed  # type: ignore[return-value]
-
-    def __str__(self) -> str:
-        return self._name
-
-    def __repr__(self) -> str:
-        dom = f"{self._domain.name!r}, " if self._domain is not None else ""
-        return f"{type(self).__name__}({dom}{self._name!r})"
 
 
 class Task(_Range):

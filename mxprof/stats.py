@@ -27,7 +27,8 @@ from ._native import (
     KIND_TASK,
     Stat,
 )
-from ._session import SESSION, check_bool
+from ._session import SESSION
+from .config import check_bool
 from .errors import ConfigError
 
 FORMATS = ("table", "json")

@@ -281,6 +281,9 @@ void mxpi_buf_us(mxpi_buf *b, int64_t ns); /* ns as µs with 3 decimals */
 void mxpi_buf_json_str(mxpi_buf *b, const char *s, size_t n);
 void mxpi_buf_free(mxpi_buf *b);
 
+/* A NUL-terminated heap copy of n bytes (NULL when memory ran out). */
+char *mxpi_dup(const char *s, size_t n);
+
 /* ---- hot-path helpers ---- */
 
 /* The calling thread's state, attaching it on the first call.  *rc becomes

@@ -112,3 +112,11 @@ void mxpi_buf_free(mxpi_buf *b) {
     b->len = b->cap = 0;
     b->failed = false;
 }
+
+char *mxpi_dup(const char *s, size_t n) {
+    char *p = malloc(n + 1);
+    if (p == NULL) return NULL;
+    if (n) memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}

@@ -23,14 +23,6 @@ static uint64_t hash_of(uint32_t kind, const char *domain, size_t dlen, const ch
     return h;
 }
 
-static char *dup_bytes(const char *s, size_t n) {
-    char *p = malloc(n + 1);
-    if (p == NULL) return NULL;
-    if (n) memcpy(p, s, n);
-    p[n] = '\0';
-    return p;
-}
-
 static const char *phase_of(uint32_t kind) {
     switch (kind) {
     case MXP_KIND_COUNTER: return "C";
@@ -98,6 +90,14 @@ static bool rehash(uint32_t nbuckets) {
     return true;
 }
 
+static void drop_object(mxpi_object *o) {
+    free(o->name);
+    free(o->domain);
+    free(o->frag);
+    free(o->key);
+    memset(o, 0, sizeof *o);
+}
+
 /* Caller holds reg_lock.  Returns the new id, or 0 when memory ran out. */
 static uint32_t add_object(uint32_t kind, const char *domain, size_t dlen, const char *name,
                            size_t nlen, uint64_t h) {
@@ -112,25 +112,18 @@ static uint32_t add_object(uint32_t kind, const char *domain, size_t dlen, const
     mxpi_object *o = &objs[id & (MXPI_PAGE_SIZE - 1)];
     o->kind = kind;
     o->hash = h;
-    o->name = dup_bytes(name, nlen);
-    o->domain = dup_bytes(domain, dlen);
+    o->name = mxpi_dup(name, nlen);
+    o->domain = mxpi_dup(domain, dlen);
     o->name_len = (uint32_t)nlen;
     o->domain_len = (uint32_t)dlen;
     if (o->name == NULL || o->domain == NULL || !build_fragments(o)) {
-        free(o->name);
-        free(o->domain);
-        free(o->frag);
-        memset(o, 0, sizeof *o);
+        drop_object(o);
         return 0;
     }
     if (id > 0) {
         if (mxpi_g.nbuckets == 0 || id + 1 > mxpi_g.nbuckets / 4 * 3) {
             if (!rehash(mxpi_g.nbuckets ? mxpi_g.nbuckets * 2 : 1024) && mxpi_g.nbuckets == 0) {
-                free(o->name);
-                free(o->domain);
-                free(o->frag);
-                free(o->key);
-                memset(o, 0, sizeof *o);
+                drop_object(o);
                 return 0;
             }
         }

@@ -82,14 +82,6 @@ static bool pwrite_all(int fd, const char *p, size_t n, int64_t *off) {
     return true;
 }
 
-static char *dup_bytes(const char *s, size_t n) {
-    char *p = malloc(n + 1);
-    if (p == NULL) return NULL;
-    if (n) memcpy(p, s, n);
-    p[n] = '\0';
-    return p;
-}
-
 /* ---- threads' names ---- */
 
 void mxpi_trace_note_thread(uint32_t tid, int64_t os_tid) {
@@ -111,7 +103,7 @@ void mxpi_trace_note_thread(uint32_t tid, int64_t os_tid) {
 int mxp_thread_name_set(uint32_t tid, const char *name, size_t name_len) {
     mxp_init();
     if (name == NULL && name_len) return MXP_E_INVALID;
-    char *copy = dup_bytes(name ? name : "", name_len);
+    char *copy = mxpi_dup(name ? name : "", name_len);
     if (copy == NULL) return MXP_E_NOMEM;
     int rc = MXP_E_INVALID;
     pthread_mutex_lock(&mxpi_g.names_lock);
@@ -460,7 +452,7 @@ int mxp_profile_begin(void) {
 }
 
 static bool set_str(char **dst, size_t *dlen, const char *s, size_t n) {
-    char *p = dup_bytes(s ? s : "", s ? n : 0);
+    char *p = mxpi_dup(s ? s : "", s ? n : 0);
     if (p == NULL) return false;
     free(*dst);
     *dst = p;
