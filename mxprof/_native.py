@@ -131,6 +131,9 @@ class Stat(NamedTuple):
     self: int
     last: int
     sum: float
+    p50: int
+    p90: int
+    p99: int
 
 
 def stats_snapshot(reset: bool = False) -> list[Stat]:
@@ -148,7 +151,9 @@ def stats_snapshot(reset: bool = False) -> list[Stat]:
         cap = n[0] + 64
     check(rc, "reading statistics")
     return [
-        Stat(s.id, s.kind, s.count, s.total, s.min, s.max, s.self, s.last, s.sum)
+        Stat(
+            s.id, s.kind, s.count, s.total, s.min, s.max, s.self, s.last, s.sum, s.p50, s.p90, s.p99
+        )
         for s in (buf[i] for i in range(n[0]))
     ]
 

@@ -42,3 +42,10 @@ class OutputError(ProfilerError, OSError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class TraceFormatError(ProfilerError, ValueError):
+    """A file is not a trace mxprof can read (not JSON, or JSON of another shape).
+
+    The message names the file and what was wrong with it.
+    """

@@ -7,6 +7,12 @@ samples), markers are counted (``Marker``), long names widen the name column,
 rows sort by ``sort_by`` with ties by name ascending, and JSON numbers keep
 nanosecond precision instead of 4 significant digits.  The core's tallies of
 events it could not record as asked are a ``Profiler`` section.
+
+Additions for ranges: self (exclusive) time, its share of the wall time the
+statistics cover (``%``), and the 50th/90th/99th percentiles of the
+durations.  In the table they stand between ``Max`` and ``Avg``, so parsers
+that read MXNet's columns from the left, or the average as the last column,
+keep working; in JSON they follow ``Avg``.
 """
 
 from __future__ import annotations
@@ -26,13 +32,14 @@ from ._native import (
     KIND_MARKER,
     KIND_TASK,
     Stat,
+    lib,
 )
 from ._session import SESSION
 from .config import check_bool
 from .errors import ConfigError
 
 FORMATS = ("table", "json")
-SORT_KEYS = ("total", "avg", "min", "max", "count")
+SORT_KEYS = ("total", "avg", "min", "max", "count", "self", "p50", "p90", "p99")
 
 NAME_WIDTH = 25  # MXNet's minimum; longer names widen the column
 COL_WIDTH = 16
@@ -57,7 +64,7 @@ def _ms(ns: float) -> float:
     return round(ns / 1e6, 6)  # ms, to the nanosecond
 
 
-def _time_row(s: Stat, name: str) -> Row:
+def _time_row(s: Stat, name: str, wall_ns: int) -> Row:
     return Row(
         name,
         s.count,
@@ -66,6 +73,11 @@ def _time_row(s: Stat, name: str) -> Row:
             "Min": _ms(s.min),
             "Max": _ms(s.max),
             "Avg": _ms(s.total / s.count),
+            "Self": _ms(s.self),
+            "%": round(100.0 * s.self / wall_ns, 4) if wall_ns > 0 else 0.0,
+            "P50": _ms(s.p50),
+            "P90": _ms(s.p90),
+            "P99": _ms(s.p99),
         },
     )
 
@@ -74,24 +86,37 @@ def _counter_row(s: Stat, name: str) -> Row:
     return Row(name, s.count, {"Last": s.last, "Min": s.min, "Max": s.max, "Avg": s.sum / s.count})
 
 
+# sort_by -> the value it sorts on, per section; what a section lacks sorts
+# by its "total" (a counter's last value).
+_SORT_FIELDS = {
+    "Time": {"total": "Total", "avg": "Avg", "min": "Min", "max": "Max", "self": "Self"},
+    "Counter": {"total": "Last", "avg": "Avg", "min": "Min", "max": "Max"},
+}
+
+
 def _sort_value(section: str, row: Row, sort_by: str) -> float:
-    if sort_by == "count" or section == "Marker":
+    if sort_by == "count" or section not in _SORT_FIELDS:
         return row.count
-    if section == "Counter" and sort_by == "total":
-        return row.values["Last"]
-    return row.values[{"total": "Total", "avg": "Avg", "min": "Min", "max": "Max"}[sort_by]]
+    fields = _SORT_FIELDS[section]
+    key = fields.get(sort_by)
+    if key is None:  # a percentile: ranges have it, counters sort by their last value
+        key = sort_by.upper() if section == "Time" else fields["total"]
+    return row.values[key]
 
 
 Sections = dict[str, dict[str, list[Row]]]
 
 
-def collect(stats: Iterable[Stat]) -> Sections:
-    """Group the core's statistics into sections and categories."""
+def collect(stats: Iterable[Stat], wall_ns: int = 0) -> Sections:
+    """Group the core's statistics into sections and categories.
+
+    wall_ns is the recorded wall time the statistics cover (for ``%``).
+    """
     sections: Sections = {"Time": {}, "Memory": {}, "Counter": {}, "Marker": {}}
     for s in stats:
         info = _native.object_info(s.id)
         if s.kind in (KIND_TASK, KIND_FRAME, KIND_EVENT):
-            row, section = _time_row(s, info.name), "Time"
+            row, section = _time_row(s, info.name, wall_ns), "Time"
         elif s.kind == KIND_COUNTER:
             row, section = _counter_row(s, info.name), "Counter"
         elif s.kind == KIND_MARKER:
@@ -130,6 +155,11 @@ _TABLE_COLUMNS = {
         ("Time (ms)", "Total", "{:.4f}"),
         ("Min Time (ms)", "Min", "{:.4f}"),
         ("Max Time (ms)", "Max", "{:.4f}"),
+        ("Self (ms)", "Self", "{:.4f}"),
+        ("%", "%", "{:.2f}"),
+        ("P50 (ms)", "P50", "{:.4f}"),
+        ("P90 (ms)", "P90", "{:.4f}"),
+        ("P99 (ms)", "P99", "{:.4f}"),
         ("Avg Time (ms)", "Avg", "{:.4f}"),
     ),
     "Counter": (
@@ -143,8 +173,11 @@ _TABLE_COLUMNS = {
 _TABLE_SUFFIX = {"Time": "", "Counter": ",counter", "Marker": ",marker"}
 
 
-def _table_block(section: str, category: str, rows: list[Row]) -> list[str]:
-    cols = _TABLE_COLUMNS[section]
+_PERCENTILE_COLUMNS = ("P50", "P90", "P99")
+
+
+def _table_block(section: str, category: str, rows: list[Row], percentiles: bool) -> list[str]:
+    cols = [c for c in _TABLE_COLUMNS[section] if percentiles or c[1] not in _PERCENTILE_COLUMNS]
     names = [_display(r.name) for r in rows]
     width = max([NAME_WIDTH] + [_width(n) + 2 for n in names])
 
@@ -166,11 +199,11 @@ def _table_block(section: str, category: str, rows: list[Row]) -> list[str]:
     return out
 
 
-def render_table(sections: Sections, tallies: dict[str, int]) -> str:
+def render_table(sections: Sections, tallies: dict[str, int], percentiles: bool = False) -> str:
     lines = ["", "Profile Statistics:", "\tNote the difference in units for different entries."]
     for section in ("Time", "Counter", "Marker"):
         for category in sorted(sections[section]):
-            lines += _table_block(section, category, sections[section][category])
+            lines += _table_block(section, category, sections[section][category], percentiles)
     problems = {k: v for k, v in tallies.items() if v}
     if problems:
         width = max([NAME_WIDTH] + [len(k) + 2 for k in problems])
@@ -204,7 +237,8 @@ def _json_row(section: str, row: Row) -> list[str]:
     pad = " " * 16
     fields: list[tuple[str, Any]] = [("Count", row.count)]
     if section == "Time":
-        fields += [(k, row.values[k]) for k in ("Total", "Min", "Max", "Avg")]
+        keys = ("Total", "Min", "Max", "Avg", "Self", "%", "P50", "P90", "P99")
+        fields += [(k, row.values[k]) for k in keys]
     elif section == "Counter":
         fields += [(k, row.values[k]) for k in ("Last", "Min", "Max", "Avg")]
     return [
@@ -241,23 +275,34 @@ def render_json(sections: Sections, tallies: dict[str, int]) -> str:
 
 
 def dumps(
-    reset: bool = False, format: str = "table", sort_by: str = "total", ascending: bool = False
+    reset: bool = False,
+    format: str = "table",
+    sort_by: str = "total",
+    ascending: bool = False,
+    percentiles: bool = False,
 ) -> str:
     """Statistics of everything recorded since the last reset.
 
     Returns '' unless ``set_config(aggregate_stats=True)``.  Statistics come
-    from the core's per-thread aggregates, not from re-reading events.
+    from the core's per-thread aggregates, not from re-reading events.  For
+    ranges they include self time (``Self``: total minus the time of ranges
+    nested inside), ``%`` (self time as a percentage of the wall time spent
+    recording since the statistics began; threads add up, so the column can
+    sum past 100), and the percentiles ``P50``/``P90``/``P99`` (within 1 %).
 
     Args:
         reset: clear the statistics after rendering them.
         format: 'table' (MXNet's text table) or 'json'.
-        sort_by: 'total', 'avg', 'min', 'max' or 'count' (rows within each
-            category; counters sort 'total' by their last value).
+        sort_by: 'total', 'avg', 'min', 'max', 'count', 'self', 'p50', 'p90'
+            or 'p99' (rows within each category; counters sort 'total' and
+            the keys they lack by their last value).
         ascending: sort ascending instead of descending.
+        percentiles: add the percentile columns to the table (JSON always
+            has them).
 
     Raises:
-        ConfigError: a bad format, sort_by, reset or ascending (checked even
-            when statistics are off).
+        ConfigError: a bad format, sort_by, reset, ascending or percentiles
+            (checked even when statistics are off).
 
     Example:
         >>> import json, mxprof
@@ -268,6 +313,7 @@ def dumps(
     """
     reset = check_bool("reset", reset)
     ascending = check_bool("ascending", ascending)
+    percentiles = check_bool("percentiles", percentiles)
     if format not in FORMATS:
         raise ConfigError(f"format must be 'table' or 'json', got {format!r}")
     if sort_by not in SORT_KEYS:
@@ -275,13 +321,17 @@ def dumps(
     with SESSION.lock:
         if not SESSION.config["aggregate_stats"]:
             return ""
-        sections = collect(_native.stats_snapshot(reset))
+        wall_ns = lib.mxp_stats_recorded_ns()  # before a reset restarts it
+        sections = collect(_native.stats_snapshot(reset), wall_ns)
         for section, cats in sections.items():
             for cat, rows in cats.items():
                 cats[cat] = _sorted(section, rows, sort_by, ascending)
         now = _native.counts()
         tallies = {k: now[k] - SESSION.baseline[k] for k in COUNT_FIELDS}
-        text = (render_table if format == "table" else render_json)(sections, tallies)
+        if format == "table":
+            text = render_table(sections, tallies, percentiles)
+        else:
+            text = render_json(sections, tallies)
         if reset:
             SESSION.baseline = now
         return text

@@ -37,6 +37,7 @@ RELEASING = (
         "out, cap, n_out, reset",
     ),
     ("void", "mxp_stats_reset", "void", ""),
+    ("int64_t", "mxp_stats_recorded_ns", "void", ""),
     ("int", "mxp_max_events_set", "uint64_t max_events", "max_events"),
     ("int", "mxp_trace_errno", "void", ""),
     ("void", "mxp_reset", "void", ""),

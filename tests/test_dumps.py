@@ -39,21 +39,21 @@ Profile Statistics:
 \tNote the difference in units for different entries.
 PythonDomain
 =================
-Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)    Avg Time (ms)
-----                          -----------        ---------    -------------    -------------    -------------
-compute                                 2           4.0000           1.5000           2.5000           2.0000
+Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)        Self (ms)                %    Avg Time (ms)
+----                          -----------        ---------    -------------    -------------        ---------                -    -------------
+compute                                 2           4.0000           1.5000           2.5000           4.0000            48.58           2.0000
 
 PythonDomain,frame
 =================
-Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)    Avg Time (ms)
-----                          -----------        ---------    -------------    -------------    -------------
-frame0                                  1           3.0000           3.0000           3.0000           3.0000
+Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)        Self (ms)                %    Avg Time (ms)
+----                          -----------        ---------    -------------    -------------        ---------                -    -------------
+frame0                                  1           3.0000           3.0000           3.0000           3.0000            36.43           3.0000
 
 event
 =================
-Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)    Avg Time (ms)
-----                          -----------        ---------    -------------    -------------    -------------
-myevent                                 1           1.2340           1.2340           1.2340           1.2340
+Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)        Self (ms)                %    Avg Time (ms)
+----                          -----------        ---------    -------------    -------------        ---------                -    -------------
+myevent                                 1           1.2340           1.2340           1.2340           1.2340            14.99           1.2340
 
 PythonDomain,counter
 =================
@@ -69,6 +69,8 @@ mark                                    1
 
 """
 
+# Self and % (wall time recorded: 1.5 + 2.5 + 3 + 1.234 = 8.234 ms) and the
+# percentiles (nearest rank: rank 1 is the minimum, rank n the maximum).
 EXPECTED_JSON_HEAD = """{
     "Time": {
         "PythonDomain": {
@@ -77,7 +79,12 @@ EXPECTED_JSON_HEAD = """{
                 "Total": 4.0,
                 "Min": 1.5,
                 "Max": 2.5,
-                "Avg": 2.0
+                "Avg": 2.0,
+                "Self": 4.0,
+                "%": 48.5791,
+                "P50": 1.5,
+                "P90": 2.5,
+                "P99": 2.5
             }
         }
         ,
@@ -87,7 +94,12 @@ EXPECTED_JSON_HEAD = """{
                 "Total": 3.0,
                 "Min": 3.0,
                 "Max": 3.0,
-                "Avg": 3.0
+                "Avg": 3.0,
+                "Self": 3.0,
+                "%": 36.4343,
+                "P50": 3.0,
+                "P90": 3.0,
+                "P99": 3.0
             }
         }
         ,
@@ -97,7 +109,12 @@ EXPECTED_JSON_HEAD = """{
                 "Total": 1.234,
                 "Min": 1.234,
                 "Max": 1.234,
-                "Avg": 1.234
+                "Avg": 1.234,
+                "Self": 1.234,
+                "%": 14.9866,
+                "P50": 1.234,
+                "P90": 1.234,
+                "P99": 1.234
             }
         }
     }
@@ -155,7 +172,18 @@ def test_json_parses_in_order(clock):
     data = json.loads(mxprof.dumps(format="json"), object_pairs_hook=OrderedDict)
     assert list(data) == ["Time", "Memory", "Counter", "Marker", "Profiler", "Unit"]
     assert list(data["Time"]) == ["PythonDomain", "PythonDomain,frame", "event"]
-    assert list(data["Time"]["PythonDomain"]["compute"]) == ["Count", "Total", "Min", "Max", "Avg"]
+    assert list(data["Time"]["PythonDomain"]["compute"]) == [
+        "Count",
+        "Total",
+        "Min",
+        "Max",
+        "Avg",
+        "Self",
+        "%",
+        "P50",
+        "P90",
+        "P99",
+    ]
     assert data["Unit"] == {"Time": "ms", "Memory": "kB"}
 
 
@@ -231,12 +259,18 @@ def test_reset_clears_after_rendering(clock):
     t.start()
     clock(MS)
     t.stop()
-    assert json.loads(mxprof.dumps(format="json"))["Time"]["d"]["a"] == {
+    row = json.loads(mxprof.dumps(format="json"))["Time"]["d"]["a"]
+    assert row == {
         "Count": 1,
         "Total": 1.0,
         "Min": 1.0,
         "Max": 1.0,
         "Avg": 1.0,
+        "Self": 1.0,
+        "%": 100.0,  # the only range in the 1 ms recorded since the reset
+        "P50": 1.0,
+        "P90": 1.0,
+        "P99": 1.0,
     }
 
 
@@ -313,3 +347,89 @@ def test_dumps_writes_no_file(tmp_path, fmt):
     mxprof.set_state("run")
     mxprof.dumps(format=fmt)
     assert not (tmp_path / "t.json").exists()
+
+
+def test_table_keeps_mxnet_columns_left_and_average_last(clock):
+    scenario(clock)
+    for pct in (False, True):
+        lines = mxprof.dumps(percentiles=pct).splitlines()
+        header = next(ln for ln in lines if ln.startswith("Name")).split("  ")
+        header = [h.strip() for h in header if h.strip()]
+        assert header[:5] == ["Name", "Total Count", "Time (ms)", "Min Time (ms)", "Max Time (ms)"]
+        assert header[-1] == "Avg Time (ms)"
+        assert ("P50 (ms)" in header) == pct
+        row = next(ln for ln in lines if ln.startswith("compute")).split()
+        assert row[1:5] == ["2", "4.0000", "1.5000", "2.5000"] and row[-1] == "2.0000"
+
+
+def test_self_time_excludes_nested_ranges_and_sorts(clock):
+    mxprof.set_config(aggregate_stats=True, profile_api=False, write_trace=False)
+    d = mxprof.Domain("d")
+    outer, inner, leaf = d.new_task("outer"), d.new_task("inner"), d.new_task("leaf")
+    mxprof.set_state("run")
+    with outer:  # 10 ms, of which inner 6 ms (of which leaf 2 ms twice)
+        clock(2 * MS)
+        with inner:
+            for _ in range(2):
+                with leaf:
+                    clock(2 * MS)
+            clock(2 * MS)
+        clock(2 * MS)
+    data = json.loads(mxprof.dumps(format="json", sort_by="self"))["Time"]["d"]
+    assert {k: (v["Total"], v["Self"]) for k, v in data.items()} == {
+        "outer": (10.0, 4.0),
+        "inner": (6.0, 2.0),
+        "leaf": (4.0, 4.0),
+    }
+    assert list(data) == ["leaf", "outer", "inner"]  # self 4, 4 (ties by name), 2
+    assert sum(v["%"] for v in data.values()) == pytest.approx(100.0)
+
+
+def test_percent_is_of_recorded_wall_time_only(clock):
+    mxprof.set_config(aggregate_stats=True, profile_api=False, write_trace=False)
+    t = mxprof.Domain("d").new_task("t")
+    mxprof.set_state("run")
+    with t:
+        clock(1 * MS)
+    clock(1 * MS)  # recording, nothing running: wall 2 ms
+    mxprof.pause()
+    clock(50 * MS)  # paused: not part of the wall time
+    mxprof.resume()
+    assert json.loads(mxprof.dumps(format="json"))["Time"]["d"]["t"]["%"] == 50.0
+
+
+def test_percentiles_of_a_known_distribution(clock):
+    mxprof.set_config(aggregate_stats=True, profile_api=False, write_trace=False)
+    t = mxprof.Domain("d").new_task("t")
+    mxprof.set_state("run")
+    for ms in (37 * k % 100 + 1 for k in range(100)):  # 1..100 ms, shuffled
+        with t:
+            clock(ms * MS)
+    row = json.loads(mxprof.dumps(format="json"))["Time"]["d"]["t"]
+    for key, exact in (("P50", 50.0), ("P90", 90.0), ("P99", 99.0)):
+        assert row[key] == pytest.approx(exact, rel=0.01), key
+    assert (row["Min"], row["Max"]) == (1.0, 100.0)
+    order = [
+        list(json.loads(mxprof.dumps(format="json", sort_by=k))["Time"]["d"])
+        for k in ("p50", "p90", "p99", "self")
+    ]
+    assert order == [["t"]] * 4
+
+
+def test_percentiles_restart_with_reset(clock):
+    mxprof.set_config(aggregate_stats=True, profile_api=False, write_trace=False)
+    t = mxprof.Domain("d").new_task("t")
+    mxprof.set_state("run")
+    for _ in range(10):
+        with t:
+            clock(100 * MS)
+    mxprof.dumps(reset=True)
+    with t:
+        clock(1 * MS)
+    row = json.loads(mxprof.dumps(format="json"))["Time"]["d"]["t"]
+    assert (row["Count"], row["P50"], row["P99"], row["Max"]) == (1, 1.0, 1.0, 1.0)
+
+
+def test_percentiles_argument_is_checked():
+    with pytest.raises(mxprof.ConfigError, match="percentiles"):
+        mxprof.dumps(percentiles="yes")

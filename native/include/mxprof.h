@@ -70,7 +70,9 @@ extern "C" {
 #define MXP_MAX_OBJECTS 1048576
 
 /* Merged statistics of one object, as returned by mxp_stats_snapshot.
- * Ranges (task, frame, event): count, total/min/max/self in ns.
+ * Ranges (task, frame, event): count, total/min/max/self in ns, and the
+ * 50th/90th/99th percentiles of the durations in ns (nearest rank, from a
+ * log-linear histogram: within 1 % of the exact value).
  * Counters: count = samples, min/max/last = sample values, sum = their sum.
  * Markers: count only. */
 typedef struct mxp_stat {
@@ -83,6 +85,9 @@ typedef struct mxp_stat {
     int64_t self;
     int64_t last;
     double sum;
+    int64_t p50;
+    int64_t p90;
+    int64_t p99;
 } mxp_stat;
 
 /* Process-wide tallies of events the core did not record as asked.
@@ -264,6 +269,10 @@ int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out, int reset);
 
 /* Start new statistics (recording threads continue into them). */
 void mxp_stats_reset(void);
+
+/* Time spent recording (state run and not paused) since the statistics
+ * began, in ns: the wall time the statistics cover. */
+int64_t mxp_stats_recorded_ns(void);
 
 /* Read the process-wide tallies. */
 void mxp_counts_get(mxp_counts *out);

@@ -53,6 +53,10 @@ static inline void aggregate_range(mxpi_thread *t, uint32_t id, int64_t dur, int
     MXPI_STORE(e->self, MXPI_LOAD(e->self) + self);
     if (dur < MXPI_LOAD(e->min)) MXPI_STORE(e->min, dur);
     if (dur > MXPI_LOAD(e->max)) MXPI_STORE(e->max, dur);
+    mxpi_hist *h = atomic_load_explicit(&e->hist, MXPI_RELAXED);
+    if (MXPI_UNLIKELY(h == NULL) && (h = mxpi_hist_new(e)) == NULL) return;
+    _Atomic uint32_t *bucket = &(*h)[mxpi_hist_index(dur)];
+    MXPI_STORE(*bucket, MXPI_LOAD(*bucket) + 1);
 }
 
 /* Close the range at stack index i (not necessarily the top). */

@@ -92,11 +92,19 @@ uint32_t mxp_flags_update(uint32_t set, uint32_t clear) {
     mxp_init();
     set &= FLAG_MASK;
     clear &= FLAG_MASK;
+    pthread_mutex_lock(&mxpi_g.reg_lock);
     uint32_t old = atomic_load(&mxpi_g.flags);
     uint32_t neu;
     do {
         neu = (old & ~clear) | set;
     } while (!atomic_compare_exchange_weak(&mxpi_g.flags, &old, neu));
+    /* Keep the time spent recording: the wall time statistics cover. */
+    if ((neu & MXP_FLAG_RECORD) && !(old & MXP_FLAG_RECORD)) {
+        mxpi_g.recording_since = mxpi_ticks();
+    } else if (!(neu & MXP_FLAG_RECORD) && (old & MXP_FLAG_RECORD)) {
+        mxpi_g.recorded += mxpi_ticks() - mxpi_g.recording_since;
+    }
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
     if ((neu & MXP_FLAG_AGGREGATE) && !(old & MXP_FLAG_AGGREGATE)) mxp_stats_reset();
     return neu & FLAG_MASK;
 }
@@ -138,7 +146,7 @@ void mxp_counts_get(mxp_counts *out) {
 
 void mxp_reset(void) {
     mxp_init();
-    atomic_fetch_and(&mxpi_g.flags, ~FLAG_MASK);
+    mxp_flags_update(0, FLAG_MASK);
     mxpi_cap_epoch_bump();
     mxp_clock_fake(0, 0);
     mxpi_trace_reset();
@@ -147,4 +155,7 @@ void mxp_reset(void) {
     mxp_max_events_set(0);
     MXPI_STORE(mxpi_g.written, 0);
     mxp_stats_reset();
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    mxpi_g.recorded = mxpi_g.recorded_base = mxpi_g.recording_since = 0;
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
 }

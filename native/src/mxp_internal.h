@@ -104,6 +104,31 @@ typedef struct mxpi_chunk {
 /* Aggregates of one object on one thread.  count, total, self and sum only
  * ever grow (a statistics reset subtracts a baseline); min and max belong to
  * the statistics epoch in epoch and restart when it changes. */
+/* Log-linear histogram of durations in ticks (HDR-histogram style): values
+ * below 2^HIST_SUB_BITS have a bucket each; every further power of two is
+ * split into HIST_HALF buckets of equal width, so a bucket is at most 1/64 of
+ * its lower bound wide and its midpoint is within 0.79 % of any value in it.
+ * Values of 2^HIST_MAX_BITS ticks and more share the last bucket. */
+#define MXPI_HIST_SUB_BITS 7u
+#define MXPI_HIST_SUB (1u << MXPI_HIST_SUB_BITS)
+#define MXPI_HIST_HALF (MXPI_HIST_SUB / 2u)
+#define MXPI_HIST_MAX_BITS 48u
+#define MXPI_HIST_BUCKETS (MXPI_HIST_SUB + (MXPI_HIST_MAX_BITS - MXPI_HIST_SUB_BITS) * MXPI_HIST_HALF)
+
+static inline uint32_t mxpi_hist_index(int64_t v) {
+    if (v < (int64_t)MXPI_HIST_SUB) return v < 0 ? 0u : (uint32_t)v;
+    uint32_t m = 63u - (uint32_t)__builtin_clzll((unsigned long long)v); /* 2^m <= v */
+    if (m >= MXPI_HIST_MAX_BITS) return MXPI_HIST_BUCKETS - 1u;
+    uint32_t shift = m - MXPI_HIST_SUB_BITS + 1u;
+    uint32_t sub = (uint32_t)((uint64_t)v >> shift) - MXPI_HIST_HALF;
+    return MXPI_HIST_SUB + (shift - 1u) * MXPI_HIST_HALF + sub;
+}
+
+typedef _Atomic uint32_t mxpi_hist[MXPI_HIST_BUCKETS];
+
+int64_t mxpi_hist_lower(uint32_t index);
+int64_t mxpi_hist_width(uint32_t index);
+
 typedef struct mxpi_agg {
     _Atomic uint32_t epoch;
     _Atomic uint64_t count;
@@ -114,6 +139,7 @@ typedef struct mxpi_agg {
     _Atomic int64_t last;
     _Atomic int64_t last_ts;
     _Atomic double sum;
+    _Atomic(mxpi_hist *) hist; /* ranges: allocated on the first duration */
 } mxpi_agg;
 
 #define MXPI_PAGE_BITS 8u
@@ -199,6 +225,9 @@ typedef struct mxpi_global {
     _Atomic uint32_t agg_epoch; /* bumped by a statistics reset */
     mxpi_agg *baseline;         /* merged sums at the last reset (reg_lock) */
     uint32_t nbaseline;
+    int64_t recorded;           /* ticks spent recording, up to recording_since (reg_lock) */
+    int64_t recording_since;    /* ticks when recording last began (reg_lock) */
+    int64_t recorded_base;      /* recorded at the last statistics reset */
     _Atomic int64_t budget;     /* records that may still be buffered */
     uint64_t max_events;        /* 0 = no limit (under out_lock) */
 
@@ -254,6 +283,7 @@ mxpi_agg *mxpi_agg_page_new(mxpi_thread *t, uint32_t page);
 void mxpi_agg_clear(mxpi_agg *e, uint32_t epoch);
 void mxpi_agg_roll(mxpi_agg *e, uint32_t epoch);
 void mxpi_agg_fold(mxpi_agg *dst, const mxpi_agg *src, uint32_t epoch);
+mxpi_hist *mxpi_hist_new(mxpi_agg *e);
 mxpi_thread **mxpi_threads_snapshot(uint32_t *n); /* caller holds out_lock */
 void mxpi_threads_reap(void);                       /* caller holds out_lock */
 void mxpi_threads_reset(void);

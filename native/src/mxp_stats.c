@@ -23,6 +23,59 @@ static void fold_dir(mxpi_agg *acc, mxpi_agg_dir *dir, uint32_t nobj, uint32_t e
     }
 }
 
+/* Ticks recorded so far (caller holds reg_lock). */
+static int64_t recorded_now(void) {
+    bool on = atomic_load_explicit(&mxpi_g.flags, MXPI_RELAXED) & MXP_FLAG_RECORD;
+    return mxpi_g.recorded + (on ? mxpi_ticks() - mxpi_g.recording_since : 0);
+}
+
+/* The entry of object id in an aggregate directory, or NULL. */
+static const mxpi_agg *entry_of(mxpi_agg_dir *dir, uint32_t id) {
+    if (dir == NULL) return NULL;
+    mxpi_agg *page = atomic_load_explicit(&(*dir)[id >> MXPI_PAGE_BITS], MXPI_ACQUIRE);
+    return page ? &page[id & (MXPI_PAGE_SIZE - 1)] : NULL;
+}
+
+static void hist_add(uint64_t *buf, const mxpi_agg *e, uint32_t epoch) {
+    if (e == NULL || atomic_load_explicit(&e->epoch, MXPI_ACQUIRE) != epoch) return;
+    mxpi_hist *h = atomic_load_explicit(&e->hist, MXPI_ACQUIRE);
+    if (h == NULL) return;
+    for (uint32_t i = 0; i < MXPI_HIST_BUCKETS; i++) buf[i] += MXPI_LOAD((*h)[i]);
+}
+
+/* P50, P90, P99 of object id (ticks) by nearest rank over its merged
+ * histogram; each reported at its bucket's midpoint, kept within [lo, hi].
+ * Caller holds reg_lock; buf has MXPI_HIST_BUCKETS slots. */
+static void percentiles(uint32_t id, uint32_t epoch, uint64_t *buf, int64_t lo, int64_t hi,
+                        int64_t out[3]) {
+    static const double ps[3] = {0.50, 0.90, 0.99};
+    memset(buf, 0, MXPI_HIST_BUCKETS * sizeof *buf);
+    for (mxpi_thread *t = mxpi_g.threads; t; t = t->next) hist_add(buf, entry_of(t->aggs, id), epoch);
+    hist_add(buf, entry_of(mxpi_g.retired_aggs, id), epoch);
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < MXPI_HIST_BUCKETS; i++) n += buf[i];
+    for (int k = 0; k < 3; k++) {
+        out[k] = lo;
+        if (n == 0) continue;
+        uint64_t rank = (uint64_t)(ps[k] * (double)n);
+        if ((double)rank < ps[k] * (double)n || rank == 0) rank++; /* ceil, at least 1 */
+        if (rank >= n) { /* the largest value: known exactly */
+            out[k] = hi;
+            continue;
+        }
+        if (rank == 1) continue; /* the smallest: lo */
+        uint64_t seen = 0;
+        for (uint32_t i = 0; i < MXPI_HIST_BUCKETS; i++) {
+            seen += buf[i];
+            if (seen >= rank) {
+                int64_t v = mxpi_hist_lower(i) + mxpi_hist_width(i) / 2;
+                out[k] = v < lo ? lo : v > hi ? hi : v;
+                break;
+            }
+        }
+    }
+}
+
 static bool is_range(uint32_t kind) {
     return kind == MXP_KIND_TASK || kind == MXP_KIND_FRAME || kind == MXP_KIND_EVENT;
 }
@@ -34,14 +87,21 @@ static void subtract(mxpi_agg *a, const mxpi_agg *base) {
     MXPI_STORE(a->sum, MXPI_LOAD(a->sum) - MXPI_LOAD(base->sum));
 }
 
-/* Merge everything into acc[0..nobj) and, with reset, make it the new
+/* Merge everything into acc[0..nobj) (and percentiles, in ticks, into
+ * pct[3 * id ..] when pct is given) and, with reset, make it the new
  * baseline.  Returns the statistics since the previous baseline in acc. */
-static bool merge(mxpi_agg *acc, uint32_t nobj, bool reset) {
+static bool merge(mxpi_agg *acc, int64_t *pct, uint32_t nobj, bool reset) {
+    uint64_t *buf = pct ? malloc(MXPI_HIST_BUCKETS * sizeof *buf) : NULL;
+    if (pct != NULL && buf == NULL) return false;
     pthread_mutex_lock(&mxpi_g.reg_lock);
     uint32_t epoch = atomic_load_explicit(&mxpi_g.agg_epoch, MXPI_RELAXED);
     for (uint32_t id = 0; id < nobj; id++) mxpi_agg_clear(&acc[id], epoch);
     for (mxpi_thread *t = mxpi_g.threads; t; t = t->next) fold_dir(acc, t->aggs, nobj, epoch);
     fold_dir(acc, mxpi_g.retired_aggs, nobj, epoch);
+    for (uint32_t id = 0; pct != NULL && id < nobj; id++)
+        if (MXPI_LOAD(acc[id].count) && is_range(mxpi_obj(id)->kind))
+            percentiles(id, epoch, buf, MXPI_LOAD(acc[id].min), MXPI_LOAD(acc[id].max), &pct[3 * id]);
+    free(buf);
     mxpi_agg *fresh = NULL;
     if (reset) {
         fresh = malloc((nobj ? nobj : 1) * sizeof *fresh);
@@ -52,6 +112,7 @@ static bool merge(mxpi_agg *acc, uint32_t nobj, bool reset) {
         free(mxpi_g.baseline);
         mxpi_g.baseline = fresh;
         mxpi_g.nbaseline = nobj;
+        mxpi_g.recorded_base = recorded_now();
         atomic_fetch_add_explicit(&mxpi_g.agg_epoch, 1, MXPI_RELAXED);
     }
     pthread_mutex_unlock(&mxpi_g.reg_lock);
@@ -64,20 +125,27 @@ int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out, int reset) 
     mxpi_timebase tb;
     mxpi_timebase_get(&tb);
     uint32_t nobj = mxp_object_count();
-    mxpi_agg *acc = malloc(nobj * sizeof *acc);
-    if (acc == NULL) return MXP_E_NOMEM;
+    mxpi_agg *acc = malloc((nobj ? nobj : 1) * sizeof *acc);
+    int64_t *pct = malloc((nobj ? nobj : 1) * 3 * sizeof *pct);
+    if (acc == NULL || pct == NULL) {
+        free(acc);
+        free(pct);
+        return MXP_E_NOMEM;
+    }
     /* Count first: a reset must not happen unless the result fits. */
-    bool ok = merge(acc, nobj, false);
+    bool ok = merge(acc, NULL, nobj, false);
     uint32_t n = 0;
     for (uint32_t id = 0; id < nobj; id++) n += MXPI_LOAD(acc[id].count) > 0;
     *n_out = n;
     if (n > cap) {
         free(acc);
+        free(pct);
         return MXP_E_FULL;
     }
-    if (reset) ok = merge(acc, nobj, true);
+    ok = ok && merge(acc, pct, nobj, reset != 0);
     if (!ok) {
         free(acc);
+        free(pct);
         return MXP_E_NOMEM;
     }
     n = 0;
@@ -101,6 +169,9 @@ int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out, int reset) 
             s->min = mxpi_tb_span(&tb, lo);
             s->max = mxpi_tb_span(&tb, hi);
             s->self = mxpi_tb_span(&tb, MXPI_LOAD(a->self));
+            s->p50 = mxpi_tb_span(&tb, pct[3 * id]);
+            s->p90 = mxpi_tb_span(&tb, pct[3 * id + 1]);
+            s->p99 = mxpi_tb_span(&tb, pct[3 * id + 2]);
         } else if (kind == MXP_KIND_COUNTER) {
             s->min = lo;
             s->max = hi;
@@ -110,6 +181,7 @@ int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out, int reset) 
     }
     *n_out = n;
     free(acc);
+    free(pct);
     return MXP_OK;
 }
 
@@ -122,6 +194,16 @@ void mxp_stats_reset(void) {
         atomic_fetch_add_explicit(&mxpi_g.agg_epoch, 1, MXPI_RELAXED);
         return;
     }
-    merge(acc, nobj, true);
+    merge(acc, NULL, nobj, true);
     free(acc);
+}
+
+int64_t mxp_stats_recorded_ns(void) {
+    mxp_init();
+    mxpi_timebase tb;
+    mxpi_timebase_get(&tb);
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    int64_t ticks = recorded_now() - mxpi_g.recorded_base;
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+    return mxpi_tb_span(&tb, ticks);
 }

@@ -103,7 +103,9 @@ bool mxpi_stack_grow(mxpi_thread *t) {
 
 /* ---- aggregates ---- */
 
+/* Zero an entry that has no histogram yet (a fresh page, a merge buffer). */
 void mxpi_agg_clear(mxpi_agg *e, uint32_t epoch) {
+    atomic_store_explicit(&e->hist, NULL, MXPI_RELAXED);
     MXPI_STORE(e->count, 0);
     MXPI_STORE(e->total, 0);
     MXPI_STORE(e->min, INT64_MAX);
@@ -142,11 +144,32 @@ mxpi_agg *mxpi_agg_page_new(mxpi_thread *t, uint32_t page) {
 void mxpi_agg_roll(mxpi_agg *e, uint32_t epoch) {
     MXPI_STORE(e->min, INT64_MAX);
     MXPI_STORE(e->max, INT64_MIN);
+    mxpi_hist *h = atomic_load_explicit(&e->hist, MXPI_RELAXED);
+    if (h != NULL)
+        for (uint32_t i = 0; i < MXPI_HIST_BUCKETS; i++) MXPI_STORE((*h)[i], 0);
     atomic_store_explicit(&e->epoch, epoch, MXPI_RELEASE);
 }
 
+mxpi_hist *mxpi_hist_new(mxpi_agg *e) {
+    mxpi_hist *h = calloc(1, sizeof *h);
+    if (h != NULL) atomic_store_explicit(&e->hist, h, MXPI_RELEASE);
+    return h;
+}
+
+int64_t mxpi_hist_lower(uint32_t index) {
+    if (index < MXPI_HIST_SUB) return index;
+    uint32_t shift = (index - MXPI_HIST_SUB) / MXPI_HIST_HALF + 1u;
+    uint32_t sub = (index - MXPI_HIST_SUB) % MXPI_HIST_HALF;
+    return (int64_t)(MXPI_HIST_HALF + sub) << shift;
+}
+
+int64_t mxpi_hist_width(uint32_t index) {
+    return index < MXPI_HIST_SUB ? 1 : (int64_t)1 << ((index - MXPI_HIST_SUB) / MXPI_HIST_HALF + 1u);
+}
+
 /* Add src's sums to dst's, and its min/max when they belong to epoch; the
- * later of the two samples is "last". */
+ * later of the two samples is "last".  Histograms are not folded (see
+ * mxpi_hist_fold and mxp_stats.c). */
 void mxpi_agg_fold(mxpi_agg *dst, const mxpi_agg *src, uint32_t epoch) {
     uint64_t n = MXPI_LOAD(src->count);
     if (n == 0) return;
@@ -164,9 +187,26 @@ void mxpi_agg_fold(mxpi_agg *dst, const mxpi_agg *src, uint32_t epoch) {
     }
 }
 
+/* Add src's histogram (of epoch) to dst's, allocating dst's. */
+static void hist_fold(mxpi_agg *dst, const mxpi_agg *src, uint32_t epoch) {
+    mxpi_hist *hs = atomic_load_explicit(&src->hist, MXPI_ACQUIRE);
+    if (hs == NULL || atomic_load_explicit(&src->epoch, MXPI_ACQUIRE) != epoch) return;
+    mxpi_hist *hd = atomic_load_explicit(&dst->hist, MXPI_RELAXED);
+    if (hd == NULL && (hd = mxpi_hist_new(dst)) == NULL) return;
+    for (uint32_t i = 0; i < MXPI_HIST_BUCKETS; i++) {
+        uint32_t c = MXPI_LOAD((*hs)[i]);
+        if (c) MXPI_STORE((*hd)[i], MXPI_LOAD((*hd)[i]) + c);
+    }
+}
+
 static void free_aggs(mxpi_agg_dir *dir) {
     if (dir == NULL) return;
-    for (uint32_t i = 0; i < MXPI_NPAGES; i++) free(atomic_load_explicit(&(*dir)[i], MXPI_RELAXED));
+    for (uint32_t i = 0; i < MXPI_NPAGES; i++) {
+        mxpi_agg *page = atomic_load_explicit(&(*dir)[i], MXPI_RELAXED);
+        if (page == NULL) continue;
+        for (uint32_t j = 0; j < MXPI_PAGE_SIZE; j++) free(atomic_load_explicit(&page[j].hist, MXPI_RELAXED));
+        free(page);
+    }
     free(dir);
 }
 
@@ -191,6 +231,7 @@ static void retire_aggs(mxpi_thread *t) {
             mxpi_agg *d = &dpage[i];
             if (MXPI_LOAD(d->epoch) != epoch) mxpi_agg_roll(d, epoch);
             mxpi_agg_fold(d, &src[i], epoch);
+            hist_fold(d, &src[i], epoch);
         }
     }
 }

@@ -272,6 +272,61 @@ static void test_failed_write_keeps_records(void) {
     free(text);
 }
 
+static void test_histogram_buckets(void) {
+    /* Every value falls in its bucket, buckets tile the line, widths <= 1/64.
+     * (v grows by 1 at first, then geometrically.)  Larger values share the
+     * last bucket. */
+    for (int64_t v = 0; v < ((int64_t)1 << MXPI_HIST_MAX_BITS); v += 1 + v / 97) {
+        uint32_t b = mxpi_hist_index(v);
+        int64_t lo = mxpi_hist_lower(b), w = mxpi_hist_width(b);
+        if (!(lo <= v && v < lo + w)) {
+            CHECK(lo <= v && v < lo + w);
+            break;
+        }
+        CHECK(b == MXPI_HIST_BUCKETS - 1 || w == 1 || w * 64 <= lo);
+        if (b + 1 < MXPI_HIST_BUCKETS) CHECK_EQ(mxpi_hist_lower(b + 1), lo + w);
+    }
+    CHECK_EQ(mxpi_hist_index(-5), 0);
+    CHECK_EQ(mxpi_hist_index(INT64_MAX), MXPI_HIST_BUCKETS - 1);
+}
+
+static void test_percentiles_and_recorded_time(void) {
+    fresh();
+    mxp_clock_fake(1, 0);
+    mxp_flags_update(0, MXP_FLAG_RECORD);
+    mxp_stats_reset();
+    mxp_flags_update(MXP_FLAG_RECORD, 0);
+    uint32_t r = reg(MXP_KIND_TASK, "pct", "r"), one = reg(MXP_KIND_TASK, "pct", "one");
+    for (int64_t ms = 1; ms <= 1000; ms++) { /* 1 ms .. 1000 ms, shuffled order does not matter */
+        mxp_range_begin(r);
+        mxp_clock_fake_advance(((ms * 7919) % 1000 + 1) * 1000000);
+        mxp_range_end(r);
+    }
+    mxp_range_begin(one);
+    mxp_clock_fake_advance(123456789);
+    mxp_range_end(one);
+    mxp_stat s = stat_of(r);
+    int64_t want[3] = {500000000, 900000000, 990000000};
+    int64_t got[3] = {s.p50, s.p90, s.p99};
+    for (int k = 0; k < 3; k++) {
+        double err = (double)(got[k] - want[k]) / (double)want[k];
+        if (err < -0.01 || err > 0.01) fprintf(stderr, "p%d: %lld vs %lld\n", k, (long long)got[k], (long long)want[k]);
+        CHECK(err >= -0.01 && err <= 0.01);
+    }
+    mxp_stat o = stat_of(one);
+    CHECK(o.p50 == 123456789 && o.p90 == 123456789 && o.p99 == 123456789); /* clamped to min/max */
+    /* Recorded time: 1000 ranges' worth plus the single one, then a pause. */
+    int64_t recorded = mxp_stats_recorded_ns();
+    CHECK_EQ(recorded, 500500LL * 1000000 + 123456789);
+    mxp_flags_update(0, MXP_FLAG_RECORD);
+    mxp_clock_fake_advance(5000000000LL); /* not recording: does not count */
+    CHECK_EQ(mxp_stats_recorded_ns(), recorded);
+    mxp_stats_reset();
+    CHECK_EQ(mxp_stats_recorded_ns(), 0);
+    CHECK_EQ(stat_of(r).count, 0);
+    mxp_clock_fake(0, 0);
+}
+
 #define THREADS 4
 #define PER_THREAD 50000
 
@@ -330,6 +385,8 @@ int main(void) {
     test_registry();
     test_self_time_and_nesting();
     test_tokens();
+    test_histogram_buckets();
+    test_percentiles_and_recorded_time();
     test_counters();
     test_flush_and_cap();
     test_failed_write_keeps_records();

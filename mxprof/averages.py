@@ -1,0 +1,152 @@
+"""Per-name statistics rows shared by ``profile.key_averages()`` and ``load()``.
+
+A row holds one range name's numbers in nanoseconds; ``KeyAverages`` is a
+list of rows that renders a table like ``torch.profiler``'s, with units
+chosen per cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .errors import ConfigError
+
+# Keys accepted by KeyAverages.table(sort_by=...): ours, and torch.profiler's
+# names for the same columns so ported code keeps working.
+SORT_KEYS = {
+    "total": "total",
+    "self": "self",
+    "avg": "avg",
+    "min": "min",
+    "max": "max",
+    "count": "count",
+    "p50": "p50",
+    "p90": "p90",
+    "p99": "p99",
+    "cpu_time_total": "total",
+    "self_cpu_time_total": "self",
+    "cpu_time": "avg",
+}
+
+
+@dataclass
+class Row:
+    """One range name's statistics; times in ns.
+
+    Percentiles are None when unknown (for instance a row built from a single
+    aggregate without a histogram).
+    """
+
+    name: str
+    category: str
+    count: int
+    total: float
+    self: float
+    min: float
+    max: float
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+    @property
+    def avg(self) -> float:
+        """Mean duration in ns."""
+        return self.total / self.count if self.count else 0.0
+
+    @property
+    def key(self) -> str:
+        """The row's name (torch.profiler's attribute for it)."""
+        return self.name
+
+
+def format_ns(ns: float | None) -> str:
+    """A duration with a readable unit: '812ns', '12.345us', '1.234ms', '2.500s'."""
+    if ns is None:
+        return "-"
+    if ns < 1_000:
+        return f"{ns:.0f}ns"
+    if ns < 1_000_000:
+        return f"{ns / 1e3:.3f}us"
+    if ns < 1_000_000_000:
+        return f"{ns / 1e6:.3f}ms"
+    return f"{ns / 1e9:.3f}s"
+
+
+_COLUMNS = (
+    ("Count", lambda r: str(r.count)),
+    ("Total", lambda r: format_ns(r.total)),
+    ("Self", lambda r: format_ns(r.self)),
+    ("Avg", lambda r: format_ns(r.avg)),
+    ("Min", lambda r: format_ns(r.min)),
+    ("Max", lambda r: format_ns(r.max)),
+    ("P50", lambda r: format_ns(r.p50)),
+    ("P90", lambda r: format_ns(r.p90)),
+    ("P99", lambda r: format_ns(r.p99)),
+)
+
+
+def sort_key(sort_by: str) -> str:
+    """Normalise a sort key, or raise ConfigError listing the valid ones."""
+    key = SORT_KEYS.get(sort_by) if isinstance(sort_by, str) else None
+    if key is None:
+        raise ConfigError(f"sort_by must be one of {', '.join(SORT_KEYS)}; got {sort_by!r}")
+    return key
+
+
+class KeyAverages(list[Row]):
+    """A list of Rows with a torch-like ``table()``.
+
+    Example:
+        >>> rows = KeyAverages([Row("step", "train", 2, 3e6, 1e6, 1e6, 2e6)])
+        >>> print(rows.table(sort_by="total"))  # doctest: +SKIP
+    """
+
+    def __init__(self, rows: Iterable[Row] = ()) -> None:
+        super().__init__(rows)
+
+    def sorted(self, sort_by: str = "total", ascending: bool = False) -> KeyAverages:
+        """Rows ordered by sort_by (descending unless ascending); ties by name."""
+        key = sort_key(sort_by)
+        sign = 1 if ascending else -1
+
+        def value(r: Row) -> tuple[float, str]:
+            v = getattr(r, key)
+            return (sign * (v if v is not None else float("-inf")), r.name)
+
+        return KeyAverages(sorted(self, key=value))
+
+    def table(self, sort_by: str = "total", row_limit: int | None = 100) -> str:
+        """The rows as a text table, sorted, at most row_limit rows (None: all).
+
+        Raises:
+            ConfigError: an unknown sort_by or a negative row_limit.
+        """
+        if row_limit is not None and (
+            isinstance(row_limit, bool) or not isinstance(row_limit, int) or row_limit < 0
+        ):
+            raise ConfigError(f"row_limit must be an int >= 0 or None, got {row_limit!r}")
+        rows = self.sorted(sort_by)
+        if row_limit is not None:
+            rows = KeyAverages(rows[:row_limit])
+        names = [r.name if r.name.isprintable() else repr(r.name)[1:-1] for r in rows]
+        cats = [r.category if r.category.isprintable() else repr(r.category)[1:-1] for r in rows]
+        width = max([len("Name")] + [len(n) for n in names]) + 2
+        cwidth = max([len("Category")] + [len(c) for c in cats]) + 2
+        cells = [[f(r) for _, f in _COLUMNS] for r in rows]
+        widths = [
+            max([len(head)] + [len(c[i]) for c in cells]) + 2 for i, (head, _) in enumerate(_COLUMNS)
+        ]
+        rule = "-" * (width + cwidth + sum(widths))
+        lines = [
+            rule,
+            f"{'Name':<{width}}{'Category':<{cwidth}}"
+            + "".join(f"{h:>{w}}" for (h, _), w in zip(_COLUMNS, widths)),
+            rule,
+        ]
+        for name, cat, row in zip(names, cats, cells):
+            lines.append(
+                f"{name:<{width}}{cat:<{cwidth}}" + "".join(f"{c:>{w}}" for c, w in zip(row, widths))
+            )
+        lines.append(rule)
+        return "\n".join(lines) + "\n"
