@@ -22,6 +22,8 @@ from .domain import Domain
 from .errors import ConfigError, OutputError, ProfilerError, StateError
 from .marker import Marker
 from .ranges import Event, Frame, Task
+from .schedule import ProfilerAction, profile, record_function, schedule
+from .schedule import record_function as range  # noqa: F401 - mxprof.range; not in __all__ (it would shadow the builtin)
 from .scope import current_scope, scope
 from .stats import dumps
 
@@ -33,6 +35,7 @@ __all__ = [
     "Frame",
     "Marker",
     "OutputError",
+    "ProfilerAction",
     "ProfilerError",
     "StateError",
     "Task",
@@ -43,8 +46,11 @@ __all__ = [
     "dumps",
     "pause",
     "profiler_set_config",
+    "profile",
     "profiler_set_state",
+    "record_function",
     "resume",
+    "schedule",
     "scope",
     "set_config",
     "set_state",

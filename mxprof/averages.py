@@ -135,7 +135,8 @@ class KeyAverages(list[Row]):
         cwidth = max([len("Category")] + [len(c) for c in cats]) + 2
         cells = [[f(r) for _, f in _COLUMNS] for r in rows]
         widths = [
-            max([len(head)] + [len(c[i]) for c in cells]) + 2 for i, (head, _) in enumerate(_COLUMNS)
+            max([len(head)] + [len(c[i]) for c in cells]) + 2
+            for i, (head, _) in enumerate(_COLUMNS)
         ]
         rule = "-" * (width + cwidth + sum(widths))
         lines = [
@@ -146,7 +147,8 @@ class KeyAverages(list[Row]):
         ]
         for name, cat, row in zip(names, cats, cells):
             lines.append(
-                f"{name:<{width}}{cat:<{cwidth}}" + "".join(f"{c:>{w}}" for c, w in zip(row, widths))
+                f"{name:<{width}}{cat:<{cwidth}}"
+                + "".join(f"{c:>{w}}" for c, w in zip(row, widths))
             )
         lines.append(rule)
         return "\n".join(lines) + "\n"

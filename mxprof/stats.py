@@ -335,3 +335,11 @@ def dumps(
         if reset:
             SESSION.baseline = now
         return text
+
+
+def reset() -> None:
+    """Start new statistics, as ``dumps(reset=True)`` does, without rendering."""
+    with SESSION.lock:
+        now = _native.counts()
+        lib.mxp_stats_reset()
+        SESSION.baseline = now
