@@ -19,13 +19,14 @@ from .compat import dump_profile, profiler_set_config, profiler_set_state
 from .control import dump, pause, resume, set_config, set_state
 from .counter import Counter
 from .domain import Domain
-from .errors import ConfigError, OutputError, ProfilerError, StateError
+from .errors import ConfigError, OutputError, ProfilerError, StateError, TraceFormatError
 from .marker import Marker
 from .ranges import Event, Frame, Task
 from .schedule import ProfilerAction, profile, record_function, schedule
 from .schedule import record_function as range  # noqa: F401 - mxprof.range; not in __all__ (it would shadow the builtin)
 from .scope import current_scope, scope
 from .stats import dumps
+from .trace import load
 
 __all__ = [
     "ConfigError",
@@ -39,11 +40,13 @@ __all__ = [
     "ProfilerError",
     "StateError",
     "Task",
+    "TraceFormatError",
     "__version__",
     "current_scope",
     "dump",
     "dump_profile",
     "dumps",
+    "load",
     "pause",
     "profiler_set_config",
     "profile",

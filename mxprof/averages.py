@@ -7,7 +7,7 @@ chosen per cell.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .errors import ConfigError
@@ -73,7 +73,7 @@ def format_ns(ns: float | None) -> str:
     return f"{ns / 1e9:.3f}s"
 
 
-_COLUMNS = (
+_COLUMNS: tuple[tuple[str, Callable[[Row], str]], ...] = (
     ("Count", lambda r: str(r.count)),
     ("Total", lambda r: format_ns(r.total)),
     ("Self", lambda r: format_ns(r.self)),

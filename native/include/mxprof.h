@@ -124,7 +124,9 @@ int mxp_clock_source(void);
 
 /* Test hook: while enabled, the clock reads now_ns and only moves by
  * mxp_clock_fake_advance.  Disabling returns to the real source.  Must not
- * race with recording threads. */
+ * race with recording threads.  Records and statistics hold raw ticks,
+ * converted with the source in use when they are written or read: write and
+ * read what was recorded under the fake clock before disabling it. */
 void mxp_clock_fake(int enabled, int64_t now_ns);
 
 /* Test hook: advance the fake clock by delta_ns (no effect when it is off). */

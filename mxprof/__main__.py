@@ -1,0 +1,7 @@
+"""``python -m mxprof``: the mxprof command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,182 @@
+"""The ``mxprof`` command: run, stats, merge.
+
+Each subcommand is one small function taking the parsed arguments and
+returning an exit status.  Profiler output goes to stderr, so a profiled
+script's own stdout stays as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from . import averages, control, stats
+from .domain import Domain
+from .errors import ProfilerError, TraceFormatError
+
+
+def _error(command: str, message: str) -> int:
+    print(f"mxprof {command}: {message}", file=sys.stderr)
+    return 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Profile a script: state 'run' around it, then write the trace (and table)."""
+    script = args.script
+    if not os.path.isfile(script):
+        return _error("run", f"no such script: {script!r}")
+    control.set_config(
+        filename=args.output, aggregate_stats=args.aggregate, dump_period=args.period
+    )
+    whole = Domain("mxprof").new_task(f"run {os.path.basename(script)}")
+    sys.argv = [script, *args.args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    code: Any = 0
+    control.set_state("run")
+    whole.start()
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        code = 130
+    except BaseException:  # the script's own failure: report it, keep its status
+        traceback.print_exc()
+        code = 1
+    finally:
+        whole.stop()
+        control.set_state("stop")
+        try:
+            control.dump()
+            print(f"mxprof: trace written to {args.output}", file=sys.stderr)
+        except ProfilerError as e:
+            print(f"mxprof run: {e}", file=sys.stderr)
+        if args.aggregate:
+            print(stats.dumps(sort_by=args.sort), file=sys.stderr)
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # sys.exit("message") prints it and exits 1
+    return 1
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Print per-name statistics of any loadable trace."""
+    from .trace import load
+
+    try:
+        trace = load(args.trace)
+    except FileNotFoundError:
+        return _error("stats", f"no such file: {args.trace!r}")
+    except (TraceFormatError, OSError) as e:
+        return _error("stats", str(e))
+    if trace.truncated:
+        print(
+            f"mxprof stats: {args.trace} was cut short; statistics of the "
+            f"{len(trace)} events before the cut",
+            file=sys.stderr,
+        )
+    rows = trace.key_averages()
+    if args.format == "table":
+        print(rows.table(sort_by=args.sort, row_limit=args.top), end="")
+        return 0
+    fields = ("count", "total", "self", "avg", "min", "max", "p50", "p90", "p99")
+    top = rows.sorted(args.sort)[: args.top] if args.top is not None else rows.sorted(args.sort)
+    doc = {
+        "file": args.trace,
+        "unit": "ns",
+        "truncated": trace.truncated,
+        "rows": [
+            {"name": r.name, "category": r.category, **{f: getattr(r, f) for f in fields}}
+            for r in top
+        ],
+    }
+    print(json.dumps(doc, indent=2, ensure_ascii=False))
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    """Merge traces onto one timeline by their baseTimeNanoseconds."""
+    from .merge import merge
+
+    for path in args.traces:
+        if not os.path.isfile(path):
+            return _error("merge", f"no such file: {path!r}")
+    try:
+        summary = merge(args.traces, args.output)
+    except (TraceFormatError, OSError) as e:
+        return _error("merge", str(e))
+    for item in summary["inputs"]:
+        cut = " (cut short)" if item["truncated"] else ""
+        print(
+            f"mxprof merge: {item['path']}: shifted {item['shift_us']:+.3f} us{cut}",
+            file=sys.stderr,
+        )
+    print(f"mxprof merge: {summary['events']} events written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mxprof", description="mxprof: profile, read and merge traces")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="profile a Python script")
+    run.add_argument("-o", "--output", default="profile.json", help="trace file (profile.json)")
+    run.add_argument(
+        "--aggregate", action="store_true", help="keep statistics and print them at the end"
+    )
+    run.add_argument("--sort", default="total", choices=stats.SORT_KEYS, help="table order")
+    run.add_argument(
+        "--period", type=_positive_float, default=1.0, help="seconds between background writes"
+    )
+    run.add_argument("script", help="the script to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    run.set_defaults(func=cmd_run)
+
+    st = sub.add_parser("stats", help="statistics of a trace (mxprof, PyTorch, viztracer, ...)")
+    st.add_argument("trace")
+    st.add_argument("--sort", default="total", choices=sorted(averages.SORT_KEYS), help="order")
+    st.add_argument("--format", default="table", choices=("table", "json"))
+    st.add_argument("--top", type=_count, default=None, help="show only the first N rows")
+    st.set_defaults(func=cmd_stats)
+
+    mg = sub.add_parser("merge", help="put several traces on one timeline")
+    mg.add_argument("traces", nargs="+", help="input traces")
+    mg.add_argument("-o", "--output", required=True, help="the merged trace")
+    mg.set_defaults(func=cmd_merge)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``mxprof`` and ``python -m mxprof``; returns the exit status."""
+    args = parser().parse_args(argv)
+    status: int = args.func(args)
+    return status

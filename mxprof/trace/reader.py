@@ -1,0 +1,308 @@
+"""Read Chrome Trace Event JSON files into raw event dicts, whole or cut short.
+
+Both forms of the format are accepted: the object form ``{"traceEvents": [...],
+...}`` and the array form ``[...]``; gzip is recognised by its magic bytes,
+whatever the file is called. A file cut short (a crashed writer, a copy of a
+file still being written, a gzip stream that ends early) yields every event
+that is complete before the cut, with ``truncated`` set; only text that cannot
+be the beginning of a trace raises ``TraceFormatError``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import zlib
+from typing import Any, Union
+
+from ..errors import TraceFormatError
+
+PathArg = Union[str, "os.PathLike[str]"]
+RawEvent = dict[str, Any]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_CHUNK = 1 << 16
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+# strict=False: a raw control character inside a string (old writers, MXNet's
+# among them, did not escape names) is not worth refusing a whole trace for.
+_DECODER = json.JSONDecoder(strict=False)
+# What json's scanner leaves unread at its error position when the text ends
+# inside a token: nothing, a partial literal (tr, -Infin, Na), the rest of a
+# number it stopped short of (1. -> '.', 1e+ -> 'e+'), or a \u escape (whole
+# or not: the scanner wants a character after it).
+# Anything else at the error position is damage, not a cut.
+_PARTIAL_TOKEN = re.compile(
+    r"-?(?:I(?:n(?:f(?:i(?:n(?:i(?:ty?)?)?)?)?)?)?)?"
+    r"|N(?:aN?)?|t(?:ru?)?|f(?:a(?:ls?)?)?|n(?:ul?)?"
+    r"|[.eE][-+]?"
+    r"|\\?u[0-9a-fA-F]{0,4}"
+)
+
+
+def read_raw(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], bool]:
+    """Read a trace file's events as the dicts in the file, in file order.
+
+    Args:
+        path: the trace file (plain or gzip-compressed JSON).
+
+    Returns:
+        ``(events, metadata, truncated)``: the event objects in file order;
+        every top-level key except ``traceEvents`` (``{}`` for the array
+        form); and whether the file ended before the trace did (then
+        ``events`` holds exactly the events complete before the cut, and
+        ``metadata`` the keys whose values were complete).
+
+    Raises:
+        FileNotFoundError: no such file (other OSErrors pass through too).
+        TraceFormatError: the file is empty, not JSON, or JSON that is not a
+            trace; the message names the file and the problem.
+
+    Example:
+        >>> events, metadata, truncated = read_raw("trace.json")  # doctest: +SKIP
+        >>> events[0]["ph"], metadata["baseTimeNanoseconds"], truncated  # doctest: +SKIP
+        ('X', 1795242929580964856, False)
+    """
+    where = os.fspath(path)
+    with open(where, "rb") as f:
+        data = f.read()
+    cut = False
+    if data and _GZIP_MAGIC.startswith(data[:2]):
+        data, cut = _gunzip(data)
+    if data.endswith(b"\0"):
+        # A crash can leave a file's last blocks allocated but never written.
+        data = data.rstrip(b"\0")
+        cut = True
+    # errors="replace": a cut inside a multi-byte character must not fail the
+    # whole file; the broken character lies in the incomplete event, dropped.
+    text = data.decode("utf-8-sig", errors="replace")
+    if cut and not text.strip():
+        return [], {}, True  # a gzip header, or a cut before the first byte of text
+    events, metadata, text_cut = parse_text(text, where)
+    return events, metadata, cut or text_cut
+
+
+def parse_text(text: str, where: str) -> tuple[list[RawEvent], dict[str, Any], bool]:
+    """``read_raw`` on text already read; ``where`` names it in error messages.
+
+    Example:
+        >>> parse_text('[{"ph": "i", "ts": 1},\\n{"ph": "i", "ts', "example")
+        ([{'ph': 'i', 'ts': 1}], {}, True)
+    """
+    if not text.strip():
+        raise TraceFormatError(f"{where}: the file is empty, not a trace")
+    try:
+        doc = _DECODER.decode(text)
+    except json.JSONDecodeError as err:
+        # Not one complete JSON value: read it piece by piece, which keeps
+        # what is complete when the text is cut short and pinpoints damage.
+        return _parse_pieces(text, where, err)
+    events, metadata = _trace_parts(doc, where)
+    return events, metadata, False
+
+
+def _gunzip(data: bytes) -> tuple[bytes, bool]:
+    """Everything the gzip members in data decompress to, and whether it ends early.
+
+    Input goes in chunks so that output before a damaged block is kept.
+    """
+    pieces: list[bytes] = []
+    rest = data
+    while True:
+        member = zlib.decompressobj(wbits=31)
+        fed = 0
+        try:
+            while fed < len(rest) and not member.eof:
+                pieces.append(member.decompress(rest[fed : fed + _GZIP_CHUNK]))
+                fed += _GZIP_CHUNK
+            pieces.append(member.flush())
+        except zlib.error:
+            return b"".join(pieces), True
+        if not member.eof:
+            return b"".join(pieces), True
+        rest = member.unused_data + rest[fed:]
+        if rest[:2] != _GZIP_MAGIC:
+            # Zero padding after the last member is harmless; anything else is damage.
+            return b"".join(pieces), bool(rest.strip(b"\0"))
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "null"
+
+
+def _not_a_trace(where: str, problem: str) -> TraceFormatError:
+    return TraceFormatError(f"{where}: JSON but not a trace: {problem}")
+
+
+def _check_events(events: list[Any], where: str) -> list[RawEvent]:
+    for i, event in enumerate(events):
+        if not isinstance(event, dict):
+            raise _not_a_trace(where, f"event {i} is {_json_type(event)}, not an object")
+    return events
+
+
+def _trace_parts(doc: object, where: str) -> tuple[list[RawEvent], dict[str, Any]]:
+    """Split a parsed document into (events, metadata), or say why it is no trace."""
+    if isinstance(doc, list):
+        return _check_events(doc, where), {}
+    if not isinstance(doc, dict):
+        raise _not_a_trace(
+            where,
+            f"the top level is {_json_type(doc)}, not an object with 'traceEvents' "
+            "or an array of events",
+        )
+    if "traceEvents" not in doc:
+        keys = ", ".join(repr(k) for k in list(doc)[:5]) or "none"
+        raise _not_a_trace(where, f"the top-level object has no 'traceEvents' (keys: {keys})")
+    events = doc["traceEvents"]
+    if not isinstance(events, list):
+        raise _not_a_trace(where, f"'traceEvents' is {_json_type(events)}, not an array")
+    metadata = {k: v for k, v in doc.items() if k != "traceEvents"}
+    return _check_events(events, where), metadata
+
+
+class _Cut(Exception):
+    """The text ended inside the trace; raised to unwind to _parse_pieces."""
+
+
+def _parse_pieces(
+    text: str, where: str, first_error: json.JSONDecodeError
+) -> tuple[list[RawEvent], dict[str, Any], bool]:
+    """Parse value by value; a cut keeps what came before it, damage raises."""
+    reader = _Pieces(text, where)
+    start = reader.skip(0)
+    opening = text[start : start + 1]
+    if opening not in ("[", "{"):
+        raise TraceFormatError(
+            f"{where}: not JSON ({first_error.msg} at line {first_error.lineno} "
+            f"column {first_error.colno})"
+        ) from first_error
+    try:
+        if opening == "[":
+            reader.pos = start + 1
+            reader.read_events()
+        else:
+            reader.read_object(start + 1)
+    except _Cut:
+        return reader.events, reader.metadata, True
+    end = reader.skip(reader.pos)
+    if end < len(text):
+        raise reader.damage(end, "nothing after the end of the trace")
+    if opening == "{" and not reader.found_events:
+        raise _not_a_trace(where, "the top-level object has no 'traceEvents'")
+    return reader.events, reader.metadata, False
+
+
+class _Pieces:
+    """A cursor over trace text that reads one JSON value at a time."""
+
+    def __init__(self, text: str, where: str) -> None:
+        self.text = text
+        self.where = where
+        self.pos = 0
+        self.events: list[RawEvent] = []
+        self.metadata: dict[str, Any] = {}
+        self.found_events = False
+
+    def skip(self, pos: int) -> int:
+        """The position of the next non-whitespace character (len(text) at the end)."""
+        match = _WHITESPACE.match(self.text, pos)
+        return match.end() if match else pos
+
+    def damage(self, pos: int, expected: str) -> TraceFormatError:
+        line = self.text.count("\n", 0, pos) + 1
+        column = pos - self.text.rfind("\n", 0, pos)
+        return TraceFormatError(
+            f"{self.where}: not valid JSON at line {line} column {column}: expected {expected}"
+        )
+
+    def next_char(self) -> str:
+        """Skip whitespace and return the next character; _Cut at the end."""
+        self.pos = self.skip(self.pos)
+        if self.pos >= len(self.text):
+            raise _Cut
+        return self.text[self.pos]
+
+    def value(self) -> Any:
+        """Decode the value at pos (after whitespace) and move past it."""
+        self.next_char()
+        try:
+            value, self.pos = _DECODER.raw_decode(self.text, self.pos)
+        except json.JSONDecodeError as err:
+            if err.msg.startswith("Unterminated string") or _PARTIAL_TOKEN.fullmatch(
+                self.text, err.pos
+            ):
+                raise _Cut from None
+            raise TraceFormatError(
+                f"{self.where}: not valid JSON at line {err.lineno} column {err.colno}: {err.msg}"
+            ) from err
+        return value
+
+    def read_events(self) -> None:
+        """Read events from just inside '[' to just past ']' into self.events.
+
+        A comma before ']' is accepted, as JavaScript (and chrome://tracing) do.
+        """
+        self.found_events = True
+        if self.next_char() == "]":
+            self.pos += 1
+            return
+        while True:
+            event = self.value()
+            if not isinstance(event, dict):
+                raise _not_a_trace(
+                    self.where, f"event {len(self.events)} is {_json_type(event)}, not an object"
+                )
+            self.events.append(event)
+            c = self.next_char()
+            self.pos += 1
+            if c == "]":
+                return
+            if c != ",":
+                raise self.damage(self.pos - 1, "',' or ']' after an event")
+            if self.next_char() == "]":
+                self.pos += 1
+                return
+
+    def read_object(self, pos: int) -> None:
+        """Read the top-level object's members from just inside '{' to just past '}'.
+
+        A member is kept only once the ',' or '}' after it is read: a number cut
+        short ("baseTimeNanoseconds": 17952) is a valid number, but not the value.
+        """
+        self.pos = pos
+        if self.next_char() == "}":
+            self.pos += 1
+            return
+        while True:
+            if self.next_char() != '"':
+                raise self.damage(self.pos, "a member name in double quotes")
+            key = self.value()
+            if self.next_char() != ":":
+                raise self.damage(self.pos, "':' after a member name")
+            self.pos += 1
+            if key == "traceEvents" and self.next_char() == "[":
+                self.pos += 1
+                self.read_events()
+            else:
+                member = self.value()
+                if key == "traceEvents":
+                    raise _not_a_trace(self.where, f"'traceEvents' is {_json_type(member)}")
+                if self.next_char() in ",}":
+                    self.metadata[key] = member
+            c = self.next_char()
+            self.pos += 1
+            if c == "}":
+                return
+            if c != ",":
+                raise self.damage(self.pos - 1, "',' or '}' after a member")

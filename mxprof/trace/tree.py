@@ -1,0 +1,192 @@
+"""Nesting of ranges on a thread: direct parents, self times, and the call tree.
+
+A range's children are the ranges on the same (pid, tid) that lie inside it
+(``child.ts >= parent.ts`` and ``child.end <= parent.end``); its self time is
+its duration less its direct children's (at least 0). A range that overlaps
+the range open before it without fitting inside is not that range's child: it
+becomes the child of the innermost open range that does contain it, if any.
+Zero-length ranges are never parents (two at one instant are siblings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..averages import format_ns
+
+if TYPE_CHECKING:
+    from .model import Event
+
+ThreadKey = tuple[Any, Any]
+
+
+def structure(events: Sequence[Event]) -> tuple[list[int], list[int]]:
+    """Each event's direct parent (an index, -1 for none) and self time in ns.
+
+    ``events`` must be ordered by ts then longest first within each (pid, tid),
+    as ``Trace.events`` is. Events that are not ranges get parent -1, self 0.
+
+    Example:
+        >>> from mxprof.trace import Event
+        >>> outer = Event("outer", "", "X", 0, 4_000, 1, 1, {})
+        >>> inner = Event("inner", "", "X", 1_000, 1_000, 1, 1, {})
+        >>> structure([outer, inner])
+        ([-1, 0], [3000, 1000])
+    """
+    parents = [-1] * len(events)
+    selfs = [0] * len(events)
+    open_ranges: dict[ThreadKey, list[int]] = {}
+    for i, event in enumerate(events):
+        if event.dur is None:
+            continue
+        selfs[i] = event.dur
+        stack = open_ranges.setdefault((event.pid, event.tid), [])
+        # Ranges that ended before this one starts can parent nothing after it.
+        while stack and event.ts >= events[stack[-1]].end and not _inside(event, events[stack[-1]]):
+            stack.pop()
+        for j in reversed(stack):
+            if _inside(event, events[j]):
+                parents[i] = j
+                selfs[j] -= event.dur
+                break
+        if event.dur > 0:
+            stack.append(i)
+    return parents, [max(s, 0) for s in selfs]
+
+
+def _inside(child: Event, parent: Event) -> bool:
+    return parent.ts <= child.ts and child.end <= parent.end
+
+
+@dataclass
+class CallNode:
+    """One call path on one thread: the ranges with this name under the same path.
+
+    Times are in ns; ``self`` sums the ranges' own self times.
+    """
+
+    name: str
+    category: str
+    count: int = 0
+    total: int = 0
+    self: int = 0
+    children: list[CallNode] = field(default_factory=list)
+    _by_key: dict[tuple[str, str], CallNode] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def child(self, name: str) -> CallNode:
+        """The first child called name.
+
+        Raises:
+            KeyError: no child has that name; the message lists the children.
+
+        Example:
+            >>> node = CallNode("outer", "dom")
+            >>> node.children.append(CallNode("inner", "dom", count=2))
+            >>> node.child("inner").count
+            2
+        """
+        for node in self.children:
+            if node.name == name:
+                return node
+        have = ", ".join(repr(n.name) for n in self.children) or "none"
+        raise KeyError(f"{self.name!r} has no child {name!r} (children: {have})")
+
+
+class CallTree:
+    """Per-thread call trees: ``roots[(pid, tid)]`` lists that thread's top-level nodes.
+
+    ``str(tree)`` renders each thread's tree as indented text.
+
+    Example:
+        >>> tree = mxprof.load("trace.json").tree()  # doctest: +SKIP
+        >>> print(tree)  # doctest: +SKIP
+        w0 (pid 26078, tid 1)
+          outer    count 1  total 4.000ms  self 2.000ms
+            inner  count 2  total 2.000ms  self 2.000ms
+    """
+
+    def __init__(
+        self,
+        roots: dict[ThreadKey, list[CallNode]],
+        thread_names: Mapping[ThreadKey, str] | None = None,
+    ) -> None:
+        self.roots = roots
+        self.thread_names = dict(thread_names or {})
+
+    def __repr__(self) -> str:
+        return f"CallTree(threads={len(self.roots)})"
+
+    def __str__(self) -> str:
+        blocks = []
+        for (pid, tid), nodes in sorted(self.roots.items(), key=lambda kv: _thread_order(kv[0])):
+            name = self.thread_names.get((pid, tid))
+            head = f"{name} (pid {pid}, tid {tid})" if name else f"tid {tid} (pid {pid})"
+            rows: list[tuple[str, CallNode]] = []
+            _flatten(nodes, 1, rows)
+            width = max(len(label) for label, _ in rows)
+            cwidth = max(len(str(node.count)) for _, node in rows)
+            lines = [head] + [
+                f"{label:<{width}}  count {node.count:>{cwidth}}"
+                f"  total {format_ns(node.total):>10}  self {format_ns(node.self):>10}"
+                for label, node in rows
+            ]
+            blocks.append("\n".join(lines))
+        return "\n\n".join(blocks) + "\n" if blocks else ""
+
+
+def _thread_order(key: ThreadKey) -> tuple[str, str]:
+    return (str(key[0]), str(key[1]))
+
+
+def _flatten(nodes: list[CallNode], depth: int, out: list[tuple[str, CallNode]]) -> None:
+    for node in nodes:
+        out.append(("  " * depth + node.name, node))
+        _flatten(node.children, depth + 1, out)
+
+
+def build_tree(
+    events: Sequence[Event],
+    parents: Sequence[int],
+    selfs: Sequence[int],
+    thread_names: Mapping[ThreadKey, str],
+) -> CallTree:
+    """Merge ranges into call paths: same (name, category) under the same path, one node.
+
+    ``parents`` and ``selfs`` are ``structure(events)``'s; a parent must come
+    before its children in ``events``, as it does in ``Trace.events``.
+
+    Example:
+        >>> from mxprof.trace import Event
+        >>> events = [Event("step", "", "X", 0, 9, 1, 1, {}), Event("op", "", "X", 1, 2, 1, 1, {}),
+        ...           Event("op", "", "X", 4, 2, 1, 1, {})]
+        >>> (step,) = build_tree(events, *structure(events), {}).roots[(1, 1)]
+        >>> step.self, [(n.name, n.count, n.total) for n in step.children]
+        (5, [('op', 2, 4)])
+    """
+    roots: dict[ThreadKey, list[CallNode]] = {}
+    root_keys: dict[ThreadKey, dict[tuple[str, str], CallNode]] = {}
+    node_of: dict[int, CallNode] = {}
+    for i, event in enumerate(events):
+        if event.dur is None:
+            continue
+        parent = parents[i]
+        if parent < 0:
+            thread = (event.pid, event.tid)
+            siblings = roots.setdefault(thread, [])
+            by_key = root_keys.setdefault(thread, {})
+        else:
+            siblings = node_of[parent].children
+            by_key = node_of[parent]._by_key
+        node = by_key.get((event.name, event.category))
+        if node is None:
+            node = by_key[(event.name, event.category)] = CallNode(event.name, event.category)
+            siblings.append(node)
+        node.count += 1
+        node.total += event.dur
+        node.self += selfs[i]
+        node_of[i] = node
+    return CallTree(roots, thread_names)

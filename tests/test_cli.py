@@ -1,0 +1,257 @@
+"""The mxprof command, called as a console script and as python -m mxprof."""
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mxprof import _testing
+
+WAYS = {
+    "script": [shutil.which("mxprof") or "mxprof"],
+    "module": [sys.executable, "-m", "mxprof"],
+}
+
+
+@pytest.fixture(params=sorted(WAYS))
+def cli(request, tmp_path):
+    def run(*args, check=None):
+        proc = subprocess.run(
+            [*WAYS[request.param], *map(str, args)],
+            cwd=tmp_path,  # not the repository root: its mxprof/ has no compiled core
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if check is not None:
+            assert proc.returncode == check, proc.stdout + proc.stderr
+        return proc
+
+    return run
+
+
+SCRIPT = """
+import sys
+import mxprof
+d = mxprof.Domain("app")
+work = d.new_task("work")
+for i in range(int(sys.argv[1])):
+    with work:
+        sum(range(1000))
+print("args", sys.argv[1:])
+sys.exit(int(sys.argv[2]))
+"""
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_run_profiles_a_script_and_keeps_its_exit_status(cli, tmp_path):
+    write(tmp_path, "app.py", SCRIPT)
+    proc = cli(
+        "run", "-o", "app.json", "--aggregate", "--sort", "count", "app.py", "5", "3", check=3
+    )
+    assert proc.stdout == "args ['5', '3']\n"  # the script's stdout is its own
+    assert "trace written to app.json" in proc.stderr
+    row = next(ln for ln in proc.stderr.splitlines() if ln.startswith("work "))
+    assert row.split()[1] == "5"
+    trace = _testing.load_trace(tmp_path / "app.json")
+    assert len(_testing.events(trace, "X", "work")) == 5
+    assert [e["name"] for e in _testing.events(trace, "X") if e["cat"] == "mxprof"] == [
+        "run app.py"
+    ]
+
+
+def test_run_without_aggregate_prints_no_table(cli, tmp_path):
+    write(tmp_path, "app.py", SCRIPT)
+    proc = cli("run", "app.py", "2", "0", check=0)
+    assert "Profile Statistics" not in proc.stderr
+    assert len(_testing.events(_testing.load_trace(tmp_path / "profile.json"), "X", "work")) == 2
+
+
+def test_run_a_failing_script_still_writes_the_trace(cli, tmp_path):
+    write(
+        tmp_path,
+        "bad.py",
+        """
+        import mxprof
+        t = mxprof.Domain("d").new_task("before_error")
+        t.start(); t.stop()
+        raise ValueError("boom")
+    """,
+    )
+    proc = cli("run", "bad.py", check=1)
+    assert "ValueError: boom" in proc.stderr
+    trace = _testing.load_trace(tmp_path / "profile.json")
+    assert _testing.events(trace, "X", "before_error")
+
+
+def test_run_errors(cli, tmp_path):
+    proc = cli("run", "missing.py", check=1)
+    assert "no such script" in proc.stderr and "missing.py" in proc.stderr
+    proc = cli("run", "--period", "0", "x.py", check=2)
+    assert "must be > 0" in proc.stderr
+    proc = cli("run", "--sort", "median", "x.py", check=2)
+    assert "median" in proc.stderr
+    proc = cli("frobnicate", check=2)
+    assert "invalid choice" in proc.stderr
+
+
+def record_trace(tmp_path, name="t.json"):
+    """A trace and its dumps() JSON, from a run with known nesting."""
+    write(
+        tmp_path,
+        "rec.py",
+        f"""
+        import json, mxprof
+        from mxprof import _testing
+        mxprof.set_config(filename={name!r}, aggregate_stats=True, profile_api=False)
+        d = mxprof.Domain("d")
+        outer, inner = d.new_task("outer"), d.new_task("inner")
+        with _testing.fake_clock() as clock:
+            mxprof.set_state("run")
+            for i in range(1, 21):
+                with outer:
+                    clock(i * 1000)
+                    with inner:
+                        clock(i * 500)
+            mxprof.set_state("stop")
+            mxprof.dump()
+            print(mxprof.dumps(format="json"))  # inside: fake ticks are fake-clock ns
+    """,
+    )
+    proc = subprocess.run([sys.executable, "rec.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return tmp_path / name, json.loads(proc.stdout)
+
+
+def test_stats_json_matches_the_runs_dumps(cli, tmp_path):
+    path, dumps = record_trace(tmp_path)
+    proc = cli("stats", path, "--format", "json", "--sort", "self", check=0)
+    doc = json.loads(proc.stdout)
+    assert doc["unit"] == "ns" and doc["truncated"] is False
+    rows = {r["name"]: r for r in doc["rows"]}
+    for name in ("outer", "inner"):
+        want = dumps["Time"]["d"][name]
+        got = rows[name]
+        assert got["count"] == want["Count"]
+        for key in ("Total", "Min", "Max", "Avg", "Self"):
+            assert got[key.lower()] == pytest.approx(want[key] * 1e6, abs=1), (name, key)
+        for key in ("P50", "P90", "P99"):
+            assert got[key.lower()] == pytest.approx(want[key] * 1e6, rel=0.01), (name, key)
+    # Self: outer 315 us - 105 us of inner = 210 us; inner 105 us.
+    assert [r["name"] for r in doc["rows"]] == ["outer", "inner"]
+    assert rows["outer"]["self"] == 210_000 and rows["inner"]["self"] == 105_000
+
+
+def test_stats_table_and_top(cli, tmp_path):
+    path, _ = record_trace(tmp_path)
+    proc = cli("stats", path, "--top", "1", check=0)
+    lines = proc.stdout.splitlines()
+    assert lines[1].split()[:2] == ["Name", "Category"]
+    assert [ln.split()[0] for ln in lines[3:-1]] == ["outer"]  # by total
+    assert "315.000us" in proc.stdout and "210.000us" in proc.stdout  # total, self
+
+
+def test_stats_of_a_cut_file_says_so(cli, tmp_path):
+    path, _ = record_trace(tmp_path)
+    data = path.read_bytes()
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(data[: len(data) // 2])
+    proc = cli("stats", cut, "--format", "json", check=0)
+    assert "cut short" in proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["truncated"] is True and 0 < sum(r["count"] for r in doc["rows"]) < 40
+
+
+def test_stats_errors(cli, tmp_path):
+    assert "no such file" in cli("stats", "nope.json", check=1).stderr
+    (tmp_path / "text.json").write_text("hello")
+    assert "not JSON" in cli("stats", "text.json", check=1).stderr
+    (tmp_path / "obj.json").write_text('{"a": 1}')
+    assert "not a trace" in cli("stats", "obj.json", check=1).stderr
+    assert "invalid choice" in cli("stats", "obj.json", "--format", "xml", check=2).stderr
+    assert "must be >= 0" in cli("stats", "obj.json", "--top", "-1", check=2).stderr
+
+
+def test_stats_reads_a_torch_trace(cli, tmp_path):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "torch.json"
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            with torch.profiler.record_function("my_block"):
+                torch.ones(8).sum()
+    prof.export_chrome_trace(str(path))
+    doc = json.loads(cli("stats", path, "--format", "json", check=0).stdout)
+    rows = {r["name"]: r for r in doc["rows"]}
+    assert rows["my_block"]["count"] == 3
+    assert rows["my_block"]["self"] < rows["my_block"]["total"]  # aten ops nested inside
+
+
+def run_and_record(tmp_path, name, delay_s):
+    write(
+        tmp_path,
+        f"{name}.py",
+        f"""
+        import time, mxprof
+        mxprof.set_config(filename="{name}.json", profile_api=False)
+        time.sleep({delay_s})
+        mxprof.set_state("run")
+        t = mxprof.Domain("{name}").new_task("job")
+        with t:
+            time.sleep(0.01)
+        mxprof.dump()
+    """,
+    )
+    proc = subprocess.run(
+        [sys.executable, f"{name}.py"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    return tmp_path / f"{name}.json"
+
+
+def test_merge_puts_traces_on_one_timeline(cli, tmp_path):
+    a = run_and_record(tmp_path, "first", 0)
+    b = run_and_record(tmp_path, "second", 0.2)
+    proc = cli("merge", a, b, "-o", "merged.json", check=0)
+    assert "events written to merged.json" in proc.stderr
+    ta, tb = _testing.load_trace(a), _testing.load_trace(b)
+    merged = _testing.load_trace(tmp_path / "merged.json")
+    assert merged["baseTimeNanoseconds"] == min(
+        ta["baseTimeNanoseconds"], tb["baseTimeNanoseconds"]
+    )
+    jobs = {e["cat"]: e for e in _testing.events(merged, "X", "job")}
+    assert set(jobs) == {"first", "second"}
+    assert jobs["first"]["pid"] != jobs["second"]["pid"]  # one process track per input
+    # Wall-clock alignment: the gap between the jobs is the gap between the runs.
+    wall = {
+        "first": ta["baseTimeNanoseconds"] / 1e3 + _testing.events(ta, "X", "job")[0]["ts"],
+        "second": tb["baseTimeNanoseconds"] / 1e3 + _testing.events(tb, "X", "job")[0]["ts"],
+    }
+    gap = jobs["second"]["ts"] - jobs["first"]["ts"]
+    assert gap == pytest.approx(wall["second"] - wall["first"], abs=1)
+    assert gap > 150_000  # the second run started 0.2 s later
+    names = {e["args"]["name"] for e in _testing.events(merged, "M", "process_name")}
+    assert any("first.json" in n for n in names) and any("second.json" in n for n in names)
+
+
+def test_merge_renumbers_shared_pids(cli, tmp_path):
+    a = run_and_record(tmp_path, "one", 0)
+    copy = tmp_path / "copy.json"
+    shutil.copy(a, copy)  # same pid twice
+    cli("merge", a, copy, "-o", "m.json", check=0)
+    merged = _testing.load_trace(tmp_path / "m.json")
+    assert len({e["pid"] for e in _testing.events(merged, "X", "job")}) == 2
+
+
+def test_merge_errors(cli, tmp_path):
+    assert "no such file" in cli("merge", "a.json", "-o", "m.json", check=1).stderr
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    assert "not a trace" in cli("merge", "bad.json", "-o", "m.json", check=1).stderr
+    assert "required" in cli("merge", "bad.json", check=2).stderr
