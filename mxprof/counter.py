@@ -48,26 +48,26 @@ class Counter(Named):
 
     def set_value(self, value: int) -> None:
         """Set the value.  Example: ``counter.set_value(5)``."""
-        if _set(self._id, value) == 1:
+        if _set(self._id, value):
             register_current()
 
     def increment(self, delta: int = 1) -> None:
         """Add delta.  Example: ``counter.increment(4)``."""
-        if _add(self._id, delta) == 1:
+        if _add(self._id, delta):
             register_current()
 
     def decrement(self, delta: int = 1) -> None:
         """Subtract delta.  Example: ``counter.decrement()``."""
-        if _add(self._id, -delta) == 1:
+        if _add(self._id, -delta):
             register_current()
 
     def __iadd__(self, delta: int) -> Counter:
-        if _add(self._id, delta) == 1:
+        if _add(self._id, delta):
             register_current()
         return self
 
     def __isub__(self, delta: int) -> Counter:
-        if _add(self._id, -delta) == 1:
+        if _add(self._id, -delta):
             register_current()
         return self
 

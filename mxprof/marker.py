@@ -42,8 +42,11 @@ class Marker(Named):
         Raises:
             ConfigError: an unknown scope (in any profiler state).
         """
-        code = SCOPES.get(scope) if isinstance(scope, str) else None
-        if code is None:
-            raise ConfigError(f"unknown marker scope {scope!r}; valid scopes: {', '.join(SCOPES)}")
-        if _mark(self._id, code) == 1:
+        # The core rejects scope 0 before anything else, in any state.
+        rc = _mark(self._id, SCOPES.get(scope, 0))
+        if rc:
+            if rc < 0:
+                raise ConfigError(
+                    f"unknown marker scope {scope!r}; valid scopes: {', '.join(SCOPES)}"
+                )
             register_current()

@@ -41,6 +41,7 @@ RELEASING = (
     ("int", "mxp_max_events_set", "uint64_t max_events", "max_events"),
     ("int", "mxp_trace_errno", "void", ""),
     ("void", "mxp_reset", "void", ""),
+    ("int", "mxp_noop_released", "uint32_t id", "id"),  # a benchmark baseline
 )
 
 

@@ -56,19 +56,30 @@ def test_cdef_is_the_headers_marked_region():
     assert "#define MXP_OK ..." in cdef  # values come from the compiler
 
 
-def test_benchmarks_quick_mode_prints_a_table():
+def test_benchmarks_quick_mode_runs_and_reports(tmp_path):
+    out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--quick"],
-        cwd=ROOT,
+        [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--quick", "--json", str(out)],
+        cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert lines[1].split() == ["operation", "ns/op", "x", "floor"]
-    rows = {ln[:30].strip(): ln[30:].split() for ln in lines[2:]}
-    assert "bare cffi call (floor)" in rows and "with task" in rows
-    assert rows["bare cffi call (floor)"][1] == "1.00"
-    for name, (ns, ratio) in rows.items():
-        assert float(ns) > 0 and float(ratio) > 0, name
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import json
+
+    doc = json.loads(out.read_text())
+    base = doc["per_call"]["baselines"]
+    assert set(base) >= {"empty loop", "empty with", "floor: no-op cffi call"}
+    for mode in ("recording", "aggregate-only", "paused", "stopped"):
+        cases = doc["per_call"][f"mxprof, {mode}"]
+        assert set(cases) >= {"task.start(); task.stop()", "with task", "counter += 1"}
+        assert all(ns > 0 for ns in cases.values())
+    if doc["native"] is not None:
+        assert doc["native"]["range"]["ns_per_op"] > 0
+        assert 20 <= doc["native"]["memory"]["bytes_per_range"] <= 64
+    assert doc["bulk"]["events"] == 100_000 and doc["bulk"]["file_bytes"] > 100_000 * 50
+    assert {t["what"] for t in doc["targets"]} >= {"with task", "write 10 M events as JSON"}
+    # The printed tables: one line per case, the targets last.
+    assert "floor: no-op cffi call" in proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("dumps() over them")

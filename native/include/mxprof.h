@@ -114,6 +114,14 @@ void mxp_reset(void);
  * one call.  Always returns MXP_OK. */
 int mxp_noop(uint32_t id);
 
+/* The same no-op, bound the way cffi binds by default (releasing the GIL
+ * around the call): the floor of a binding without mxprof's GIL policy. */
+int mxp_noop_released(uint32_t id);
+
+/* A no-op that reads the clock and stores the reading: the floor of a call
+ * that timestamps something.  Returns MXP_OK. */
+int mxp_noop_clock(uint32_t id);
+
 /* ---- clock ---- */
 
 /* Current time of the core's clock, in ns. */

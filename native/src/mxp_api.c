@@ -59,36 +59,51 @@ static inline void aggregate_range(mxpi_thread *t, uint32_t id, int64_t dur, int
     MXPI_STORE(*bucket, MXPI_LOAD(*bucket) + 1);
 }
 
-/* Close the range at stack index i (not necessarily the top). */
-static void end_at(mxpi_thread *t, uint32_t i) {
+/* Record a finished range: its trace record, its statistics, and its time
+ * credited to the enclosing range (parent, which may be NULL). */
+static inline void finish(mxpi_thread *t, const mxpi_open *o, mxpi_open *parent, int64_t now) {
+    int64_t dur = now - o->start;
+    if (MXPI_UNLIKELY(dur < 0)) dur = 0;
+    if (parent != NULL && (parent->flags & MXPI_OPEN_LIVE)) parent->child += now - o->credit;
+    uint32_t f = flags_now();
+    if (o->flags & f & MXPI_OPEN_TRACE) mxpi_record(t, f, o->start, dur, o->id, o->aux);
+    if (o->flags & f & MXPI_OPEN_AGG) {
+        int64_t self = dur - o->child;
+        aggregate_range(t, o->id, dur, self < 0 ? 0 : self);
+    }
+}
+
+/* Close the range at stack index i below the top: it was not innermost. */
+static __attribute__((noinline, cold)) void end_inner(mxpi_thread *t, uint32_t i) {
     mxpi_open o = t->stack[i];
     uint32_t top = t->depth - 1;
-    if (MXPI_UNLIKELY(!(o.flags & MXPI_OPEN_LIVE))) {
+    mxpi_tally(&t->non_lifo);
+    if (!(o.flags & MXPI_OPEN_LIVE)) {
         mxpi_tally(&t->ignored);
     } else {
         int64_t now = mxpi_ticks();
-        int64_t dur = now - o.start;
-        if (dur < 0) dur = 0;
-        if (MXPI_UNLIKELY(i != top)) {
-            /* Not innermost: the range directly above was its child until
-             * now; from now on it counts towards the grandparent. */
-            mxpi_open *above = &t->stack[i + 1];
-            if (above->flags & MXPI_OPEN_LIVE) {
-                o.child += now - above->credit;
-                above->credit = now;
-            }
-            mxpi_tally(&t->non_lifo);
+        /* The range directly above was its child until now; from now on it
+         * counts towards the grandparent. */
+        mxpi_open *above = &t->stack[i + 1];
+        if (above->flags & MXPI_OPEN_LIVE) {
+            o.child += now - above->credit;
+            above->credit = now;
         }
-        if (i > 0 && (t->stack[i - 1].flags & MXPI_OPEN_LIVE)) t->stack[i - 1].child += now - o.credit;
-        uint32_t f = flags_now();
-        if (o.flags & f & MXPI_OPEN_TRACE) mxpi_record(t, f, o.start, dur, o.id, o.aux);
-        if (o.flags & f & MXPI_OPEN_AGG) {
-            int64_t self = dur - o.child;
-            aggregate_range(t, o.id, dur, self < 0 ? 0 : self);
-        }
+        finish(t, &o, i > 0 ? &t->stack[i - 1] : NULL, now);
     }
-    if (MXPI_UNLIKELY(i != top)) memmove(&t->stack[i], &t->stack[i + 1], (top - i) * sizeof t->stack[0]);
+    memmove(&t->stack[i], &t->stack[i + 1], (top - i) * sizeof t->stack[0]);
     t->depth = top;
+}
+
+/* Close the innermost open range (index depth - 1). */
+static inline void end_top(mxpi_thread *t) {
+    uint32_t i = --t->depth;
+    mxpi_open *o = &t->stack[i];
+    if (MXPI_UNLIKELY(!(o->flags & MXPI_OPEN_LIVE))) {
+        mxpi_tally(&t->ignored);
+        return;
+    }
+    finish(t, o, i > 0 ? &t->stack[i - 1] : NULL, mxpi_ticks());
 }
 
 int mxp_range_begin(uint32_t id) {
@@ -109,18 +124,25 @@ int mxp_frame_begin(uint32_t id) {
     return rc;
 }
 
+static __attribute__((noinline, cold)) void end_search(mxpi_thread *t, uint32_t id) {
+    for (uint32_t d = t->depth; d > 1; d--) {
+        if (t->stack[d - 2].id == id) {
+            end_inner(t, d - 2);
+            return;
+        }
+    }
+    mxpi_tally(&t->unmatched);
+}
+
 int mxp_range_end(uint32_t id) {
     int rc = MXP_OK;
     mxpi_thread *t = mxpi_self(&rc);
     if (MXPI_UNLIKELY(t == NULL)) return rc;
     uint32_t d = t->depth;
-    while (d > 0) {
-        if (t->stack[--d].id == id) {
-            end_at(t, d);
-            return rc;
-        }
-    }
-    mxpi_tally(&t->unmatched);
+    if (MXPI_LIKELY(d > 0 && t->stack[d - 1].id == id))
+        end_top(t);
+    else
+        end_search(t, id);
     return rc;
 }
 
@@ -144,7 +166,10 @@ int mxp_range_end_token(uint32_t id, int64_t token) {
     while (d > 0) {
         mxpi_open *o = &t->stack[--d];
         if (o->seq == seq && o->id == id) {
-            end_at(t, d);
+            if (d == t->depth - 1)
+                end_top(t);
+            else
+                end_inner(t, d);
             return rc;
         }
         if (o->seq < seq) break; /* sequence numbers grow up the stack */

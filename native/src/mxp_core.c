@@ -86,6 +86,18 @@ int mxp_noop(uint32_t id) {
     return MXP_OK;
 }
 
+int mxp_noop_released(uint32_t id) {
+    (void)id;
+    return MXP_OK;
+}
+
+static _Atomic int64_t last_reading;
+
+int mxp_noop_clock(uint32_t id) {
+    atomic_store_explicit(&last_reading, mxpi_ticks() + id, MXPI_RELAXED);
+    return MXP_OK;
+}
+
 #define FLAG_MASK ((uint32_t)(MXP_FLAG_RECORD | MXP_FLAG_TRACE | MXP_FLAG_AGGREGATE))
 
 uint32_t mxp_flags_update(uint32_t set, uint32_t clear) {

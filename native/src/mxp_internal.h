@@ -37,6 +37,7 @@
 #endif
 
 #define MXPI_LIKELY(x) __builtin_expect(!!(x), 1)
+#define MXPI_CACHE_LINE 64
 #define MXPI_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define MXPI_RELAXED memory_order_relaxed
 #define MXPI_ACQUIRE memory_order_acquire
@@ -169,9 +170,10 @@ typedef struct mxpi_open {
 
 /* ---- thread state ---- */
 
+/* Allocated cache-line aligned, so threads never share a line of state. */
 typedef struct mxpi_thread {
     /* owner only */
-    mxpi_chunk *cur;
+    _Alignas(MXPI_CACHE_LINE) mxpi_chunk *cur;
     uint32_t pos;
     uint32_t limit; /* slots below it are reserved under the event cap */
     uint32_t cap_epoch;
@@ -220,15 +222,21 @@ typedef struct mxpi_object {
 
 /* ---- global state ---- */
 
+/* Layout: what every hot call reads (flags, agg_epoch, nobj) shares one cache
+ * line that is written only by control calls; the event cap's budget, which
+ * every recording thread updates, has a line of its own. */
 typedef struct mxpi_global {
-    _Atomic uint32_t flags;     /* MXP_FLAG_* | cap epoch << MXPI_CAP_EPOCH_SHIFT */
+    _Alignas(MXPI_CACHE_LINE) _Atomic uint32_t flags; /* MXP_FLAG_* | cap epoch << MXPI_CAP_EPOCH_SHIFT */
     _Atomic uint32_t agg_epoch; /* bumped by a statistics reset */
-    mxpi_agg *baseline;         /* merged sums at the last reset (reg_lock) */
+    _Atomic uint32_t nobj;      /* ids handed out (registry) */
+
+    _Alignas(MXPI_CACHE_LINE) _Atomic int64_t budget; /* records that may still be buffered */
+
+    _Alignas(MXPI_CACHE_LINE) mxpi_agg *baseline; /* merged sums at the last reset (reg_lock) */
     uint32_t nbaseline;
     int64_t recorded;           /* ticks spent recording, up to recording_since (reg_lock) */
     int64_t recording_since;    /* ticks when recording last began (reg_lock) */
     int64_t recorded_base;      /* recorded at the last statistics reset */
-    _Atomic int64_t budget;     /* records that may still be buffered */
     uint64_t max_events;        /* 0 = no limit (under out_lock) */
 
     pthread_mutex_t reg_lock;
@@ -237,7 +245,6 @@ typedef struct mxpi_global {
     pthread_mutex_t names_lock;
 
     /* registry */
-    _Atomic uint32_t nobj;
     mxpi_object *_Atomic obj_pages[MXPI_NPAGES];
     uint32_t *buckets;
     uint32_t nbuckets;

@@ -267,8 +267,10 @@ void mxpi_threads_init(void) { pthread_key_create(&exit_key, thread_exit); }
 
 mxpi_thread *mxpi_thread_attach(void) {
     mxp_init();
-    mxpi_thread *t = calloc(1, sizeof *t);
+    size_t size = (sizeof(mxpi_thread) + MXPI_CACHE_LINE - 1) / MXPI_CACHE_LINE * MXPI_CACHE_LINE;
+    mxpi_thread *t = aligned_alloc(MXPI_CACHE_LINE, size);
     if (t == NULL) return NULL;
+    memset(t, 0, size);
     if (!mxpi_stack_grow(t)) {
         free(t);
         return NULL;
