@@ -54,7 +54,8 @@ class _Range(Named):
             register_current()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        # Named parameters, not *exc: no tuple is built on every exit.
         if _end(self._id):
             register_current()
 
