@@ -31,6 +31,11 @@ def build() -> str | None:
     cmd = [cc, "-O2", "-std=c11", "-pthread", "-fvisibility=hidden"]
     cmd += ["-I" + os.path.join(ROOT, "native", "include"), "-I" + src]
     cmd += [os.path.join(HERE, "native", "bench_core.c"), *sources, "-o", out]
+    probe = subprocess.run(
+        [cc, "-E", "-"], input="#include <zlib.h>\n", capture_output=True, text=True
+    )
+    if probe.returncode == 0:
+        cmd += ["-DMXPI_HAVE_ZLIB=1", "-lz"]
     subprocess.run(cmd, check=True)
     return out
 

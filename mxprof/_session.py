@@ -22,7 +22,7 @@ import warnings
 from types import FrameType
 from typing import Any
 
-from . import _threads, config
+from . import _children, _signals, _threads, config
 from ._native import FLAG_AGGREGATE, FLAG_RECORD, FLAG_TRACE, lib, strerror, utf8
 from ._version import __version__
 from .errors import ConfigError, OutputError, ProfilerError, StateError
@@ -55,7 +55,12 @@ def remote(call: str) -> None:
 
 
 class _Flusher:
-    """The background writer of continuous_dump: one daemon thread."""
+    """The background writer of continuous_dump: one daemon thread.
+
+    It writes every ``period`` seconds, and sooner when the core wakes it
+    because ``dump_events`` events wait in memory.  The wait is in C, with
+    the GIL released.
+    """
 
     def __init__(self, session: Session, period: float) -> None:
         self.period = period
@@ -65,12 +70,17 @@ class _Flusher:
         self.thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.period):
+        timeout_ns = int(self.period * 1e9)
+        while not self._stop.is_set():
+            lib.mxp_flush_wait(timeout_ns)
+            if self._stop.is_set():
+                return
             self._session.background_flush(self._stop)
 
     def stop(self) -> None:
         """Stop and wait; safe with the session lock held (see background_flush)."""
         self._stop.set()
+        lib.mxp_flush_wake()
         if threading.current_thread() is not self.thread:
             self.thread.join()
 
@@ -90,6 +100,8 @@ class Session:
         self.ever_ran = False
         self.profile_open = False  # a profile has begun and is not finished
         self.traced = False  # the open profile writes a trace file
+        # A child's parent's filename, which its own and its children's derive from.
+        self.inherited_base: str | None = None
         self.flusher: _Flusher | None = None
         self.pending: OutputError | None = None  # a failed background write
         self.baseline = {
@@ -120,6 +132,12 @@ class Session:
             self.flusher = None
         if wanted and self.flusher is None:
             self.flusher = _Flusher(self, period)
+        lib.mxp_flush_threshold_set(self.config["dump_events"] if wanted else 0)
+        if self.profile_open and self.state == "run" and self.config["follow_children"]:
+            base = self.inherited_base or self.config["filename"]
+            _children.export(self.config, base, self.paused)
+        else:
+            _children.withdraw()
 
     def begin_profile(self) -> None:
         lib.mxp_profile_begin()
@@ -134,6 +152,8 @@ class Session:
         self.profile_open = True
         self.ever_ran = True
         self.pending = None
+        if self.config["flush_on_signal"]:
+            _signals.install(self.signal_flush)
 
     def set_path(self, path: str) -> None:
         """Point the core at path; this profile's events so far go to the old one."""
@@ -202,6 +222,12 @@ class Session:
         finally:
             self.lock.release()
 
+    def signal_flush(self) -> None:
+        """Write everything buffered (from a signal handler: never raises)."""
+        with self.lock:
+            if self.profile_open and self.traced:
+                self.flush(finish=False, explicit=False)
+
     def end_profile(self) -> None:
         self.profile_open = False
         self.sync()
@@ -225,13 +251,45 @@ class Session:
         # thread and any lock holder do not exist here.
         self.lock = threading.RLock()
         self.flusher = None
-        self.state = "stop"
-        self.paused = False
+        follow = self.profile_open and self.state == "run" and self.config["follow_children"]
         self.profile_open = False
+        if not follow:
+            self.state = "stop"
+            self.paused = False
+            self.sync()
+            return
+        self.inherited_base = self.inherited_base or self.config["filename"]
+        self.start_child(self.paused)
+
+    def start_child(self, paused: bool) -> None:
+        """Profile this child process into <stem>.<pid><ext> of the parent's file."""
+        assert self.inherited_base is not None
+        self.config["filename"] = _children.child_filename(self.inherited_base, os.getpid())
+        self.begin_profile()
+        self.state = "run"
+        self.paused = paused
+        self.sync()
+        _children.finish_at_child_exit(self.at_exit)
+
+    def adopt_inherited(self) -> None:
+        """At import in a child: profile as the parent offered (follow_children)."""
+        offer = _children.inherited()
+        if offer is None:
+            return
+        try:
+            values = config.validate({k: v for k, v in offer["config"].items() if k in config.KEYS})
+        except ProfilerError:
+            return  # an offer from another mxprof version: not ours to follow
+        values.pop("profile_process", None)
+        with self.lock:
+            self.config.update(values)
+            self.inherited_base = offer["base"]
+            self.start_child(bool(offer.get("paused")))
 
 
 SESSION = Session()
 SESSION.sync()
 atexit.register(SESSION.at_exit)
+SESSION.adopt_inherited()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=SESSION.after_fork_in_child)

@@ -1,4 +1,4 @@
-"""The ``mxprof`` command: run, stats, merge.
+"""The ``mxprof`` command: run, stats, merge, repair.
 
 Each subcommand is one small function taking the parsed arguments and
 returning an exit status.  Profiler output goes to stderr, so a profiled
@@ -32,7 +32,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not os.path.isfile(script):
         return _error("run", f"no such script: {script!r}")
     control.set_config(
-        filename=args.output, aggregate_stats=args.aggregate, dump_period=args.period
+        filename=args.output,
+        aggregate_stats=args.aggregate,
+        dump_period=args.period,
+        follow_children=args.follow_children,
     )
     whole = Domain("mxprof").new_task(f"run {os.path.basename(script)}")
     sys.argv = [script, *args.args]
@@ -124,6 +127,28 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_repair(args: argparse.Namespace) -> int:
+    """Rewrite a trace cut short as valid JSON (in place, or to -o)."""
+    from .repair import repair
+
+    if not os.path.isfile(args.trace):
+        return _error("repair", f"no such file: {args.trace!r}")
+    try:
+        result = repair(args.trace, args.output)
+    except (TraceFormatError, OSError) as e:
+        return _error("repair", str(e))
+    target = args.output or args.trace
+    if result["truncated"]:
+        print(
+            f"mxprof repair: {args.trace} was cut short; {result['events']} complete events "
+            f"written to {target}",
+            file=sys.stderr,
+        )
+    else:
+        print(f"mxprof repair: {args.trace} was complete; written to {target}", file=sys.stderr)
+    return 0
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -157,6 +182,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--period", type=_positive_float, default=1.0, help="seconds between background writes"
     )
+    run.add_argument(
+        "--follow-children",
+        action="store_true",
+        help="child processes profile too, each into <stem>.<pid><ext>",
+    )
     run.add_argument("script", help="the script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     run.set_defaults(func=cmd_run)
@@ -172,6 +202,11 @@ def parser() -> argparse.ArgumentParser:
     mg.add_argument("traces", nargs="+", help="input traces")
     mg.add_argument("-o", "--output", required=True, help="the merged trace")
     mg.set_defaults(func=cmd_merge)
+
+    rp = sub.add_parser("repair", help="rewrite a trace cut short (a killed process) as valid JSON")
+    rp.add_argument("trace")
+    rp.add_argument("-o", "--output", default=None, help="write here instead of over the input")
+    rp.set_defaults(func=cmd_repair)
     return p
 
 

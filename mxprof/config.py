@@ -47,6 +47,19 @@ def _str(key: str, value: Any) -> str:
     return value
 
 
+def _filename(key: str, value: Any) -> str:
+    path = _str(key, value)
+    from ._native import lib, utf8  # config is imported before _native elsewhere
+
+    data = utf8(path, key)
+    if lib.mxp_trace_format(data, len(data)) < 0:
+        raise ConfigError(
+            f"{key} {path!r}: gzip output needs zlib, and this build of mxprof has none "
+            "(reinstall it where zlib's header, zlib.h, is present)"
+        )
+    return path
+
+
 def _period(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{key} must be a number of seconds, got {value!r}")
@@ -73,7 +86,13 @@ def _process(key: str, value: Any) -> str:
 KEYS: dict[str, Key] = {
     k.name: k
     for k in (
-        Key("filename", "profile.json", _str, "path of the Chrome trace file"),
+        Key(
+            "filename",
+            "profile.json",
+            _filename,
+            "the trace file: Chrome JSON, gzip-compressed when it ends in .gz, Perfetto "
+            "protobuf when it ends in .perfetto-trace or .pftrace",
+        ),
         Key("profile_all", False, check_bool, "turns on every profile_* source"),
         Key(
             "profile_symbolic",
@@ -106,6 +125,13 @@ KEYS: dict[str, Key] = {
             "write the trace in the background every dump_period",
         ),
         Key("dump_period", 1.0, _period, "seconds between background writes"),
+        Key(
+            "dump_events",
+            1_000_000,
+            _count,
+            "mxprof: also write in the background as soon as this many events wait in "
+            "memory, so memory stays flat in long, busy runs (0: only every dump_period)",
+        ),
         Key("aggregate_stats", False, check_bool, "keep per-name statistics for dumps()"),
         Key(
             "profile_process",
@@ -125,6 +151,20 @@ KEYS: dict[str, Key] = {
             _count,
             "mxprof: most events held in memory awaiting the trace file; more are dropped "
             "and counted (0 = no limit)",
+        ),
+        Key(
+            "follow_children",
+            False,
+            check_bool,
+            "mxprof: child processes (fork, multiprocessing, Python subprocesses) profile "
+            "too, each into <stem>.<pid><ext> next to the trace file",
+        ),
+        Key(
+            "flush_on_signal",
+            True,
+            check_bool,
+            "mxprof: on SIGTERM/SIGINT write the trace, then let the signal act as before "
+            "(installed from the main thread when a profile begins)",
         ),
         Key(
             "write_trace",

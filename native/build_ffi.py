@@ -42,6 +42,7 @@ RELEASING = (
     ("int", "mxp_trace_errno", "void", ""),
     ("void", "mxp_reset", "void", ""),
     ("int", "mxp_noop_released", "uint32_t id", "id"),  # a benchmark baseline
+    ("int", "mxp_flush_wait", "int64_t timeout_ns", "timeout_ns"),
 )
 
 
@@ -80,6 +81,18 @@ def preamble():
 
 CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden"]
 
+
+def have_zlib():
+    """Whether zlib's header is installed: gzip output is built only then."""
+    import sysconfig
+
+    dirs = [sysconfig.get_paths().get("include", ""), "/usr/include", "/usr/local/include"]
+    dirs += os.environ.get("CPATH", "").split(os.pathsep)
+    return any(d and os.path.exists(os.path.join(d, "zlib.h")) for d in dirs)
+
+
+ZLIB = have_zlib()
+
 ffibuilder = FFI()
 ffibuilder.cdef(read_cdef())
 ffibuilder.set_source(
@@ -89,6 +102,8 @@ ffibuilder.set_source(
     include_dirs=[os.path.join("native", "include"), os.path.join("native", "src")],
     extra_compile_args=CFLAGS,
     extra_link_args=["-pthread"],
+    define_macros=[("MXPI_HAVE_ZLIB", "1")] if ZLIB else [],
+    libraries=["z"] if ZLIB else [],
 )
 
 if __name__ == "__main__":

@@ -219,7 +219,7 @@ def test_damage_is_an_error_naming_file_and_line(trace_file, clock, tmp_path):
     record(trace_file, clock)
     damaged = tmp_path / "damaged.json"
     damaged.write_bytes(Path(trace_file).read_bytes().replace(b'"ph":"X"', b'"ph":X"', 1))
-    with pytest.raises(TraceFormatError, match=r"damaged\.json: not valid JSON at line 2 column"):
+    with pytest.raises(TraceFormatError, match=r"damaged\.json: not valid JSON at line \d+ column"):
         load(damaged)
 
 

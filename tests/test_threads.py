@@ -111,10 +111,11 @@ def test_exited_threads_keep_their_statistics_and_names(trace_file):
     assert json.loads(mxprof.dumps(format="json"))["Time"]["mt"]["short"]["Count"] == 1000
     mxprof.dump()
     trace = _testing.load_trace(trace_file)
-    names = sorted(e["args"]["name"] for e in _testing.events(trace, "M", "thread_name"))
-    assert names == sorted(f"s{i}" for i in range(20))
-    tids = [e["tid"] for e in _testing.events(trace, "M", "thread_name")]
-    assert len(set(tids)) == 20  # never reused
+    # Names by tid (each is written before the thread's first event and again
+    # in the trailer).
+    names = {e["tid"]: e["args"]["name"] for e in _testing.events(trace, "M", "thread_name")}
+    assert sorted(names.values()) == sorted(f"s{i}" for i in range(20))
+    assert len(names) == 20  # a tid per thread, never reused
 
 
 def test_stats_reset_while_threads_record():

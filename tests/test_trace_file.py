@@ -49,8 +49,11 @@ def test_real_pid_small_tids_and_names(trace_file):
     names = {e["tid"]: e["args"]["name"] for e in _testing.events(trace, "M", "thread_name")}
     assert sorted(names.values()) == ["MainThread", "loader-0"]
     assert set(names) == set(tids)
-    (proc,) = _testing.events(trace, "M", "process_name")
-    assert proc["pid"] == os.getpid() and proc["args"]["name"]
+    procs = _testing.events(trace, "M", "process_name")  # in the head and the trailer
+    assert {(p["pid"], p["args"]["name"]) for p in procs} == {
+        (os.getpid(), procs[0]["args"]["name"])
+    }
+    assert procs[0]["args"]["name"]
 
 
 def test_thread_renamed_before_dump_shows_new_name(trace_file):

@@ -61,6 +61,11 @@ extern "C" {
 #define MXP_FLAG_TRACE 2       /* buffer events for the trace file */
 #define MXP_FLAG_AGGREGATE 4   /* keep per-name statistics */
 
+/* Trace file formats (mxp_trace_format), chosen by the file name's end. */
+#define MXP_FORMAT_JSON 0      /* Chrome Trace Event JSON (any other name) */
+#define MXP_FORMAT_JSON_GZ 1   /* the same, gzip-compressed (".gz") */
+#define MXP_FORMAT_PERFETTO 2  /* Perfetto protobuf (".perfetto-trace", ".pftrace") */
+
 /* Clock sources (mxp_clock_source). */
 #define MXP_CLOCK_TSC 0
 #define MXP_CLOCK_MONOTONIC 1
@@ -244,11 +249,16 @@ int mxp_trace_meta_set(const char *process_name, size_t process_name_len,
                        const char *top_json, size_t top_json_len,
                        const char *other_json, size_t other_json_len);
 
+/* The format (MXP_FORMAT_*) a trace file named path is written in, or
+ * MXP_E_INVALID when this build cannot write it (gzip without zlib). */
+int mxp_trace_format(const char *path, size_t path_len);
+
 /* Use path for the trace from the next flush on.  While a profile is open
  * and unfinished, everything buffered so far is first written to the old
  * path (creating its file if needed), which is then complete; if that fails,
  * MXP_E_IO is returned, the switch still happens and the records stay
- * buffered for the new path.  The same path again changes nothing. */
+ * buffered for the new path.  The same path again changes nothing.
+ * MXP_E_INVALID (and no change) for a format this build cannot write. */
 int mxp_trace_path_set(const char *path, size_t path_len);
 
 /* Write every buffered record of the current profile to the trace file,
@@ -260,6 +270,19 @@ int mxp_trace_path_set(const char *path, size_t path_len);
  * profile is open or no path is set.  Takes the writer lock; safe while other
  * threads record. */
 int mxp_trace_flush(int finish);
+
+/* Wake mxp_flush_wait early once this many records wait in memory (0:
+ * never; only its timeout).  Counted in whole chunks of 1,024 records. */
+int mxp_flush_threshold_set(uint64_t records);
+
+/* Block until records crossed the flush threshold or timeout_ns passed;
+ * returns 1 at once when they are over it already, 1 when woken (by the
+ * threshold or mxp_flush_wake), 0 on timeout.  For the one background
+ * writer; a wake-up is kept until consumed. */
+int mxp_flush_wait(int64_t timeout_ns);
+
+/* Wake mxp_flush_wait now (for instance to stop the background writer). */
+void mxp_flush_wake(void);
 
 /* Discard every buffered record (they are not written). */
 int mxp_trace_discard(void);

@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* No limit on buffered records: large, but far from overflowing on adds. */
 #define UNLIMITED_BUDGET (INT64_MAX / 4)
@@ -18,6 +19,16 @@ mxpi_global mxpi_g = {
 };
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+static void wake_init(void) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_mutex_init(&mxpi_g.wake_lock, NULL);
+    pthread_cond_init(&mxpi_g.wake_cond, &attr);
+    pthread_condattr_destroy(&attr);
+    mxpi_g.wake_flag = false;
+}
 
 /* Fork: hold the short locks across fork() so the child inherits consistent
  * registry and free-list state.  The writer's lock is not taken (a flush can
@@ -63,12 +74,15 @@ static void fork_child(void) {
     mxpi_g.retired_unmatched = mxpi_g.retired_non_lifo = 0;
     mxpi_g.retired_ignored = mxpi_g.retired_dropped = 0;
     atomic_store(&mxpi_g.budget, mxpi_g.max_events ? (int64_t)mxpi_g.max_events : UNLIMITED_BUDGET);
+    atomic_store(&mxpi_g.pending_chunks, 0); /* the parent's chunks are abandoned */
+    wake_init();
     atomic_fetch_and_explicit(&mxpi_g.flags, ~(uint32_t)(MXP_FLAG_RECORD | MXP_FLAG_TRACE), MXPI_RELAXED);
     mxpi_trace_after_fork();
     mxp_stats_reset(); /* the parent's statistics are not the child's */
 }
 
 static void init_once_fn(void) {
+    wake_init();
     mxpi_clock_init();
     atomic_store(&mxpi_g.budget, UNLIMITED_BUDGET);
     mxpi_registry_init();
@@ -123,6 +137,52 @@ uint32_t mxp_flags_update(uint32_t set, uint32_t clear) {
 
 void mxpi_cap_epoch_bump(void) {
     atomic_fetch_add(&mxpi_g.flags, 1u << MXPI_CAP_EPOCH_SHIFT);
+}
+
+void mxpi_wake_writer(void) {
+    pthread_mutex_lock(&mxpi_g.wake_lock);
+    mxpi_g.wake_flag = true;
+    pthread_cond_signal(&mxpi_g.wake_cond);
+    pthread_mutex_unlock(&mxpi_g.wake_lock);
+}
+
+void mxpi_chunks_freed(int64_t n) {
+    if (n) atomic_fetch_sub_explicit(&mxpi_g.pending_chunks, n, MXPI_RELAXED);
+}
+
+int mxp_flush_threshold_set(uint64_t records) {
+    mxp_init();
+    uint64_t chunks = (records + MXPI_CHUNK_RECORDS - 1) / MXPI_CHUNK_RECORDS;
+    atomic_store(&mxpi_g.wake_chunks, chunks > UINT32_MAX ? UINT32_MAX : (uint32_t)chunks);
+    return MXP_OK;
+}
+
+int mxp_flush_wait(int64_t timeout_ns) {
+    mxp_init();
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    if (timeout_ns < 0) timeout_ns = 0;
+    deadline.tv_sec += timeout_ns / 1000000000;
+    deadline.tv_nsec += timeout_ns % 1000000000;
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+    }
+    /* Still over the threshold after the last write: write again at once. */
+    uint32_t wake = atomic_load_explicit(&mxpi_g.wake_chunks, MXPI_RELAXED);
+    if (wake && atomic_load_explicit(&mxpi_g.pending_chunks, MXPI_RELAXED) >= (int64_t)wake) return 1;
+    pthread_mutex_lock(&mxpi_g.wake_lock);
+    while (!mxpi_g.wake_flag)
+        if (pthread_cond_timedwait(&mxpi_g.wake_cond, &mxpi_g.wake_lock, &deadline) != 0) break;
+    int woken = mxpi_g.wake_flag;
+    mxpi_g.wake_flag = false;
+    pthread_mutex_unlock(&mxpi_g.wake_lock);
+    return woken;
+}
+
+void mxp_flush_wake(void) {
+    mxp_init();
+    mxpi_wake_writer();
 }
 
 int mxp_max_events_set(uint64_t max_events) {

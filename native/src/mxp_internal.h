@@ -231,6 +231,8 @@ typedef struct mxpi_global {
     _Atomic uint32_t nobj;      /* ids handed out (registry) */
 
     _Alignas(MXPI_CACHE_LINE) _Atomic int64_t budget; /* records that may still be buffered */
+    _Atomic int64_t pending_chunks;  /* chunks handed to recording, not yet freed */
+    _Atomic uint32_t wake_chunks;    /* wake the writer when pending_chunks reaches it (0: never) */
 
     _Alignas(MXPI_CACHE_LINE) mxpi_agg *baseline; /* merged sums at the last reset (reg_lock) */
     uint32_t nbaseline;
@@ -243,6 +245,9 @@ typedef struct mxpi_global {
     pthread_mutex_t out_lock;
     pthread_mutex_t free_lock;
     pthread_mutex_t names_lock;
+    pthread_mutex_t wake_lock; /* with wake_cond: the background writer's wake-up */
+    pthread_cond_t wake_cond;
+    bool wake_flag;
 
     /* registry */
     mxpi_object *_Atomic obj_pages[MXPI_NPAGES];
@@ -278,6 +283,8 @@ void mxpi_registry_reset_values(void);
 
 /* mxp_core.c */
 void mxpi_cap_epoch_bump(void);
+void mxpi_wake_writer(void);
+void mxpi_chunks_freed(int64_t n);
 
 /* mxp_thread.c */
 mxpi_thread *mxpi_thread_attach(void);
@@ -300,6 +307,70 @@ void mxpi_trace_reset(void);
 void mxpi_trace_after_fork(void);
 void mxpi_trace_note_thread(uint32_t tid, int64_t os_tid);
 
+/* ---- trace file formats (mxp_trace.c drives them under out_lock) ----
+ *
+ * A flush calls begin, record for every record, then end; if all of them
+ * succeeded it calls commit, otherwise restore.  After create, and after
+ * every commit, the file on disk must be a complete, loadable trace; after
+ * restore it must be what it was at the last commit (or create). */
+
+typedef struct mxpi_out {
+    int fd;
+    bool regular;                /* a regular file (others cannot be cut) */
+    int err;                     /* errno of the last failure */
+    int pid;
+    int64_t epoch_ticks;         /* ts 0 of the profile */
+    int64_t base_wall_ns;        /* wall-clock time of ts 0 */
+    int64_t base_mono_ns;        /* CLOCK_MONOTONIC time of ts 0 */
+    mxpi_timebase tb;            /* tick -> ns for this flush */
+    mxp_counts tallies;          /* this profile's tallies, for trailers */
+    const char *process_name;    /* process_name metadata (never NULL) */
+    size_t process_name_len;
+    const char *top_json;        /* extra top-level JSON members (Chrome) */
+    size_t top_json_len;
+    const char *other_json;      /* extra otherData members (Chrome) */
+    size_t other_json_len;
+    void *state;                 /* the format's own, from create to release */
+} mxpi_out;
+
+typedef struct mxpi_format {
+    const char *name;
+    /* The file was just created, empty: write its beginning. */
+    bool (*create)(mxpi_out *o);
+    /* A flush begins. */
+    bool (*begin)(mxpi_out *o);
+    /* One record of the thread with trace id tid (ts >= the profile's ts 0). */
+    bool (*record)(mxpi_out *o, const mxpi_rec *r, uint32_t tid);
+    /* The flush's records are all given: write everything and any trailer. */
+    bool (*end)(mxpi_out *o);
+    /* end succeeded: the written state is the one to keep. */
+    void (*commit)(mxpi_out *o);
+    /* A step failed: put the file back as it was at the last commit. */
+    void (*restore)(mxpi_out *o);
+    /* The file is done with (closed or abandoned): free the state. */
+    void (*release)(mxpi_out *o);
+} mxpi_format;
+
+extern const mxpi_format mxpi_chrome_json;    /* mxp_chrome.c */
+extern const mxpi_format mxpi_chrome_json_gz; /* mxp_chrome.c (MXPI_HAVE_ZLIB) */
+extern const mxpi_format mxpi_perfetto;       /* mxp_perfetto.c */
+
+/* Write all of p at *off, advancing it; on failure set o->err. */
+bool mxpi_pwrite_all(mxpi_out *o, const char *p, size_t n, int64_t *off);
+
+/* Visit, under names_lock, every thread that has events in the current
+ * file, in trace-id order, with its name (NULL: never named). */
+typedef void (*mxpi_thread_visit)(void *ctx, uint32_t tid, int64_t os_tid, const char *name,
+                                  size_t name_len);
+void mxpi_threads_used(mxpi_thread_visit fn, void *ctx);
+
+/* Call fn, under names_lock, for the one thread with trace id tid. */
+void mxpi_thread_info(uint32_t tid, mxpi_thread_visit fn, void *ctx);
+
+/* Marker scope as Chrome's "s" letter and as its MXNet name. */
+const char *mxpi_scope_letter(uint32_t scope);
+const char *mxpi_scope_name(uint32_t scope);
+
 /* mxp_json.c */
 typedef struct mxpi_buf {
     char *data;
@@ -315,6 +386,12 @@ void mxpi_buf_putc(mxpi_buf *b, char c);
 void mxpi_buf_i64(mxpi_buf *b, int64_t v);
 void mxpi_buf_u64(mxpi_buf *b, uint64_t v);
 void mxpi_buf_us(mxpi_buf *b, int64_t ns); /* ns as µs with 3 decimals */
+
+/* Unchecked formatting into room the caller reserved; each returns the end.
+ * u64 needs 20 bytes, i64 21, us 26. */
+char *mxpi_fmt_u64(char *p, uint64_t v);
+char *mxpi_fmt_i64(char *p, int64_t v);
+char *mxpi_fmt_us(char *p, int64_t ns);
 void mxpi_buf_json_str(mxpi_buf *b, const char *s, size_t n);
 void mxpi_buf_free(mxpi_buf *b);
 

@@ -36,38 +36,59 @@ void mxpi_buf_putc(mxpi_buf *b, char c) {
     b->data[b->len++] = c;
 }
 
+static const char DIGITS2[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                              "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                              "8081828384858687888990919293949596979899";
+
+char *mxpi_fmt_u64(char *p, uint64_t v) {
+    char tmp[20];
+    char *t = tmp + sizeof tmp;
+    while (v >= 100) { /* two digits per division */
+        uint64_t r = v % 100;
+        v /= 100;
+        t -= 2;
+        memcpy(t, DIGITS2 + 2 * r, 2);
+    }
+    if (v >= 10) {
+        t -= 2;
+        memcpy(t, DIGITS2 + 2 * v, 2);
+    } else {
+        *--t = (char)('0' + v);
+    }
+    size_t n = (size_t)(tmp + sizeof tmp - t);
+    memcpy(p, t, n);
+    return p + n;
+}
+
+char *mxpi_fmt_i64(char *p, int64_t v) {
+    if (v < 0) {
+        *p++ = '-';
+        return mxpi_fmt_u64(p, (uint64_t)0 - (uint64_t)v);
+    }
+    return mxpi_fmt_u64(p, (uint64_t)v);
+}
+
+char *mxpi_fmt_us(char *p, int64_t ns) {
+    uint64_t a = ns < 0 ? (uint64_t)0 - (uint64_t)ns : (uint64_t)ns;
+    if (ns < 0) *p++ = '-';
+    p = mxpi_fmt_u64(p, a / 1000);
+    uint64_t frac = a % 1000;
+    p[0] = '.';
+    p[1] = (char)('0' + frac / 100);
+    memcpy(p + 2, DIGITS2 + 2 * (frac % 100), 2);
+    return p + 4;
+}
+
 void mxpi_buf_u64(mxpi_buf *b, uint64_t v) {
-    char tmp[24];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    if (!mxpi_buf_reserve(b, (size_t)n)) return;
-    while (n) b->data[b->len++] = tmp[--n];
+    if (mxpi_buf_reserve(b, 20)) b->len = (size_t)(mxpi_fmt_u64(b->data + b->len, v) - b->data);
 }
 
 void mxpi_buf_i64(mxpi_buf *b, int64_t v) {
-    if (v < 0) {
-        mxpi_buf_putc(b, '-');
-        mxpi_buf_u64(b, (uint64_t)0 - (uint64_t)v);
-    } else {
-        mxpi_buf_u64(b, (uint64_t)v);
-    }
+    if (mxpi_buf_reserve(b, 21)) b->len = (size_t)(mxpi_fmt_i64(b->data + b->len, v) - b->data);
 }
 
 void mxpi_buf_us(mxpi_buf *b, int64_t ns) {
-    uint64_t a = ns < 0 ? (uint64_t)0 - (uint64_t)ns : (uint64_t)ns;
-    if (ns < 0) mxpi_buf_putc(b, '-');
-    mxpi_buf_u64(b, a / 1000);
-    uint64_t frac = a % 1000;
-    if (!mxpi_buf_reserve(b, 4)) return;
-    char *p = b->data + b->len;
-    p[0] = '.';
-    p[1] = (char)('0' + frac / 100);
-    p[2] = (char)('0' + frac / 10 % 10);
-    p[3] = (char)('0' + frac % 10);
-    b->len += 4;
+    if (mxpi_buf_reserve(b, 26)) b->len = (size_t)(mxpi_fmt_us(b->data + b->len, ns) - b->data);
 }
 
 /* Escape per RFC 8259: quote, backslash and every control character; the

@@ -82,6 +82,11 @@ bool mxpi_record_slow(mxpi_thread *t, uint32_t cap_epoch) {
         t->cur = c;
         t->pos = 0;
         t->limit = 0;
+        /* Enough waits to be written: wake the background writer early (once,
+         * as the count goes up through the threshold). */
+        uint32_t wake = atomic_load_explicit(&mxpi_g.wake_chunks, MXPI_RELAXED);
+        if (atomic_fetch_add_explicit(&mxpi_g.pending_chunks, 1, MXPI_RELAXED) + 1 == (int64_t)wake)
+            mxpi_wake_writer();
     }
     uint32_t room = MXPI_CHUNK_RECORDS - t->pos;
     uint32_t got = reserve(room < MXPI_RESERVE_STEP ? room : MXPI_RESERVE_STEP);
@@ -315,7 +320,10 @@ void mxpi_threads_reap(void) {
                                      done >= atomic_load_explicit(&c->count, MXPI_ACQUIRE));
         if (t->retired && drained) {
             *pp = t->next;
-            if (c) mxpi_chunk_put(c);
+            if (c) {
+                mxpi_chunk_put(c);
+                mxpi_chunks_freed(1);
+            }
             free(t);
         } else {
             pp = &t->next;

@@ -1,20 +1,12 @@
 /*
- * mxp_trace.c -- draining the per-thread buffers into a Chrome trace file.
+ * mxp_trace.c -- draining the per-thread buffers into the trace file.
  *
- * File layout, valid JSON after every flush:
- *
- *   {"traceEvents":[
- *   <event>,            <- appended by each flush, one per line
- *   ...
- *   <metadata events>   <- the "tail": rewritten by each flush
- *   ],
- *   "displayTimeUnit":"ms","baseTimeNanoseconds":N,...,"otherData":{...}}
- *
- * A flush writes new events over the old tail, then a new tail, then cuts
- * the file after it.  If a write fails, the file is cut back to where the old
- * tail began and the old tail is written again, so the file stays the last
- * complete document, and the drained records stay buffered for the next try.
- * Records are freed only after the flush that wrote them succeeded.
+ * The format (Chrome JSON, gzip Chrome JSON, Perfetto protobuf) follows from
+ * the file's name; this file drives it: create the file at a profile's first
+ * flush, hand every buffered record to the format, and free the records only
+ * after the flush that wrote them succeeded.  If any step fails, the format
+ * restores the file to its last complete state and the records stay buffered
+ * for the next try (or the next path).
  */
 #include "mxp_internal.h"
 
@@ -25,8 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define WRITE_THRESHOLD (1u << 20)
 
 typedef struct tinfo {
     char *name;
@@ -44,35 +34,28 @@ typedef struct cursor {
 
 static struct {
     char *path;
-    int fd; /* -1: the current file is not created yet */
-    bool regular; /* a regular file (others, like /dev/null, cannot be cut) */
+    const mxpi_format *fmt; /* the format of path */
+    mxpi_out o;             /* o.fd < 0: the current file is not created yet */
     bool profile_open;
     bool finished;
-    int64_t epoch_ticks;
-    int64_t base_wall_ns;
-    int64_t tail_off;
-    mxpi_buf tail; /* the tail as last written: restored after a failure */
-    int err;
-    int pid;
     char *process_name, *top_json, *other_json;
     size_t process_name_len, top_json_len, other_json_len;
     mxp_counts base; /* tallies when the profile began */
-    mxpi_buf out;
     /* names_lock */
     tinfo *threads;
     uint32_t nthreads;
-} W = {.fd = -1};
+} W = {.o = {.fd = -1}};
 
-static bool pwrite_all(int fd, const char *p, size_t n, int64_t *off) {
+bool mxpi_pwrite_all(mxpi_out *o, const char *p, size_t n, int64_t *off) {
     while (n) {
-        ssize_t k = pwrite(fd, p, n, (off_t)*off);
+        ssize_t k = pwrite(o->fd, p, n, (off_t)*off);
         if (k < 0) {
             if (errno == EINTR) continue;
-            W.err = errno;
+            o->err = errno;
             return false;
         }
         if (k == 0) {
-            W.err = ENOSPC;
+            o->err = ENOSPC;
             return false;
         }
         p += k;
@@ -80,6 +63,41 @@ static bool pwrite_all(int fd, const char *p, size_t n, int64_t *off) {
         *off += k;
     }
     return true;
+}
+
+const char *mxpi_scope_letter(uint32_t scope) {
+    return scope == MXP_SCOPE_GLOBAL ? "g" : scope == MXP_SCOPE_PROCESS ? "p" : "t";
+}
+
+const char *mxpi_scope_name(uint32_t scope) {
+    static const char *names[] = {"unknown", "global", "process", "thread", "task", "marker"};
+    return scope <= MXP_SCOPE_MARKER ? names[scope] : "unknown";
+}
+
+static bool has_suffix(const char *s, size_t n, const char *suffix) {
+    size_t k = strlen(suffix);
+    return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
+static const mxpi_format *format_of(const char *path, size_t n) {
+    if (has_suffix(path, n, ".perfetto-trace") || has_suffix(path, n, ".pftrace")) return &mxpi_perfetto;
+    if (has_suffix(path, n, ".gz")) {
+#ifdef MXPI_HAVE_ZLIB
+        return &mxpi_chrome_json_gz;
+#else
+        return NULL;
+#endif
+    }
+    return &mxpi_chrome_json;
+}
+
+int mxp_trace_format(const char *path, size_t path_len) {
+    if (path == NULL) return MXP_E_INVALID;
+    const mxpi_format *f = format_of(path, path_len);
+    return f == &mxpi_chrome_json      ? MXP_FORMAT_JSON
+           : f == &mxpi_perfetto       ? MXP_FORMAT_PERFETTO
+           : f != NULL                 ? MXP_FORMAT_JSON_GZ
+                                       : MXP_E_INVALID;
 }
 
 /* ---- threads' names ---- */
@@ -119,120 +137,25 @@ int mxp_thread_name_set(uint32_t tid, const char *name, size_t name_len) {
     return rc;
 }
 
-/* ---- record formatting ---- */
-
-static const char *marker_s(uint32_t scope) {
-    return scope == MXP_SCOPE_GLOBAL ? "g" : scope == MXP_SCOPE_PROCESS ? "p" : "t";
-}
-
-static const char *scope_name(uint32_t scope) {
-    static const char *names[] = {"unknown", "global", "process", "thread", "task", "marker"};
-    return scope <= MXP_SCOPE_MARKER ? names[scope] : "unknown";
-}
-
-/* pid_tid is ,"pid":P,"tid": */
-static void format_rec(mxpi_buf *b, const mxpi_rec *r, const mxpi_timebase *tb,
-                       const char *pid_tid, size_t pid_tid_len, uint32_t tid) {
-    mxpi_object *o = mxpi_obj(r->id);
-    mxpi_buf_put(b, o->frag, o->frag_len);
-    mxpi_buf_us(b, mxpi_tb_span(tb, r->ts - W.epoch_ticks));
-    switch (o->kind) {
-    case MXP_KIND_COUNTER:
-        mxpi_buf_put(b, pid_tid, pid_tid_len);
-        mxpi_buf_u64(b, tid);
-        mxpi_buf_put(b, o->key, o->key_len);
-        mxpi_buf_i64(b, r->val);
-        mxpi_buf_put(b, "}},\n", 4);
-        return;
-    case MXP_KIND_MARKER:
-        mxpi_buf_puts(b, ",\"s\":\"");
-        mxpi_buf_puts(b, marker_s(r->aux));
-        mxpi_buf_putc(b, '"');
-        mxpi_buf_put(b, pid_tid, pid_tid_len);
-        mxpi_buf_u64(b, tid);
-        mxpi_buf_puts(b, ",\"args\":{\"scope\":\"");
-        mxpi_buf_puts(b, scope_name(r->aux));
-        mxpi_buf_put(b, "\"}},\n", 5);
-        return;
-    default:
-        mxpi_buf_put(b, ",\"dur\":", 7);
-        mxpi_buf_us(b, mxpi_tb_span(tb, r->val));
-        mxpi_buf_put(b, pid_tid, pid_tid_len);
-        mxpi_buf_u64(b, tid);
-        if (o->kind == MXP_KIND_FRAME) {
-            mxpi_buf_puts(b, ",\"args\":{\"frame\":");
-            mxpi_buf_u64(b, r->aux);
-            mxpi_buf_putc(b, '}');
-        }
-        mxpi_buf_put(b, "},\n", 3);
-    }
-}
-
-/* ---- tallies ---- */
-
-static void counts_now(mxp_counts *c) { mxp_counts_get(c); }
-
-static void tail_build(mxpi_buf *b) {
-    b->len = 0;
-    b->failed = false;
-    mxpi_buf_puts(b, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":");
-    mxpi_buf_i64(b, W.pid);
-    mxpi_buf_puts(b, ",\"tid\":0,\"args\":{\"name\":");
-    mxpi_buf_json_str(b, W.process_name ? W.process_name : "python", W.process_name ? W.process_name_len : 6);
-    mxpi_buf_puts(b, "}}");
+void mxpi_threads_used(mxpi_thread_visit fn, void *ctx) {
     pthread_mutex_lock(&mxpi_g.names_lock);
     for (uint32_t tid = 1; tid < W.nthreads; tid++) {
-        tinfo *ti = &W.threads[tid];
-        if (!ti->used) continue;
-        mxpi_buf_puts(b, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
-        mxpi_buf_i64(b, W.pid);
-        mxpi_buf_puts(b, ",\"tid\":");
-        mxpi_buf_u64(b, tid);
-        mxpi_buf_puts(b, ",\"args\":{\"name\":");
-        if (ti->name) {
-            mxpi_buf_json_str(b, ti->name, ti->name_len);
-        } else {
-            mxpi_buf_puts(b, "\"thread ");
-            mxpi_buf_i64(b, ti->os_tid);
-            mxpi_buf_putc(b, '"');
-        }
-        mxpi_buf_puts(b, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":");
-        mxpi_buf_i64(b, W.pid);
-        mxpi_buf_puts(b, ",\"tid\":");
-        mxpi_buf_u64(b, tid);
-        mxpi_buf_puts(b, ",\"args\":{\"sort_index\":");
-        mxpi_buf_u64(b, tid);
-        mxpi_buf_puts(b, "}}");
+        tinfo *t = &W.threads[tid];
+        if (t->used) fn(ctx, tid, t->os_tid, t->name, t->name_len);
     }
     pthread_mutex_unlock(&mxpi_g.names_lock);
+}
 
-    mxp_counts c;
-    counts_now(&c);
-    mxpi_buf_puts(b, "\n],\n\"displayTimeUnit\":\"ms\",\"baseTimeNanoseconds\":");
-    mxpi_buf_i64(b, W.base_wall_ns);
-    mxpi_buf_putc(b, ',');
-    if (W.top_json_len) {
-        mxpi_buf_put(b, W.top_json, W.top_json_len);
-        mxpi_buf_putc(b, ',');
-    }
-    mxpi_buf_puts(b, "\n\"otherData\":{");
-    if (W.other_json_len) {
-        mxpi_buf_put(b, W.other_json, W.other_json_len);
-        mxpi_buf_putc(b, ',');
-    }
-    mxpi_buf_puts(b, "\"pid\":");
-    mxpi_buf_i64(b, W.pid);
-    mxpi_buf_puts(b, ",\"clock\":\"");
-    mxpi_buf_puts(b, mxpi_clock_mode == MXP_CLOCK_TSC ? "tsc" : mxpi_clock_mode == MXP_CLOCK_FAKE ? "fake" : "monotonic");
-    mxpi_buf_puts(b, "\",\"dropped_events\":");
-    mxpi_buf_u64(b, c.dropped_events - W.base.dropped_events);
-    mxpi_buf_puts(b, ",\"unmatched_stops\":");
-    mxpi_buf_u64(b, c.unmatched_stops - W.base.unmatched_stops);
-    mxpi_buf_puts(b, ",\"non_lifo_stops\":");
-    mxpi_buf_u64(b, c.non_lifo_stops - W.base.non_lifo_stops);
-    mxpi_buf_puts(b, ",\"ignored_calls\":");
-    mxpi_buf_u64(b, c.ignored_calls - W.base.ignored_calls);
-    mxpi_buf_puts(b, "}}\n");
+void mxpi_thread_info(uint32_t tid, mxpi_thread_visit fn, void *ctx) {
+    pthread_mutex_lock(&mxpi_g.names_lock);
+    if (tid < W.nthreads) fn(ctx, tid, W.threads[tid].os_tid, W.threads[tid].name, W.threads[tid].name_len);
+    pthread_mutex_unlock(&mxpi_g.names_lock);
+}
+
+static void mark_used(uint32_t tid, bool used) {
+    pthread_mutex_lock(&mxpi_g.names_lock);
+    if (tid < W.nthreads) W.threads[tid].used = used;
+    pthread_mutex_unlock(&mxpi_g.names_lock);
 }
 
 /* ---- draining ---- */
@@ -247,16 +170,19 @@ static cursor cursor_of(mxpi_thread *t) {
     return c;
 }
 
-/* Advance c over every committed record, handing each to fn (if any).
- * Returns false if fn failed. */
-typedef bool (*rec_fn)(const mxpi_rec *r, uint32_t tid, void *ctx);
-
-static bool walk(cursor *c, uint32_t tid, rec_fn fn, void *ctx) {
+/* Advance c over every committed record, handing each to the format (if
+ * given).  Returns false if the format failed; *any is set if a record of
+ * this profile was given. */
+static bool walk(cursor *c, uint32_t tid, const mxpi_format *fmt, bool *any) {
     while (c->chunk != NULL) {
         mxpi_chunk *next = atomic_load_explicit(&c->chunk->next, MXPI_ACQUIRE);
         uint32_t count = atomic_load_explicit(&c->chunk->count, MXPI_ACQUIRE);
-        for (; c->pos < count; c->pos++, c->consumed++)
-            if (fn && !fn(&c->chunk->rec[c->pos], tid, ctx)) return false;
+        for (; c->pos < count; c->pos++, c->consumed++) {
+            const mxpi_rec *r = &c->chunk->rec[c->pos];
+            if (fmt == NULL || r->ts < W.o.epoch_ticks) continue; /* discarded, or from an ended profile */
+            *any = true;
+            if (!fmt->record(&W.o, r, tid)) return false;
+        }
         if (next == NULL) break;
         c->chunk = next;
         c->pos = 0;
@@ -267,161 +193,126 @@ static bool walk(cursor *c, uint32_t tid, rec_fn fn, void *ctx) {
 /* Make t's read position c, freeing the chunks passed over.  Only chunks
  * from c.start on were read: the thread may have published its first chunk
  * since, and that one must stay. */
-static void commit(mxpi_thread *t, cursor c) {
+static void commit_cursor(mxpi_thread *t, cursor c) {
     mxpi_chunk *p = c.start;
+    int64_t freed = 0;
     while (p != NULL && p != c.chunk) {
         mxpi_chunk *next = atomic_load_explicit(&p->next, MXPI_ACQUIRE);
         mxpi_chunk_put(p);
+        freed++;
         p = next;
     }
+    mxpi_chunks_freed(freed);
     t->head = c.chunk;
     t->head_pos = c.pos;
     if (c.consumed) atomic_fetch_add_explicit(&mxpi_g.budget, (int64_t)c.consumed, MXPI_RELAXED);
 }
 
-static void discard_locked(void) {
-    uint32_t n;
-    mxpi_thread **ts = mxpi_threads_snapshot(&n);
-    for (uint32_t i = 0; i < n; i++) {
-        cursor c = cursor_of(ts[i]);
-        walk(&c, 0, NULL, NULL);
-        commit(ts[i], c);
-    }
-    free(ts);
-    mxpi_threads_reap();
-}
-
-typedef struct wctx {
-    const mxpi_timebase *tb;
-    char pid_tid[48];
-    size_t pid_tid_len;
-    int64_t off;
-    uint64_t written;
-} wctx;
-
-static bool write_rec(const mxpi_rec *r, uint32_t tid, void *arg) {
-    wctx *w = arg;
-    if (r->ts < W.epoch_ticks) return true; /* from a profile that ended */
-    format_rec(&W.out, r, w->tb, w->pid_tid, w->pid_tid_len, tid);
-    w->written++;
-    if (W.out.failed) {
-        W.err = ENOMEM;
-        return false;
-    }
-    if (W.out.len >= WRITE_THRESHOLD) {
-        bool ok = pwrite_all(W.fd, W.out.data, W.out.len, &w->off);
-        W.out.len = 0;
-        return ok;
-    }
-    return true;
-}
-
-/* Cut the file back to its last complete state. */
-static void restore(void) {
-    int64_t off = W.tail_off;
-    if (W.regular && ftruncate(W.fd, (off_t)off) == 0 && W.tail.len)
-        pwrite_all(W.fd, W.tail.data, W.tail.len, &off);
-}
-
-static int create_file(void) {
-    int fd = open(W.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        W.err = errno;
-        return MXP_E_IO;
-    }
-    W.fd = fd;
-    struct stat st;
-    W.regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-    pthread_mutex_lock(&mxpi_g.names_lock);
-    for (uint32_t i = 0; i < W.nthreads; i++) W.threads[i].used = false;
-    pthread_mutex_unlock(&mxpi_g.names_lock);
-    static const char head[] = "{\"traceEvents\":[\n";
-    int64_t off = 0;
-    tail_build(&W.tail);
-    if (W.tail.failed || !pwrite_all(fd, head, sizeof head - 1, &off) ||
-        !pwrite_all(fd, W.tail.data, W.tail.len, &off)) {
-        if (W.tail.failed) W.err = ENOMEM;
-        close(fd);
-        W.fd = -1;
-        W.tail.len = 0;
-        return MXP_E_IO;
-    }
-    W.tail_off = (int64_t)(sizeof head - 1);
-    return MXP_OK;
-}
-
-static int flush_locked(bool finish) {
-    if (!W.profile_open || W.path == NULL) return MXP_E_STATE;
-    if (W.finished) return MXP_OK;
-    W.err = 0;
-    if (W.fd < 0) {
-        int rc = create_file();
-        if (rc != MXP_OK) return rc;
-    }
-
-    mxpi_timebase tb;
-    mxpi_timebase_get(&tb);
-    wctx w = {.tb = &tb, .off = W.tail_off};
-    w.pid_tid_len = (size_t)snprintf(w.pid_tid, sizeof w.pid_tid, ",\"pid\":%d,\"tid\":", W.pid);
-
+/* Read every buffered record with fmt (NULL: discard them); commit only if
+ * all went well.  Returns false on the format's failure. */
+static bool drain(const mxpi_format *fmt, uint64_t *written) {
     uint32_t n;
     mxpi_thread **ts = mxpi_threads_snapshot(&n);
     cursor *cs = malloc((n ? n : 1) * sizeof *cs);
     if (ts == NULL || cs == NULL) {
         free(ts);
         free(cs);
-        W.err = ENOMEM;
-        return MXP_E_NOMEM;
+        W.o.err = ENOMEM;
+        return false;
     }
-    W.out.len = 0;
-    W.out.failed = false;
     bool ok = true;
     for (uint32_t i = 0; i < n && ok; i++) {
+        bool any = false;
         cs[i] = cursor_of(ts[i]);
-        uint64_t before = w.written;
-        ok = walk(&cs[i], ts[i]->tid, write_rec, &w);
-        if (w.written != before) {
-            pthread_mutex_lock(&mxpi_g.names_lock);
-            if (ts[i]->tid < W.nthreads) W.threads[ts[i]->tid].used = true;
-            pthread_mutex_unlock(&mxpi_g.names_lock);
-        }
+        ok = walk(&cs[i], ts[i]->tid, fmt, &any);
+        if (any) mark_used(ts[i]->tid, true);
     }
-    if (ok && W.out.len) ok = pwrite_all(W.fd, W.out.data, W.out.len, &w.off);
-    W.out.len = 0;
-
-    mxpi_buf tail = {0};
+    if (ok && fmt != NULL) ok = fmt->end(&W.o);
     if (ok) {
-        tail_build(&tail);
-        if (tail.failed) {
-            W.err = ENOMEM;
-            ok = false;
+        uint64_t total = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            total += cs[i].consumed;
+            commit_cursor(ts[i], cs[i]);
         }
+        if (written) *written = total;
     }
-    int64_t tail_off = w.off;
-    if (ok) ok = pwrite_all(W.fd, tail.data, tail.len, &w.off);
-    if (ok && W.regular && ftruncate(W.fd, (off_t)w.off) != 0) {
-        W.err = errno;
-        ok = false;
-    }
-    if (!ok) {
-        restore();
-        mxpi_buf_free(&tail);
-        free(ts);
-        free(cs);
-        return MXP_E_IO;
-    }
-
-    for (uint32_t i = 0; i < n; i++) commit(ts[i], cs[i]);
     free(ts);
     free(cs);
     mxpi_threads_reap();
-    atomic_fetch_add_explicit(&mxpi_g.written, w.written, MXPI_RELAXED);
-    mxpi_buf_free(&W.tail);
-    W.tail = tail;
-    W.tail_off = tail_off;
+    return ok;
+}
+
+static void discard_locked(void) { drain(NULL, NULL); }
+
+/* ---- files ---- */
+
+static void close_file(void) {
+    if (W.fmt != NULL) W.fmt->release(&W.o);
+    if (W.o.fd >= 0) close(W.o.fd);
+    W.o.fd = -1;
+}
+
+static void tallies_now(void) {
+    mxp_counts c;
+    mxp_counts_get(&c);
+    W.o.tallies.dropped_events = c.dropped_events - W.base.dropped_events;
+    W.o.tallies.unmatched_stops = c.unmatched_stops - W.base.unmatched_stops;
+    W.o.tallies.non_lifo_stops = c.non_lifo_stops - W.base.non_lifo_stops;
+    W.o.tallies.ignored_calls = c.ignored_calls - W.base.ignored_calls;
+}
+
+static void meta_into_out(void) {
+    W.o.process_name = W.process_name ? W.process_name : "python";
+    W.o.process_name_len = W.process_name ? W.process_name_len : 6;
+    W.o.top_json = W.top_json;
+    W.o.top_json_len = W.top_json_len;
+    W.o.other_json = W.other_json;
+    W.o.other_json_len = W.other_json_len;
+}
+
+static int create_file(void) {
+    int fd = open(W.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        W.o.err = errno;
+        return MXP_E_IO;
+    }
+    W.o.fd = fd;
+    struct stat st;
+    W.o.regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    pthread_mutex_lock(&mxpi_g.names_lock);
+    for (uint32_t i = 0; i < W.nthreads; i++) W.threads[i].used = false;
+    pthread_mutex_unlock(&mxpi_g.names_lock);
+    mxpi_timebase_get(&W.o.tb);
+    tallies_now();
+    meta_into_out();
+    if (!W.fmt->create(&W.o)) {
+        close_file();
+        return MXP_E_IO;
+    }
+    return MXP_OK;
+}
+
+static int flush_locked(bool finish) {
+    if (!W.profile_open || W.path == NULL) return MXP_E_STATE;
+    if (W.finished) return MXP_OK;
+    W.o.err = 0;
+    if (W.o.fd < 0) {
+        int rc = create_file();
+        if (rc != MXP_OK) return rc;
+    }
+    mxpi_timebase_get(&W.o.tb);
+    tallies_now();
+    meta_into_out();
+    uint64_t written = 0;
+    if (!W.fmt->begin(&W.o) || !drain(W.fmt, &written)) {
+        W.fmt->restore(&W.o);
+        if (W.o.err == 0) W.o.err = EIO;
+        return MXP_E_IO;
+    }
+    W.fmt->commit(&W.o);
+    atomic_fetch_add_explicit(&mxpi_g.written, written, MXPI_RELAXED);
     if (finish) {
-        close(W.fd);
-        W.fd = -1;
+        close_file();
         W.finished = true;
     }
     return MXP_OK;
@@ -432,21 +323,21 @@ static int flush_locked(bool finish) {
 int mxp_profile_begin(void) {
     mxp_init();
     pthread_mutex_lock(&mxpi_g.out_lock);
-    if (W.fd >= 0) close(W.fd);
-    W.fd = -1;
+    close_file();
     free(W.path); /* a new profile writes nowhere until mxp_trace_path_set */
     W.path = NULL;
+    W.fmt = NULL;
     discard_locked();
     uint32_t nobj = mxp_object_count();
     for (uint32_t id = 0; id < nobj; id++) atomic_store_explicit(&mxpi_obj(id)->frame_next, 0, MXPI_RELAXED);
-    W.pid = (int)getpid();
-    W.epoch_ticks = mxpi_ticks();
-    W.base_wall_ns = mxpi_realtime_ns();
+    W.o.pid = (int)getpid();
+    W.o.epoch_ticks = mxpi_ticks();
+    W.o.base_wall_ns = mxpi_realtime_ns();
+    W.o.base_mono_ns = mxpi_monotonic_ns();
     W.profile_open = true;
     W.finished = false;
-    W.err = 0;
-    W.tail.len = 0;
-    counts_now(&W.base);
+    W.o.err = 0;
+    mxp_counts_get(&W.base);
     pthread_mutex_unlock(&mxpi_g.out_lock);
     return MXP_OK;
 }
@@ -474,14 +365,18 @@ int mxp_trace_meta_set(const char *process_name, size_t process_name_len, const 
 int mxp_trace_path_set(const char *path, size_t path_len) {
     mxp_init();
     if (path == NULL || path_len == 0 || memchr(path, '\0', path_len) != NULL) return MXP_E_INVALID;
+    const mxpi_format *fmt = format_of(path, path_len);
+    if (fmt == NULL) return MXP_E_INVALID;
     int rc = MXP_OK;
     pthread_mutex_lock(&mxpi_g.out_lock);
     bool same = W.path != NULL && strlen(W.path) == path_len && memcmp(W.path, path, path_len) == 0;
     if (!same) {
         if (W.profile_open && !W.finished && W.path != NULL) rc = flush_locked(false);
-        if (W.fd >= 0) close(W.fd);
-        W.fd = -1;
-        if (!set_str(&W.path, NULL, path, path_len)) rc = MXP_E_NOMEM;
+        close_file();
+        if (set_str(&W.path, NULL, path, path_len))
+            W.fmt = fmt;
+        else
+            rc = MXP_E_NOMEM;
     }
     pthread_mutex_unlock(&mxpi_g.out_lock);
     return rc;
@@ -506,32 +401,32 @@ int mxp_trace_discard(void) {
 int mxp_trace_errno(void) {
     mxp_init();
     pthread_mutex_lock(&mxpi_g.out_lock);
-    int e = W.err;
+    int e = W.o.err;
     pthread_mutex_unlock(&mxpi_g.out_lock);
     return e;
 }
 
 void mxpi_trace_reset(void) {
     pthread_mutex_lock(&mxpi_g.out_lock);
-    if (W.fd >= 0) close(W.fd);
-    W.fd = -1;
+    close_file();
     discard_locked();
     W.profile_open = false;
     W.finished = false;
-    W.err = 0;
+    W.o.err = 0;
     free(W.path);
     W.path = NULL;
-    mxpi_buf_free(&W.tail);
+    W.fmt = NULL;
     pthread_mutex_unlock(&mxpi_g.out_lock);
 }
 
 /* In a forked child: the parent's file is not ours to write, and the buffers
- * hold the parent's records.  Called with every lock freshly initialised. */
+ * hold the parent's records.  Called with every lock freshly initialised;
+ * the format's state is abandoned, not freed (the parent's writer may have
+ * been in the middle of using it). */
 void mxpi_trace_after_fork(void) {
-    if (W.fd >= 0) close(W.fd);
-    W.fd = -1;
+    if (W.o.fd >= 0) close(W.o.fd);
+    W.o.fd = -1;
+    W.o.state = NULL;
     W.profile_open = false;
     W.finished = false;
-    W.tail.len = 0;
-    W.out.len = 0;
 }

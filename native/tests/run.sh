@@ -20,7 +20,12 @@ case "$mode" in
   tsan) flags+=(-O1 -fsanitize=thread) ;;
   *) echo "usage: $0 [plain|asan|tsan]" >&2; exit 2 ;;
 esac
-"$cc" "${flags[@]}" "$here/test_core.c" "$native"/src/*.c -o "$out/test_core-$mode"
+libs=()
+if echo '#include <zlib.h>' | "$cc" -E - >/dev/null 2>&1; then
+  flags+=(-DMXPI_HAVE_ZLIB=1)
+  libs+=(-lz)
+fi
+"$cc" "${flags[@]}" "$here/test_core.c" "$native"/src/*.c -o "$out/test_core-$mode" "${libs[@]}"
 # The fake clock is exercised; the TSC source needs no special setup.
 ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}" \
   "$out/test_core-$mode"

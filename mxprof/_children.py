@@ -1,0 +1,71 @@
+"""follow_children: child processes profile into ``<stem>.<pid><ext>``.
+
+A child made by fork (``os.fork``, multiprocessing's fork and forkserver
+methods) continues from the parent's state in the fork hook.  Any other
+child (multiprocessing's spawn method, a subprocess running Python) finds
+the parent's configuration in the environment variable MXPROF_FOLLOW_CHILDREN
+and starts profiling when it imports mxprof, which every process that uses
+mxprof's objects does.  Children write their own files; ``mxprof merge``
+puts them on one timeline with the parent's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+ENV = "MXPROF_FOLLOW_CHILDREN"
+
+# Longest first: ".json.gz" before ".gz".
+_SUFFIXES = (".perfetto-trace", ".json.gz", ".pftrace", ".json", ".gz")
+
+
+def child_filename(base: str, pid: int) -> str:
+    """The trace file of child pid of a parent writing base.
+
+    Example:
+        >>> child_filename("runs/train.json.gz", 4242)
+        'runs/train.4242.json.gz'
+    """
+    for suffix in _SUFFIXES:
+        if base.endswith(suffix):
+            return f"{base[: -len(suffix)]}.{pid}{suffix}"
+    stem, ext = os.path.splitext(base)
+    return f"{stem}.{pid}{ext}"
+
+
+def export(config: dict[str, Any], base: str, paused: bool) -> None:
+    """Offer children this configuration (base: the parent's own filename)."""
+    os.environ[ENV] = json.dumps(
+        {"parent": os.getpid(), "base": base, "paused": paused, "config": config}
+    )
+
+
+def withdraw() -> None:
+    """Children started from now on do not profile."""
+    os.environ.pop(ENV, None)
+
+
+def inherited() -> dict[str, Any] | None:
+    """The offer this process was started with, if it is a child to profile."""
+    raw = os.environ.get(ENV)
+    if not raw:
+        return None
+    try:
+        offer = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(offer, dict) or offer.get("parent") == os.getpid():
+        return None
+    if not isinstance(offer.get("base"), str) or not isinstance(offer.get("config"), dict):
+        return None
+    return offer
+
+
+def finish_at_child_exit(at_exit: Any) -> None:
+    """multiprocessing's fork children leave by os._exit, skipping atexit;
+    its own exit hook (Finalize with an exit priority) still runs."""
+    from multiprocessing import util
+
+    util.Finalize(None, at_exit, exitpriority=100)

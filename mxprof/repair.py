@@ -1,0 +1,98 @@
+"""Rewrite a trace cut short (a process killed mid-write) as a valid one."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from typing import Any
+
+from .trace import read_raw
+
+_PERFETTO = (".perfetto-trace", ".pftrace")
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int] | None:
+    """A protobuf varint at pos: (value, end), or None if the data ends first."""
+    value, shift = 0, 0
+    while pos < len(data):
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+    return None
+
+
+def _perfetto_prefix(data: bytes) -> tuple[int, int]:
+    """(bytes, packets) of the longest run of whole packets at the start."""
+    pos = packets = 0
+    while pos < len(data) and data[pos] == 0x0A:  # Trace.packet: field 1, length-delimited
+        found = _varint(data, pos + 1)
+        if found is None or found[1] + found[0] > len(data):
+            break
+        pos, packets = found[1] + found[0], packets + 1
+    return pos, packets
+
+
+def _write_atomically(target: str, payload: bytes) -> None:
+    folder = os.path.dirname(os.path.abspath(target))
+    fd, tmp = tempfile.mkstemp(prefix=".mxprof-repair-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            raw.write(payload)
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def repair(
+    path: str | os.PathLike[str], output: str | os.PathLike[str] | None = None
+) -> dict[str, Any]:
+    """Keep every complete event of a trace file and write them as a valid trace.
+
+    Chrome JSON: the object form is written, with the top-level members that
+    survived the cut (mxprof writes ``baseTimeNanoseconds`` and the process's
+    and threads' names before the events, so they survive a cut after them);
+    gzip-compressed when the output's name ends in ``.gz``.  Perfetto
+    protobuf (``.perfetto-trace``, ``.pftrace``): the whole packets before the
+    cut are kept ("events" then counts packets).
+
+    Args:
+        path: the trace to repair.
+        output: where to write (default: over ``path``, replaced atomically).
+
+    Returns:
+        ``{"events": n, "truncated": bool}``: how many events were kept and
+        whether the input was cut short (False: it was already complete and
+        is written again with the same content).
+
+    Raises:
+        FileNotFoundError: no such file.
+        TraceFormatError: the input is not a trace, even cut short.
+
+    Example:
+        >>> repair("crashed.json")  # doctest: +SKIP
+        {'events': 81234, 'truncated': True}
+    """
+    source = os.fspath(path)
+    target = os.fspath(output) if output is not None else source
+    if source.endswith(_PERFETTO):
+        with open(source, "rb") as f:
+            data = f.read()
+        size, packets = _perfetto_prefix(data)
+        _write_atomically(target, data[:size])
+        return {"events": packets, "truncated": size < len(data)}
+    events, metadata, truncated = read_raw(source)
+    doc: dict[str, Any] = dict(metadata)
+    doc["traceEvents"] = events
+    if truncated:
+        other = doc.setdefault("otherData", {})
+        if isinstance(other, dict):
+            other["repaired"] = True  # the trailer with the final tallies was lost
+    payload = json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    _write_atomically(target, gzip.compress(payload, 6) if target.endswith(".gz") else payload)
+    return {"events": len(events), "truncated": truncated}

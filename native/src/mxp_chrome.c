@@ -1,0 +1,438 @@
+/*
+ * mxp_chrome.c -- the Chrome Trace Event JSON format, plain or gzip.
+ *
+ * File layout, valid JSON after every flush:
+ *
+ *   {"displayTimeUnit":"ms","baseTimeNanoseconds":N,"traceEvents":[
+ *   <process_name metadata>,
+ *   <event>,            <- appended by each flush, one per line; a thread's
+ *   ...                    first event is preceded by its thread_name
+ *   <metadata events>   <- the "tail": every thread's latest name,
+ *   ],                     rewritten by each flush
+ *   ...,"otherData":{...}}
+ *
+ * A flush first cuts the file where the tail begins, then appends its
+ * events and a new tail: a process killed mid-flush leaves a clean prefix,
+ * which readers load up to the cut (with the process's and threads' names
+ * and the time base, all written before their events).  If a write fails,
+ * the file is cut back to where the old tail began and the old tail is
+ * written again.
+ *
+ * Gzip: a gzip file may hold several members, read as one stream.  The head,
+ * each flush's events and the tail are separate members, so the tail can be
+ * cut off and replaced exactly like the plain tail.
+ */
+#include "mxp_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef MXPI_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
+#define WRITE_THRESHOLD (1u << 20)
+
+typedef struct chrome {
+    bool gz;
+    uint8_t *announced;   /* per tid: 1 = its name is in the file, 2 = in this flush */
+    uint32_t nannounced;
+    mxpi_buf text;        /* formatted, not yet written (or compressed) */
+    mxpi_buf tail;        /* the tail as it is on disk (a gzip member for gz) */
+    mxpi_buf next_tail;   /* the tail end() wrote, kept by commit */
+    int64_t tail_off;     /* where the tail begins on disk */
+    int64_t next_tail_off;
+    int64_t off;          /* where the next bytes go during a flush */
+    bool member_open;     /* gz: an events member has data not yet finished */
+    char pid_tid[48];     /* ,"pid":P,"tid": */
+    size_t pid_tid_len;
+#ifdef MXPI_HAVE_ZLIB
+    z_stream z;
+    bool z_ready;
+    unsigned char zout[1u << 16];
+#endif
+} chrome;
+
+
+/* ---- bytes to disk: plain, or through deflate ---- */
+
+#ifdef MXPI_HAVE_ZLIB
+/* Run deflate over in (or finish the member), writing what comes out. */
+static bool deflate_out(mxpi_out *o, chrome *c, const char *in, size_t n, int mode) {
+    c->z.next_in = (Bytef *)(uintptr_t)in;
+    c->z.avail_in = (uInt)n;
+    do {
+        c->z.next_out = c->zout;
+        c->z.avail_out = sizeof c->zout;
+        int rc = deflate(&c->z, mode);
+        if (rc == Z_STREAM_ERROR) {
+            o->err = EIO;
+            return false;
+        }
+        size_t have = sizeof c->zout - c->z.avail_out;
+        if (have && !mxpi_pwrite_all(o, (const char *)c->zout, have, &c->off)) return false;
+    } while (c->z.avail_out == 0 || (mode == Z_FINISH && c->z.avail_in > 0));
+    return true;
+}
+
+static bool z_start(mxpi_out *o, chrome *c) {
+    if (c->z_ready) return true;
+    memset(&c->z, 0, sizeof c->z);
+    /* 31: a gzip wrapper; level 1: this is written while the program runs. */
+    if (deflateInit2(&c->z, Z_BEST_SPEED, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+        o->err = ENOMEM;
+        return false;
+    }
+    c->z_ready = true;
+    return true;
+}
+
+/* Finish the current member: everything given so far becomes readable. */
+static bool member_end(mxpi_out *o, chrome *c) {
+    if (!c->member_open) return true;
+    c->member_open = false;
+    if (!deflate_out(o, c, NULL, 0, Z_FINISH)) return false;
+    deflateReset(&c->z);
+    return true;
+}
+
+/* The tail as a gzip member of its own. */
+static bool compress_member(mxpi_out *o, const mxpi_buf *text, mxpi_buf *out) {
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (deflateInit2(&z, Z_BEST_SPEED, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+        o->err = ENOMEM;
+        return false;
+    }
+    out->len = 0;
+    out->failed = false;
+    uLong bound = deflateBound(&z, (uLong)text->len) + 32;
+    bool ok = mxpi_buf_reserve(out, bound);
+    if (ok) {
+        z.next_in = (Bytef *)text->data;
+        z.avail_in = (uInt)text->len;
+        z.next_out = (Bytef *)out->data;
+        z.avail_out = (uInt)bound;
+        ok = deflate(&z, Z_FINISH) == Z_STREAM_END;
+        out->len = bound - z.avail_out;
+    }
+    deflateEnd(&z);
+    if (!ok) o->err = ENOMEM;
+    return ok;
+}
+#endif
+
+/* Send the pending text to disk (compressing it for gz). */
+static bool drain_text(mxpi_out *o, chrome *c) {
+    if (c->text.failed) {
+        o->err = ENOMEM;
+        return false;
+    }
+    if (c->text.len == 0) return true;
+    bool ok;
+#ifdef MXPI_HAVE_ZLIB
+    if (c->gz) {
+        c->member_open = true;
+        ok = z_start(o, c) && deflate_out(o, c, c->text.data, c->text.len, Z_NO_FLUSH);
+    } else
+#endif
+        ok = mxpi_pwrite_all(o, c->text.data, c->text.len, &c->off);
+    c->text.len = 0;
+    return ok;
+}
+
+/* ---- the tail ---- */
+
+typedef struct tail_ctx {
+    mxpi_buf *b;
+    int pid;
+} tail_ctx;
+
+/* A thread's name and sort index: two metadata events, ",\n"-separated. */
+static void thread_meta(void *arg, uint32_t tid, int64_t os_tid, const char *name, size_t len) {
+    tail_ctx *t = arg;
+    mxpi_buf *b = t->b;
+    mxpi_buf_puts(b, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
+    mxpi_buf_i64(b, t->pid);
+    mxpi_buf_puts(b, ",\"tid\":");
+    mxpi_buf_u64(b, tid);
+    mxpi_buf_puts(b, ",\"args\":{\"name\":");
+    if (name != NULL) {
+        mxpi_buf_json_str(b, name, len);
+    } else {
+        mxpi_buf_puts(b, "\"thread ");
+        mxpi_buf_i64(b, os_tid);
+        mxpi_buf_putc(b, '"');
+    }
+    mxpi_buf_puts(b, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":");
+    mxpi_buf_i64(b, t->pid);
+    mxpi_buf_puts(b, ",\"tid\":");
+    mxpi_buf_u64(b, tid);
+    mxpi_buf_puts(b, ",\"args\":{\"sort_index\":");
+    mxpi_buf_u64(b, tid);
+    mxpi_buf_puts(b, "}}");
+}
+
+static void tail_thread(void *arg, uint32_t tid, int64_t os_tid, const char *name, size_t len) {
+    mxpi_buf_puts(((tail_ctx *)arg)->b, ",\n");
+    thread_meta(arg, tid, os_tid, name, len);
+}
+
+static void process_meta(const mxpi_out *o, mxpi_buf *b) {
+    mxpi_buf_puts(b, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":");
+    mxpi_buf_i64(b, o->pid);
+    mxpi_buf_puts(b, ",\"tid\":0,\"args\":{\"name\":");
+    mxpi_buf_json_str(b, o->process_name, o->process_name_len);
+    mxpi_buf_puts(b, "}}");
+}
+
+static void head_text(const mxpi_out *o, mxpi_buf *b) {
+    mxpi_buf_puts(b, "{\"displayTimeUnit\":\"ms\",\"baseTimeNanoseconds\":");
+    mxpi_buf_i64(b, o->base_wall_ns);
+    mxpi_buf_puts(b, ",\"traceEvents\":[\n");
+    process_meta(o, b);
+    mxpi_buf_puts(b, ",\n");
+}
+
+static void tail_text(const mxpi_out *o, mxpi_buf *b) {
+    b->len = 0;
+    b->failed = false;
+    process_meta(o, b);
+    tail_ctx t = {b, o->pid};
+    mxpi_threads_used(tail_thread, &t);
+
+    const mxp_counts *c = &o->tallies;
+    mxpi_buf_puts(b, "\n],\n");
+    if (o->top_json_len) {
+        mxpi_buf_put(b, o->top_json, o->top_json_len);
+        mxpi_buf_putc(b, ',');
+    }
+    mxpi_buf_puts(b, "\n\"otherData\":{");
+    if (o->other_json_len) {
+        mxpi_buf_put(b, o->other_json, o->other_json_len);
+        mxpi_buf_putc(b, ',');
+    }
+    mxpi_buf_puts(b, "\"pid\":");
+    mxpi_buf_i64(b, o->pid);
+    mxpi_buf_puts(b, ",\"clock\":\"");
+    mxpi_buf_puts(b, mxpi_clock_mode == MXP_CLOCK_TSC    ? "tsc"
+                     : mxpi_clock_mode == MXP_CLOCK_FAKE ? "fake"
+                                                         : "monotonic");
+    mxpi_buf_puts(b, "\",\"dropped_events\":");
+    mxpi_buf_u64(b, c->dropped_events);
+    mxpi_buf_puts(b, ",\"unmatched_stops\":");
+    mxpi_buf_u64(b, c->unmatched_stops);
+    mxpi_buf_puts(b, ",\"non_lifo_stops\":");
+    mxpi_buf_u64(b, c->non_lifo_stops);
+    mxpi_buf_puts(b, ",\"ignored_calls\":");
+    mxpi_buf_u64(b, c->ignored_calls);
+    mxpi_buf_puts(b, "}}\n");
+}
+
+/* Build the tail as on disk into out (compressed for gz) and write it. */
+static bool write_tail(mxpi_out *o, chrome *c, mxpi_buf *out) {
+    tail_text(o, &c->text);
+    bool ok = !c->text.failed;
+#ifdef MXPI_HAVE_ZLIB
+    if (ok && c->gz) {
+        ok = compress_member(o, &c->text, out);
+    } else
+#endif
+        if (ok) {
+        out->len = 0;
+        mxpi_buf_put(out, c->text.data, c->text.len);
+        ok = !out->failed;
+    }
+    c->text.len = 0;
+    if (!ok) {
+        if (!o->err) o->err = ENOMEM;
+        return false;
+    }
+    return mxpi_pwrite_all(o, out->data, out->len, &c->off);
+}
+
+/* ---- records ---- */
+
+/* Before a thread's first event in the file, its name (so that a file cut
+ * short by a crash still names its threads). */
+static bool announce(chrome *c, const mxpi_out *o, uint32_t tid) {
+    if (tid >= c->nannounced) {
+        uint32_t n = c->nannounced ? c->nannounced : 16;
+        while (n <= tid) n *= 2;
+        uint8_t *p = realloc(c->announced, n);
+        if (p == NULL) return false;
+        memset(p + c->nannounced, 0, n - c->nannounced);
+        c->announced = p;
+        c->nannounced = n;
+    }
+    if (c->announced[tid]) return true;
+    c->announced[tid] = 2;
+    tail_ctx t = {&c->text, o->pid};
+    mxpi_thread_info(tid, thread_meta, &t);
+    mxpi_buf_puts(&c->text, ",\n");
+    return !c->text.failed;
+}
+
+/* The most a record adds besides its object's prefix and counter key. */
+#define REC_ROOM 160u
+
+static char *put(char *p, const char *s, size_t n) {
+    memcpy(p, s, n);
+    return p + n;
+}
+
+#define PUT_LIT(p, lit) put((p), (lit), sizeof(lit) - 1)
+
+static void format_rec(chrome *c, const mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
+    mxpi_buf *b = &c->text;
+    mxpi_object *obj = mxpi_obj(r->id);
+    if (!mxpi_buf_reserve(b, obj->frag_len + obj->key_len + REC_ROOM)) return;
+    char *p = put(b->data + b->len, obj->frag, obj->frag_len);
+    p = mxpi_fmt_us(p, mxpi_tb_span(&o->tb, r->ts - o->epoch_ticks));
+    switch (obj->kind) {
+    case MXP_KIND_COUNTER:
+        p = put(p, c->pid_tid, c->pid_tid_len);
+        p = mxpi_fmt_u64(p, tid);
+        p = put(p, obj->key, obj->key_len);
+        p = mxpi_fmt_i64(p, r->val);
+        p = PUT_LIT(p, "}},\n");
+        break;
+    case MXP_KIND_MARKER: {
+        const char *name = mxpi_scope_name(r->aux);
+        p = PUT_LIT(p, ",\"s\":\"");
+        *p++ = mxpi_scope_letter(r->aux)[0];
+        *p++ = '"';
+        p = put(p, c->pid_tid, c->pid_tid_len);
+        p = mxpi_fmt_u64(p, tid);
+        p = PUT_LIT(p, ",\"args\":{\"scope\":\"");
+        p = put(p, name, strlen(name));
+        p = PUT_LIT(p, "\"}},\n");
+        break;
+    }
+    default:
+        p = PUT_LIT(p, ",\"dur\":");
+        p = mxpi_fmt_us(p, mxpi_tb_span(&o->tb, r->val));
+        p = put(p, c->pid_tid, c->pid_tid_len);
+        p = mxpi_fmt_u64(p, tid);
+        if (obj->kind == MXP_KIND_FRAME) {
+            p = PUT_LIT(p, ",\"args\":{\"frame\":");
+            p = mxpi_fmt_u64(p, r->aux);
+            *p++ = '}';
+        }
+        p = PUT_LIT(p, "},\n");
+    }
+    b->len = (size_t)(p - b->data);
+}
+
+/* ---- the format interface ---- */
+
+static bool create(mxpi_out *o, bool gz) {
+    chrome *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        o->err = ENOMEM;
+        return false;
+    }
+    o->state = c;
+    c->gz = gz;
+    c->pid_tid_len = (size_t)snprintf(c->pid_tid, sizeof c->pid_tid, ",\"pid\":%d,\"tid\":", o->pid);
+    head_text(o, &c->text);
+    if (!drain_text(o, c)) return false;
+#ifdef MXPI_HAVE_ZLIB
+    if (gz && !member_end(o, c)) return false;
+#endif
+    c->tail_off = c->off;
+    return write_tail(o, c, &c->tail);
+}
+
+static bool create_plain(mxpi_out *o) { return create(o, false); }
+
+static bool begin(mxpi_out *o) {
+    chrome *c = o->state;
+    c->off = c->tail_off;
+    c->text.len = 0;
+    c->text.failed = false;
+    /* Cut first: a crash while writing leaves a clean prefix, not events
+     * followed by the old tail's remains. */
+    if (o->regular && ftruncate(o->fd, (off_t)c->tail_off) != 0) {
+        o->err = errno;
+        return false;
+    }
+    return true;
+}
+
+static bool record(mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
+    chrome *c = o->state;
+    if ((tid >= c->nannounced || !c->announced[tid]) && !announce(c, o, tid)) {
+        o->err = ENOMEM;
+        return false;
+    }
+    format_rec(c, o, r, tid);
+    return c->text.len < WRITE_THRESHOLD ? !c->text.failed : drain_text(o, c);
+}
+
+static bool end(mxpi_out *o) {
+    chrome *c = o->state;
+    if (!drain_text(o, c)) return false;
+#ifdef MXPI_HAVE_ZLIB
+    if (c->gz && !member_end(o, c)) return false;
+#endif
+    c->next_tail_off = c->off;
+    if (!write_tail(o, c, &c->next_tail)) return false;
+    if (o->regular && ftruncate(o->fd, (off_t)c->off) != 0) {
+        o->err = errno;
+        return false;
+    }
+    return true;
+}
+
+/* Announcements of this flush (2) become permanent (1), or are forgotten. */
+static void settle(chrome *c, bool keep) {
+    for (uint32_t i = 0; i < c->nannounced; i++)
+        if (c->announced[i] == 2) c->announced[i] = keep ? 1 : 0;
+}
+
+static void commit(mxpi_out *o) {
+    chrome *c = o->state;
+    settle(c, true);
+    mxpi_buf swap = c->tail;
+    c->tail = c->next_tail;
+    c->next_tail = swap;
+    c->tail_off = c->next_tail_off;
+}
+
+static void restore(mxpi_out *o) {
+    chrome *c = o->state;
+    if (c == NULL) return;
+    settle(c, false);
+#ifdef MXPI_HAVE_ZLIB
+    if (c->z_ready) deflateReset(&c->z); /* drop a member half written */
+    c->member_open = false;
+#endif
+    int64_t off = c->tail_off;
+    if (o->regular && ftruncate(o->fd, (off_t)off) == 0 && c->tail.len)
+        mxpi_pwrite_all(o, c->tail.data, c->tail.len, &off);
+}
+
+static void release(mxpi_out *o) {
+    chrome *c = o->state;
+    if (c == NULL) return;
+    mxpi_buf_free(&c->text);
+    mxpi_buf_free(&c->tail);
+    mxpi_buf_free(&c->next_tail);
+    free(c->announced);
+#ifdef MXPI_HAVE_ZLIB
+    if (c->z_ready) deflateEnd(&c->z);
+#endif
+    free(c);
+    o->state = NULL;
+}
+
+const mxpi_format mxpi_chrome_json = {"json", create_plain, begin, record, end, commit, restore, release};
+
+#ifdef MXPI_HAVE_ZLIB
+static bool create_gz(mxpi_out *o) { return create(o, true); }
+const mxpi_format mxpi_chrome_json_gz = {"json.gz", create_gz, begin, record, end, commit, restore, release};
+#endif

@@ -1,0 +1,523 @@
+/*
+ * mxp_perfetto.c -- the Perfetto protobuf trace format.
+ *
+ * A Perfetto trace is the message Trace { repeated TracePacket packet = 1; },
+ * so the file is a run of (0x0A, varint length, packet) blocks.  A flush only
+ * appends packets, and a file cut after any whole packet is a valid trace:
+ * a crash loses nothing that was flushed.  Field numbers are those of
+ * protos/perfetto/trace/ in the Perfetto tree (trace_packet.proto,
+ * clock_snapshot.proto, interned_data/, track_event/).
+ *
+ * One packet sequence per file.  create writes a ClockSnapshot (MONOTONIC is
+ * the trace clock) and the process track, whose packet clears the incremental
+ * state.  Each flush then writes, thread by thread, the thread's track (its
+ * first time in the file, or when its name changed) and the thread's events,
+ * sorted so that begins and ends nest in file order.  Ranges become
+ * SLICE_BEGIN/SLICE_END pairs (Perfetto has no complete event), counter
+ * samples COUNTER events on a track per counter (written before its first
+ * sample), markers INSTANT events on the process or the thread track.  An
+ * object's name and category are both interned under its id, by the packet
+ * that first uses them.
+ *
+ * There is no trailer: the profile's tallies (dropped events, unmatched and
+ * non-LIFO stops, ignored calls) are not written in this format.
+ *
+ * What a flush marks as written (interned objects, counter tracks, thread
+ * names) counts only after commit; restore cuts the file back to the last
+ * commit and forgets it, so the next flush writes it again.
+ */
+#include "mxp_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WRITE_THRESHOLD (1u << 20)
+/* One thread's records are sorted in batches of at most this many events;
+ * a larger batch is cut, and (as for ranges that cross flushes) consumers
+ * order its events by timestamp. */
+#define BATCH_MAX (1u << 20)
+
+/* Field numbers: Trace.packet = 1; TracePacket (trace_packet.proto). */
+enum { TRACE_PACKET = 1 };
+enum { PK_CLOCK_SNAPSHOT = 6, PK_TIMESTAMP = 8, PK_SEQUENCE_ID = 10, PK_TRACK_EVENT = 11 };
+enum { PK_INTERNED_DATA = 12, PK_SEQUENCE_FLAGS = 13, PK_CLOCK_ID = 58, PK_TRACK_DESCRIPTOR = 60 };
+enum { SEQ_INCREMENTAL_STATE_CLEARED = 1, SEQ_NEEDS_INCREMENTAL_STATE = 2 };
+/* ClockSnapshot { repeated Clock clocks = 1 {clock_id = 1, timestamp = 2};
+ * primary_trace_clock = 2 }, with BuiltinClock ids. */
+enum { CS_CLOCKS = 1, CS_PRIMARY_TRACE_CLOCK = 2, CLOCK_ID = 1, CLOCK_TIMESTAMP = 2 };
+enum { CLOCK_REALTIME_ID = 1, CLOCK_MONOTONIC_ID = 3, CLOCK_BOOTTIME_ID = 6 };
+/* TrackDescriptor; ProcessDescriptor and ThreadDescriptor (pid = 1 in both). */
+enum { TD_UUID = 1, TD_NAME = 2, TD_PROCESS = 3, TD_THREAD = 4, TD_PARENT_UUID = 5, TD_COUNTER = 8 };
+enum { DESC_PID = 1, THD_TID = 2, THD_THREAD_NAME = 5, PD_PROCESS_NAME = 6 };
+/* TrackEvent, its Type, DebugAnnotation. */
+enum { TE_CATEGORY_IIDS = 3, TE_DEBUG_ANNOTATIONS = 4, TE_TYPE = 9, TE_NAME_IID = 10 };
+enum { TE_TRACK_UUID = 11, TE_COUNTER_VALUE = 30 };
+enum { TYPE_SLICE_BEGIN = 1, TYPE_SLICE_END = 2, TYPE_INSTANT = 3, TYPE_COUNTER = 4 };
+enum { DA_UINT_VALUE = 3, DA_STRING_VALUE = 6, DA_NAME = 10 };
+/* InternedData { event_categories = 1, event_names = 2 }, each {iid = 1, name = 2}. */
+enum { ID_EVENT_CATEGORIES = 1, ID_EVENT_NAMES = 2, INTERNED_IID = 1, INTERNED_NAME = 2 };
+
+/* Per object and file: what has been written. */
+#define OBJ_INTERNED 1u
+#define OBJ_TRACK 2u
+
+/* An item is an event of a TYPE_* or a zero-length range (both its events). */
+enum { EV_ZERO = 0 };
+
+/* One event of the batch being sorted. */
+typedef struct item {
+    int64_t ts;   /* ns: the begin, the end or the instant */
+    int64_t v;    /* ranges: the duration in ns; counters: the sample */
+    uint32_t id;
+    uint32_t aux;
+    uint32_t seq; /* arrival order in the batch (records come in end order) */
+    uint32_t what; /* TYPE_* or EV_ZERO */
+} item;
+
+typedef struct thr {
+    char *name; /* on the thread's last committed track (NULL: none) */
+    char *next; /* on its track written by this flush (NULL: none) */
+    size_t len, next_len;
+} thr;
+
+typedef struct perfetto {
+    mxpi_buf text;     /* encoded, not yet written */
+    int64_t end;       /* the file's end at the last commit */
+    int64_t off;       /* where the next bytes go during a flush */
+    uint32_t seq_id;
+    uint64_t proc_uuid;
+    uint8_t *done;     /* per object id: OBJ_* as of the last commit */
+    uint8_t *work;     /* ... as of this flush */
+    uint32_t top;      /* ids below it may have flags */
+    thr *thr;          /* per trace tid */
+    uint32_t nthr;
+    item *items;       /* the batch: records of thread tid */
+    size_t n, cap;
+    uint32_t tid;
+} perfetto;
+
+/* ---- protobuf encoding (mxpi_buf records an allocation failure) ---- */
+
+static void put_varint(mxpi_buf *b, uint64_t v) {
+    if (!mxpi_buf_reserve(b, 10)) return;
+    while (v >= 0x80) {
+        b->data[b->len++] = (char)(0x80 | (v & 0x7f));
+        v >>= 7;
+    }
+    b->data[b->len++] = (char)v;
+}
+
+static void put_uint(mxpi_buf *b, uint32_t field, uint64_t v) {
+    put_varint(b, (uint64_t)field << 3);
+    put_varint(b, v);
+}
+
+static void put_bytes(mxpi_buf *b, uint32_t field, const char *s, size_t n) {
+    put_varint(b, (uint64_t)field << 3 | 2);
+    put_varint(b, n);
+    mxpi_buf_put(b, s, n);
+}
+
+/* A length-delimited field (message or string) whose length is known only
+ * at msg_close: one byte is reserved for it, and the content moved along
+ * when the length needs more. */
+static size_t msg_open(mxpi_buf *b, uint32_t field) {
+    put_varint(b, (uint64_t)field << 3 | 2);
+    mxpi_buf_putc(b, 0);
+    return b->len;
+}
+
+static void msg_close(mxpi_buf *b, size_t start) {
+    if (b->failed) return;
+    size_t n = b->len - start;
+    char len[10];
+    size_t k = 0;
+    for (uint64_t v = n; k == 0 || v; v >>= 7) len[k++] = (char)((v >= 0x80 ? 0x80 : 0) | (v & 0x7f));
+    if (k > 1) {
+        if (!mxpi_buf_reserve(b, k - 1)) return;
+        memmove(b->data + start + k - 1, b->data + start, n);
+        b->len += k - 1;
+    }
+    memcpy(b->data + start - 1, len, k);
+}
+
+/* ---- packets ---- */
+
+/* Track uuids are global to a trace: derive them from the pid, so traces of
+ * several processes can be loaded together.  The mix is a bijection. */
+static uint64_t uuid_of(const mxpi_out *o, uint64_t kind, uint32_t n) {
+    uint64_t z = ((uint64_t)(uint32_t)o->pid << 32 | kind << 28 | (n & 0x0fffffffu)) + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return z ? z : 1; /* 0 is the implicit global track */
+}
+
+enum { UUID_PROCESS, UUID_THREAD, UUID_COUNTER };
+
+/* ts < 0: a packet without a timestamp. */
+static size_t packet_open(perfetto *s, int64_t ts, uint32_t flags) {
+    mxpi_buf *b = &s->text;
+    size_t p = msg_open(b, TRACE_PACKET);
+    put_uint(b, PK_SEQUENCE_ID, s->seq_id);
+    if (ts >= 0) {
+        put_uint(b, PK_TIMESTAMP, (uint64_t)ts);
+        put_uint(b, PK_CLOCK_ID, CLOCK_MONOTONIC_ID);
+    }
+    if (flags) put_uint(b, PK_SEQUENCE_FLAGS, flags);
+    return p;
+}
+
+static void clock_put(mxpi_buf *b, uint32_t id, int64_t ns) {
+    size_t c = msg_open(b, CS_CLOCKS);
+    put_uint(b, CLOCK_ID, id);
+    put_uint(b, CLOCK_TIMESTAMP, (uint64_t)ns);
+    msg_close(b, c);
+}
+
+static void clock_snapshot(perfetto *s, const mxpi_out *o) {
+    mxpi_buf *b = &s->text;
+    size_t p = packet_open(s, -1, 0);
+    size_t c = msg_open(b, PK_CLOCK_SNAPSHOT);
+    clock_put(b, CLOCK_MONOTONIC_ID, o->base_mono_ns);
+    clock_put(b, CLOCK_REALTIME_ID, o->base_wall_ns);
+#ifdef CLOCK_BOOTTIME
+    struct timespec t;
+    if (clock_gettime(CLOCK_BOOTTIME, &t) == 0) {
+        int64_t boot = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+        clock_put(b, CLOCK_BOOTTIME_ID, o->base_mono_ns + (boot - mxpi_monotonic_ns()));
+    }
+#endif
+    put_uint(b, CS_PRIMARY_TRACE_CLOCK, CLOCK_MONOTONIC_ID);
+    msg_close(b, c);
+    msg_close(b, p);
+}
+
+/* A track: what is TD_PROCESS (the one that clears the incremental
+ * state), TD_THREAD (the trace tid's) or TD_COUNTER. */
+static void track_put(perfetto *s, const mxpi_out *o, uint32_t what, uint64_t uuid, uint32_t tid,
+                      const char *name, size_t len) {
+    mxpi_buf *b = &s->text;
+    size_t p = packet_open(s, -1, what == TD_PROCESS ? SEQ_INCREMENTAL_STATE_CLEARED : 0);
+    size_t t = msg_open(b, PK_TRACK_DESCRIPTOR);
+    put_uint(b, TD_UUID, uuid);
+    if (what != TD_PROCESS) put_uint(b, TD_PARENT_UUID, s->proc_uuid);
+    if (what == TD_COUNTER) put_bytes(b, TD_NAME, name, len);
+    size_t d = msg_open(b, what); /* CounterDescriptor stays empty */
+    if (what != TD_COUNTER) put_uint(b, DESC_PID, (uint64_t)(int64_t)o->pid);
+    if (what == TD_THREAD) put_uint(b, THD_TID, tid);
+    if (what != TD_COUNTER) put_bytes(b, what == TD_THREAD ? THD_THREAD_NAME : PD_PROCESS_NAME, name, len);
+    msg_close(b, d);
+    msg_close(b, t);
+    msg_close(b, p);
+}
+
+/* The object's name and category, interned under its id. */
+static void intern_put(mxpi_buf *b, uint32_t id) {
+    const mxpi_object *obj = mxpi_obj(id);
+    size_t e = msg_open(b, ID_EVENT_NAMES);
+    put_uint(b, INTERNED_IID, id);
+    put_bytes(b, INTERNED_NAME, obj->name, obj->name_len);
+    msg_close(b, e);
+    e = msg_open(b, ID_EVENT_CATEGORIES);
+    put_uint(b, INTERNED_IID, id);
+    size_t c = msg_open(b, INTERNED_NAME); /* the same as Chrome's "cat" */
+    if (obj->kind == MXP_KIND_EVENT) {
+        mxpi_buf_puts(b, "event");
+    } else {
+        mxpi_buf_put(b, obj->domain, obj->domain_len);
+        if (obj->kind == MXP_KIND_FRAME) mxpi_buf_puts(b, ",frame");
+    }
+    msg_close(b, c);
+    msg_close(b, e);
+}
+
+static void annotation(mxpi_buf *b, const char *name, uint32_t field, const char *s, uint64_t v) {
+    size_t a = msg_open(b, TE_DEBUG_ANNOTATIONS);
+    put_bytes(b, DA_NAME, name, strlen(name));
+    if (s != NULL)
+        put_bytes(b, field, s, strlen(s));
+    else
+        put_uint(b, field, v);
+    msg_close(b, a);
+}
+
+/* Whether the file lacks the object's flag bit (OBJ_*) so far; sets it. */
+static bool first_use(perfetto *s, uint32_t id, uint8_t bit) {
+    if (s->work[id] & bit) return false;
+    s->work[id] |= bit;
+    if (id >= s->top) s->top = id + 1;
+    return true;
+}
+
+/* One event; a name is interned by the packet that first uses it. */
+static void event_put(perfetto *s, const mxpi_out *o, const item *it, uint32_t type) {
+    mxpi_buf *b = &s->text;
+    uint64_t track = uuid_of(o, UUID_THREAD, s->tid);
+    if (type == TYPE_COUNTER) {
+        track = uuid_of(o, UUID_COUNTER, it->id);
+        const mxpi_object *obj = mxpi_obj(it->id);
+        if (first_use(s, it->id, OBJ_TRACK)) track_put(s, o, TD_COUNTER, track, 0, obj->name, obj->name_len);
+    } else if (type == TYPE_INSTANT && (it->aux == MXP_SCOPE_GLOBAL || it->aux == MXP_SCOPE_PROCESS)) {
+        track = s->proc_uuid;
+    }
+    bool named = type != TYPE_SLICE_END && type != TYPE_COUNTER;
+    size_t p = packet_open(s, it->ts, named ? SEQ_NEEDS_INCREMENTAL_STATE : 0);
+    if (named && first_use(s, it->id, OBJ_INTERNED)) {
+        size_t d = msg_open(b, PK_INTERNED_DATA);
+        intern_put(b, it->id);
+        msg_close(b, d);
+    }
+    size_t e = msg_open(b, PK_TRACK_EVENT);
+    put_uint(b, TE_TYPE, type);
+    put_uint(b, TE_TRACK_UUID, track);
+    if (type == TYPE_COUNTER) put_uint(b, TE_COUNTER_VALUE, (uint64_t)it->v);
+    if (named) {
+        put_uint(b, TE_NAME_IID, it->id);
+        put_uint(b, TE_CATEGORY_IIDS, it->id);
+    }
+    if (type == TYPE_INSTANT) annotation(b, "scope", DA_STRING_VALUE, mxpi_scope_name(it->aux), 0);
+    if (type == TYPE_SLICE_BEGIN && mxpi_obj(it->id)->kind == MXP_KIND_FRAME)
+        annotation(b, "frame", DA_UINT_VALUE, NULL, it->aux);
+    msg_close(b, e);
+    msg_close(b, p);
+}
+
+/* ---- bookkeeping ---- */
+
+static bool drain_text(mxpi_out *o, perfetto *s) {
+    if (s->text.failed) {
+        o->err = ENOMEM;
+        return false;
+    }
+    bool ok = mxpi_pwrite_all(o, s->text.data, s->text.len, &s->off);
+    s->text.len = 0;
+    return ok;
+}
+
+static thr *thr_of(perfetto *s, uint32_t tid) {
+    if (tid >= s->nthr) {
+        uint32_t n = s->nthr ? s->nthr : 16;
+        while (n <= tid) n *= 2;
+        thr *p = realloc(s->thr, n * sizeof *p);
+        if (p == NULL) return NULL;
+        memset(p + s->nthr, 0, (n - s->nthr) * sizeof *p);
+        s->thr = p;
+        s->nthr = n;
+    }
+    return &s->thr[tid];
+}
+
+typedef struct visit {
+    perfetto *s;
+    const mxpi_out *o;
+    uint32_t only; /* 0: every thread */
+} visit;
+
+/* Write the thread's track unless the file has it under this name already. */
+static bool thread_put(perfetto *s, const mxpi_out *o, uint32_t tid, const char *name, size_t len) {
+    thr *t = thr_of(s, tid);
+    if (t == NULL) return false;
+    const char *last = t->next ? t->next : t->name;
+    size_t last_len = t->next ? t->next_len : t->len;
+    if (last != NULL && last_len == len && memcmp(last, name, len) == 0) return true;
+    char *copy = mxpi_dup(name, len);
+    if (copy == NULL) return false;
+    free(t->next);
+    t->next = copy;
+    t->next_len = len;
+    track_put(s, o, TD_THREAD, uuid_of(o, UUID_THREAD, tid), tid, name, len);
+    return true;
+}
+
+/* Runs under names_lock; a failure marks the text failed. */
+static void thread_visit(void *arg, uint32_t tid, int64_t os_tid, const char *name, size_t len) {
+    visit *v = arg;
+    if (v->only && tid != v->only) return;
+    char unnamed[40];
+    if (name == NULL) {
+        len = (size_t)snprintf(unnamed, sizeof unnamed, "thread %lld", (long long)os_tid);
+        name = unnamed;
+    }
+    if (!thread_put(v->s, v->o, tid, name, len)) v->s->text.failed = true;
+}
+
+static int cmp_i64(int64_t a, int64_t b) { return (a > b) - (a < b); }
+
+/* At one timestamp: ends, then instants, then begins. */
+static int rank(uint32_t what) {
+    return what == TYPE_SLICE_END ? 0 : what == TYPE_SLICE_BEGIN || what == EV_ZERO ? 2 : 1;
+}
+
+/* File order that nests: by time; among ends, the one that began later
+ * first; among begins, the longer first (a zero-length range, written as
+ * begin and end together, last); equal ranges by arrival, which is end order,
+ * so the outer one opens first and closes last. */
+static int item_cmp(const void *pa, const void *pb) {
+    const item *a = pa, *b = pb;
+    int c = cmp_i64(a->ts, b->ts);
+    if (c == 0) c = rank(a->what) - rank(b->what);
+    if (c != 0) return c;
+    switch (rank(a->what)) {
+    case 0:
+        c = cmp_i64(b->ts - b->v, a->ts - a->v);
+        return c ? c : cmp_i64(a->seq, b->seq);
+    case 2:
+        c = cmp_i64(b->v, a->v);
+        return c ? c : cmp_i64(b->seq, a->seq);
+    default: return cmp_i64(a->seq, b->seq);
+    }
+}
+
+/* Write the batch: the thread's track, then the events in nesting order. */
+static bool batch_write(mxpi_out *o, perfetto *s) {
+    mxpi_buf *b = &s->text;
+    visit v = {s, o, s->tid};
+    mxpi_thread_info(s->tid, thread_visit, &v);
+    if (b->failed) {
+        o->err = ENOMEM;
+        return false;
+    }
+    qsort(s->items, s->n, sizeof *s->items, item_cmp);
+    for (size_t i = 0; i < s->n; i++) {
+        const item *it = &s->items[i];
+        event_put(s, o, it, it->what == EV_ZERO ? TYPE_SLICE_BEGIN : it->what);
+        if (it->what == EV_ZERO) event_put(s, o, it, TYPE_SLICE_END);
+        if (b->len >= WRITE_THRESHOLD && !drain_text(o, s)) return false;
+    }
+    s->n = 0;
+    return !b->failed || drain_text(o, s); /* drain_text reports the failure */
+}
+
+static void forget_next(perfetto *s) {
+    for (uint32_t i = 0; i < s->nthr; i++) {
+        free(s->thr[i].next);
+        s->thr[i].next = NULL;
+    }
+}
+
+/* ---- the format interface ---- */
+
+static bool create(mxpi_out *o) {
+    perfetto *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        o->err = ENOMEM;
+        return false;
+    }
+    o->state = s;
+    s->done = calloc(MXP_MAX_OBJECTS, 1);
+    s->work = calloc(MXP_MAX_OBJECTS, 1);
+    if (s->done == NULL || s->work == NULL) {
+        o->err = ENOMEM;
+        return false;
+    }
+    s->seq_id = o->pid > 0 ? (uint32_t)o->pid : 1u; /* nonzero, one per process */
+    s->proc_uuid = uuid_of(o, UUID_PROCESS, 0);
+    clock_snapshot(s, o);
+    track_put(s, o, TD_PROCESS, s->proc_uuid, 0, o->process_name, o->process_name_len);
+    if (!drain_text(o, s)) return false;
+    s->end = s->off;
+    return true;
+}
+
+static bool begin(mxpi_out *o) {
+    perfetto *s = o->state;
+    s->off = s->end;
+    s->text.len = 0;
+    s->text.failed = false;
+    s->n = 0;
+    s->tid = 0;
+    memcpy(s->work, s->done, s->top);
+    forget_next(s);
+    return true;
+}
+
+static bool record(mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
+    perfetto *s = o->state;
+    if ((tid != s->tid || s->n + 2 > BATCH_MAX) && s->n && !batch_write(o, s)) return false;
+    s->tid = tid;
+    if (s->n + 2 > s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 1024;
+        item *p = realloc(s->items, cap * sizeof *p);
+        if (p == NULL) {
+            o->err = ENOMEM;
+            return false;
+        }
+        s->items = p;
+        s->cap = cap;
+    }
+    int64_t ts = o->base_mono_ns + mxpi_tb_span(&o->tb, r->ts - o->epoch_ticks);
+    item it = {ts, r->val, r->id, r->aux, (uint32_t)s->n, TYPE_COUNTER};
+    uint32_t kind = mxpi_obj(r->id)->kind;
+    if (kind == MXP_KIND_MARKER) {
+        it.what = TYPE_INSTANT;
+    } else if (kind != MXP_KIND_COUNTER) {
+        int64_t dur = mxpi_tb_span(&o->tb, r->val);
+        it.v = dur > 0 ? dur : 0;
+        it.what = dur > 0 ? TYPE_SLICE_BEGIN : EV_ZERO;
+        if (dur > 0) { /* the begin here, the end below */
+            s->items[s->n++] = it;
+            it.ts += dur;
+            it.what = TYPE_SLICE_END;
+        }
+    }
+    s->items[s->n++] = it;
+    return true;
+}
+
+static bool end(mxpi_out *o) {
+    perfetto *s = o->state;
+    if (s->n && !batch_write(o, s)) return false;
+    visit v = {s, o, 0}; /* threads renamed since their last track */
+    mxpi_threads_used(thread_visit, &v);
+    if (!drain_text(o, s)) return false;
+    if (o->regular && ftruncate(o->fd, (off_t)s->off) != 0) {
+        o->err = errno;
+        return false;
+    }
+    return true;
+}
+
+static void commit(mxpi_out *o) {
+    perfetto *s = o->state;
+    s->end = s->off;
+    uint8_t *swap = s->done;
+    s->done = s->work;
+    s->work = swap;
+    for (uint32_t i = 0; i < s->nthr; i++) {
+        thr *t = &s->thr[i];
+        if (t->next == NULL) continue;
+        free(t->name);
+        t->name = t->next;
+        t->len = t->next_len;
+        t->next = NULL;
+    }
+}
+
+static void restore(mxpi_out *o) {
+    perfetto *s = o->state;
+    if (s == NULL) return;
+    if (o->regular && ftruncate(o->fd, (off_t)s->end) != 0 && o->err == 0) o->err = errno;
+    forget_next(s);
+    s->n = 0;
+}
+
+static void release(mxpi_out *o) {
+    perfetto *s = o->state;
+    if (s == NULL) return;
+    forget_next(s);
+    for (uint32_t i = 0; i < s->nthr; i++) free(s->thr[i].name);
+    free(s->thr);
+    free(s->done);
+    free(s->work);
+    free(s->items);
+    mxpi_buf_free(&s->text);
+    free(s);
+    o->state = NULL;
+}
+
+const mxpi_format mxpi_perfetto = {"perfetto", create, begin, record, end, commit, restore, release};
