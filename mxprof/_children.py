@@ -43,8 +43,17 @@ def export(config: dict[str, Any], base: str, paused: bool) -> None:
 
 
 def withdraw() -> None:
-    """Children started from now on do not profile."""
-    os.environ.pop(ENV, None)
+    """Children started from now on do not profile (by this process's offer;
+    an offer inherited from a parent stays until this process makes its own)."""
+    raw = os.environ.get(ENV)
+    if raw is None:
+        return
+    try:
+        made_here = json.loads(raw).get("parent") == os.getpid()
+    except (ValueError, AttributeError):
+        made_here = True  # not an offer anyone can use
+    if made_here:
+        del os.environ[ENV]
 
 
 def inherited() -> dict[str, Any] | None:
@@ -63,9 +72,21 @@ def inherited() -> dict[str, Any] | None:
     return offer
 
 
-def finish_at_child_exit(at_exit: Any) -> None:
-    """multiprocessing's fork children leave by os._exit, skipping atexit;
-    its own exit hook (Finalize with an exit priority) still runs."""
+def _register_finalizer(session: Any) -> None:
     from multiprocessing import util
 
-    util.Finalize(None, at_exit, exitpriority=100)
+    if session.profile_open:
+        util.Finalize(None, session.at_exit, exitpriority=100)
+
+
+def write_at_multiprocessing_exit(session: Any) -> None:
+    """Make multiprocessing's children complete their trace when they end.
+
+    Its fork children leave by os._exit, skipping atexit; its exit hook
+    (finalizers with an exit priority) still runs.  The finalizer must be
+    registered from its after-fork hooks: the child clears the finalizers it
+    inherited after the OS fork hooks ran.
+    """
+    from multiprocessing import util
+
+    util.register_after_fork(session, _register_finalizer)

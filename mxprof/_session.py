@@ -108,6 +108,7 @@ class Session:
             k: 0 for k in ("dropped_events", "unmatched_stops", "non_lifo_stops", "ignored_calls")
         }
         self.applied_max_events = -1
+        self.mp_hooked = getattr(self, "mp_hooked", False)  # registered once per process
         self._flush_task: Any = None
 
     # ---- keeping the core in step ----
@@ -136,6 +137,9 @@ class Session:
         if self.profile_open and self.state == "run" and self.config["follow_children"]:
             base = self.inherited_base or self.config["filename"]
             _children.export(self.config, base, self.paused)
+            if not self.mp_hooked:
+                _children.write_at_multiprocessing_exit(self)
+                self.mp_hooked = True
         else:
             _children.withdraw()
 
@@ -269,7 +273,6 @@ class Session:
         self.state = "run"
         self.paused = paused
         self.sync()
-        _children.finish_at_child_exit(self.at_exit)
 
     def adopt_inherited(self) -> None:
         """At import in a child: profile as the parent offered (follow_children)."""

@@ -127,6 +127,12 @@ int mxp_noop_released(uint32_t id);
  * that timestamps something.  Returns MXP_OK. */
 int mxp_noop_clock(uint32_t id);
 
+/* Write s (n bytes of UTF-8) as a JSON string literal, quotes included, the
+ * way trace files write names.  *needed receives its length; MXP_E_FULL when
+ * cap is smaller (out then holds nothing usable), MXP_E_NOMEM on allocation
+ * failure.  Thread-safe; for bindings and tests. */
+int mxp_json_escape(const char *s, size_t n, char *out, size_t cap, size_t *needed);
+
 /* ---- clock ---- */
 
 /* Current time of the core's clock, in ns. */

@@ -141,3 +141,18 @@ char *mxpi_dup(const char *s, size_t n) {
     p[n] = '\0';
     return p;
 }
+
+int mxp_json_escape(const char *s, size_t n, char *out, size_t cap, size_t *needed) {
+    if ((s == NULL && n) || needed == NULL || (out == NULL && cap)) return MXP_E_INVALID;
+    mxpi_buf b = {0};
+    mxpi_buf_json_str(&b, s ? s : "", n);
+    if (b.failed) {
+        mxpi_buf_free(&b);
+        return MXP_E_NOMEM;
+    }
+    *needed = b.len;
+    int rc = b.len > cap ? MXP_E_FULL : MXP_OK;
+    if (rc == MXP_OK) memcpy(out, b.data, b.len);
+    mxpi_buf_free(&b);
+    return rc;
+}

@@ -8,6 +8,9 @@
 
 #include <errno.h>
 #include <stdio.h>
+#ifdef MXPI_HAVE_ZLIB
+#include <zlib.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -374,6 +377,99 @@ static void test_threads_record_while_draining(void) {
     CHECK(flushes == 20);
 }
 
+/* ---- the other formats: gzip JSON and Perfetto, flushed while threads record ---- */
+
+static void *format_recorder(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 20000; i++) {
+        mxp_range_begin(mt_range);
+        mxp_counter_add(mt_counter, 1);
+        mxp_range_end(mt_range);
+    }
+    return NULL;
+}
+
+static void record_format(const char *name, char *path, size_t cap) {
+    fresh();
+    mxp_profile_begin();
+    set_path(name, path, cap);
+    mt_range = reg(MXP_KIND_TASK, "fmt", "r");
+    mt_counter = reg(MXP_KIND_COUNTER, "fmt", "c");
+    uint32_t mark = reg(MXP_KIND_MARKER, "fmt", "m");
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, format_recorder, NULL);
+    for (int i = 0; i < 10; i++) {
+        mxp_marker_mark(mark, MXP_SCOPE_THREAD);
+        CHECK_EQ(mxp_trace_flush(0), MXP_OK);
+        usleep(1000);
+    }
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    CHECK_EQ(mxp_trace_flush(1), MXP_OK);
+}
+
+#ifdef MXPI_HAVE_ZLIB
+/* Inflate every member of a gzip file into a NUL-terminated string. */
+static char *gunzip_all(const char *path) {
+    size_t n = 0;
+    char *in = read_file(path, &n);
+    if (in == NULL) return NULL;
+    mxpi_buf out = {0};
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 31) != Z_OK) return NULL;
+    z.next_in = (Bytef *)in;
+    z.avail_in = (uInt)n;
+    char chunk[1 << 16];
+    int rc = Z_OK;
+    while (z.avail_in > 0 && (rc == Z_OK || rc == Z_STREAM_END)) {
+        if (rc == Z_STREAM_END) inflateReset(&z); /* the next member */
+        z.next_out = (Bytef *)chunk;
+        z.avail_out = sizeof chunk;
+        rc = inflate(&z, Z_NO_FLUSH);
+        mxpi_buf_put(&out, chunk, sizeof chunk - z.avail_out);
+    }
+    inflateEnd(&z);
+    free(in);
+    mxpi_buf_putc(&out, '\0');
+    return rc == Z_STREAM_END ? out.data : (mxpi_buf_free(&out), NULL);
+}
+#endif
+
+static void test_other_formats(void) {
+    char path[512];
+#ifdef MXPI_HAVE_ZLIB
+    record_format("t.json.gz", path, sizeof path);
+    char *text = gunzip_all(path);
+    CHECK(text && complete_json(text));
+    CHECK_EQ(text ? count_of(text, "\"ph\":\"X\"") : 0, 40000);
+    CHECK_EQ(text ? count_of(text, "\"ph\":\"C\"") : 0, 40000);
+    CHECK_EQ(text ? count_of(text, "\"ph\":\"i\"") : 0, 10);
+    free(text);
+#endif
+    record_format("t.perfetto-trace", path, sizeof path);
+    size_t n = 0;
+    unsigned char *data = (unsigned char *)read_file(path, &n);
+    CHECK(data != NULL);
+    /* The file is whole TracePackets: tag 0x0A, varint length, payload. */
+    size_t pos = 0, packets = 0;
+    while (data && pos < n && data[pos] == 0x0A) {
+        uint64_t len = 0;
+        pos++;
+        for (int shift = 0; pos < n; shift += 7) {
+            unsigned char byte = data[pos++];
+            len |= (uint64_t)(byte & 0x7f) << shift;
+            if (!(byte & 0x80)) break;
+        }
+        pos += len;
+        packets++;
+    }
+    CHECK_EQ(pos, n);
+    /* 40,000 ranges (a begin and an end each), 40,000 samples, 10 marks, and
+     * tracks, interned names and the clock snapshot. */
+    CHECK(packets >= 40000 * 3 + 10);
+    free(data);
+}
+
 int main(void) {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(tmpdir, sizeof tmpdir, "%s/mxprof-ctest-XXXXXX", base);
@@ -392,6 +488,7 @@ int main(void) {
     test_flush_and_cap();
     test_failed_write_keeps_records();
     test_threads_record_while_draining();
+    test_other_formats();
     mxp_reset();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
