@@ -14,12 +14,20 @@ Code written for ``mxnet.profiler`` runs with ``import mxprof as profiler``::
     print(profiler.dumps())
 """
 
+from . import memory
 from ._version import __version__
 from .compat import dump_profile, profiler_set_config, profiler_set_state
 from .control import dump, pause, resume, set_config, set_state
 from .counter import Counter
 from .domain import Domain
-from .errors import ConfigError, OutputError, ProfilerError, StateError, TraceFormatError
+from .errors import (
+    ConfigError,
+    DeviceUnavailable,
+    OutputError,
+    ProfilerError,
+    StateError,
+    TraceFormatError,
+)
 from .marker import Marker
 from .ranges import Event, Frame, Task
 from .schedule import ProfilerAction, profile, record_function, schedule
@@ -31,6 +39,7 @@ from .trace import load
 __all__ = [
     "ConfigError",
     "Counter",
+    "DeviceUnavailable",
     "Domain",
     "Event",
     "Frame",
@@ -47,6 +56,7 @@ __all__ = [
     "dump_profile",
     "dumps",
     "load",
+    "memory",
     "pause",
     "profiler_set_config",
     "profile",

@@ -47,10 +47,15 @@ KIND_EVENT = lib.MXP_KIND_EVENT
 KIND_COUNTER = lib.MXP_KIND_COUNTER
 KIND_MARKER = lib.MXP_KIND_MARKER
 KIND_SCOPE = lib.MXP_KIND_SCOPE
+KIND_ALLOC = lib.MXP_KIND_ALLOC
+KIND_FREE = lib.MXP_KIND_FREE
+KIND_GPU = lib.MXP_KIND_GPU
 
 FLAG_RECORD = lib.MXP_FLAG_RECORD
 FLAG_TRACE = lib.MXP_FLAG_TRACE
 FLAG_AGGREGATE = lib.MXP_FLAG_AGGREGATE
+FLAG_MEMORY = lib.MXP_FLAG_MEMORY
+FLAG_MEMORY_EVENTS = lib.MXP_FLAG_MEMORY_EVENTS
 
 _MESSAGES = {
     lib.MXP_E_INVALID: "invalid argument",
@@ -158,7 +163,13 @@ def stats_snapshot(reset: bool = False) -> list[Stat]:
     ]
 
 
-COUNT_FIELDS = ("dropped_events", "unmatched_stops", "non_lifo_stops", "ignored_calls")
+COUNT_FIELDS = (
+    "dropped_events",
+    "unmatched_stops",
+    "non_lifo_stops",
+    "ignored_calls",
+    "unknown_frees",
+)
 
 
 def counts() -> dict[str, int]:

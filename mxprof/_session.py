@@ -20,14 +20,39 @@ import sys
 import threading
 import warnings
 from types import FrameType
-from typing import Any
+from typing import Any, Callable
 
 from . import _children, _signals, _threads, config
-from ._native import FLAG_AGGREGATE, FLAG_RECORD, FLAG_TRACE, lib, strerror, utf8
+from ._native import (
+    COUNT_FIELDS,
+    FLAG_AGGREGATE,
+    FLAG_MEMORY,
+    FLAG_MEMORY_EVENTS,
+    FLAG_RECORD,
+    FLAG_TRACE,
+    lib,
+    strerror,
+    utf8,
+)
 from ._version import __version__
 from .errors import ConfigError, OutputError, ProfilerError, StateError
 
 STATES = ("run", "stop")
+
+# Called as hook(final) under the session lock before every trace write and
+# every dumps(): producers of late records (GPU ranges resolved from CUDA
+# events) put what they have into the core.  final: the profile's last write.
+SYNC_HOOKS: list[Callable[[bool], None]] = []
+
+
+def run_sync_hooks(final: bool) -> None:
+    for hook in list(SYNC_HOOKS):
+        try:
+            hook(final)
+        except Exception as e:  # a hook must never cost the trace
+            warn(f"mxprof: a pre-write hook ({hook!r}) failed: {e!r}")
+
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -104,9 +129,7 @@ class Session:
         self.inherited_base: str | None = None
         self.flusher: _Flusher | None = None
         self.pending: OutputError | None = None  # a failed background write
-        self.baseline = {
-            k: 0 for k in ("dropped_events", "unmatched_stops", "non_lifo_stops", "ignored_calls")
-        }
+        self.baseline = dict.fromkeys(COUNT_FIELDS, 0)
         self.applied_max_events = -1
         self.mp_hooked = getattr(self, "mp_hooked", False)  # registered once per process
         self._flush_task: Any = None
@@ -121,7 +144,11 @@ class Session:
             | (FLAG_TRACE if self.profile_open and self.traced else 0)
             | (FLAG_AGGREGATE if self.config["aggregate_stats"] else 0)
         )
-        every = FLAG_RECORD | FLAG_TRACE | FLAG_AGGREGATE
+        # Memory is kept from run to stop, paused or not, so that a free seen
+        # during a pause still finds its allocation.
+        if self.state == "run" and config.source_enabled(self.config, "profile_memory"):
+            want |= FLAG_MEMORY | (FLAG_MEMORY_EVENTS if self.config["memory_events"] else 0)
+        every = FLAG_RECORD | FLAG_TRACE | FLAG_AGGREGATE | FLAG_MEMORY | FLAG_MEMORY_EVENTS
         lib.mxp_flags_update(want, every & ~want)
         if self.config["max_events"] != self.applied_max_events:
             lib.mxp_max_events_set(self.config["max_events"])
@@ -176,6 +203,7 @@ class Session:
     def flush(self, finish: bool, explicit: bool) -> None:
         """Write the buffered events; on failure raise (explicit) or keep the error."""
         _threads.sync_names()
+        run_sync_hooks(finish)
         task = None
         recording = self.state == "run" and not self.paused
         if recording and config.source_enabled(self.config, "profile_api"):

@@ -110,7 +110,8 @@ KEYS: dict[str, Key] = {
             "profile_memory",
             True,
             check_bool,
-            "memory sources (none in this release; mxprof.memory is planned)",
+            "memory sources: mxprof.memory, mxprof.cuda's allocations, the torch adapter's "
+            "CUDA memory; recorded while the state is 'run'",
         ),
         Key(
             "profile_api",
@@ -143,7 +144,8 @@ KEYS: dict[str, Key] = {
             "gpu_memory_profile_filename_prefix",
             "gpu_memory_profile",
             _str,
-            "prefix of the GPU memory CSV (written by dump() once memory sources exist)",
+            "prefix of the GPU memory CSV <prefix>-pid_<pid>.csv that dump() writes when "
+            "GPU allocations were recorded",
         ),
         Key(
             "max_events",
@@ -165,6 +167,13 @@ KEYS: dict[str, Key] = {
             check_bool,
             "mxprof: on SIGTERM/SIGINT write the trace, then let the signal act as before "
             "(installed from the main thread when a profile begins)",
+        ),
+        Key(
+            "memory_events",
+            False,
+            check_bool,
+            "mxprof: with profile_memory, also an instant event per allocation and free "
+            "in the trace (device, attribute, bytes in args)",
         ),
         Key(
             "write_trace",

@@ -7,7 +7,7 @@ from typing import Any
 from . import config
 from ._session import SESSION, STATES, check_process, remote
 from .config import check_bool
-from .errors import ConfigError, StateError
+from .errors import ConfigError, OutputError, StateError
 
 
 def set_config(**kwargs: Any) -> None:
@@ -102,12 +102,16 @@ def dump(finished: bool = True, profile_process: str = "worker") -> None:
 
     The file is complete JSON afterwards either way.  ``finished=True`` also
     ends output until the next ``set_state('run')``; a ``dump()`` after that
-    does nothing.
+    does nothing.  With ``profile_memory``, once GPU allocations have been
+    recorded, it also (re)writes MXNet's GPU memory CSV,
+    ``<gpu_memory_profile_filename_prefix>-pid_<pid>.csv`` (see
+    :func:`mxprof.memory.write_gpu_csv`).
 
     Raises:
         StateError: the profiler has never run.
         OutputError: the file cannot be written (the events stay in memory and
-            go to the next successful write, e.g. after a new filename).
+            go to the next successful write, e.g. after a new filename), or
+            the CSV cannot.
 
     Example:
         >>> import mxprof
@@ -129,3 +133,17 @@ def dump(finished: bool = True, profile_process: str = "worker") -> None:
             SESSION.flush(finish=finished, explicit=True)
         if finished:
             SESSION.end_profile()
+        if config.source_enabled(SESSION.config, "profile_memory"):
+            _write_gpu_csv(SESSION.config["gpu_memory_profile_filename_prefix"])
+
+
+def _write_gpu_csv(prefix: str) -> None:
+    from .memory import csv_path, write_gpu_csv
+
+    try:
+        write_gpu_csv(prefix)
+    except OSError as e:
+        path = csv_path(prefix)
+        raise OutputError(
+            f"cannot write the GPU memory profile {path!r}: {e.strerror or e}", path, e.errno or 0
+        ) from e

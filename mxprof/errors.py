@@ -49,3 +49,12 @@ class TraceFormatError(ProfilerError, ValueError):
 
     The message names the file and what was wrong with it.
     """
+
+
+class DeviceUnavailable(ProfilerError):
+    """A device feature cannot work here: no driver, no GPU, no cuda-python.
+
+    The message names the reason (for CUDA: ``cudaErrorNoDevice``,
+    ``cudaErrorInsufficientDriver``, a missing ``libcuda``, or cuda-python
+    not installed).  Nothing else in mxprof depends on the device.
+    """

@@ -8,6 +8,15 @@ rows sort by ``sort_by`` with ties by name ascending, and JSON numbers keep
 nanosecond precision instead of 4 significant digits.  The core's tallies of
 events it could not record as asked are a ``Profiler`` section.
 
+Memory (``Memory`` section, MXNet's layout): one row per device in
+``Device Storage`` (``Memory: gpu/0``) and one per scope in ``Scope
+Storage``, from the samples of their bytes-in-use counters: Count, Min, Max
+and Avg (mean of the samples) in kB (bytes / 1000), plus ``Peak``, the most
+bytes in use at once since the statistics began, paused time included.
+
+Ranges timed on a GPU (``mxprof.cuda``) add a ``GPU (ms)`` column to the row
+of the task of the same domain and name: the GPU time of its ranges in all.
+
 Additions for ranges: self (exclusive) time, its share of the wall time the
 statistics cover (``%``), and the 50th/90th/99th percentiles of the
 durations.  In the table they stand between ``Max`` and ``Avg``, so parsers
@@ -29,12 +38,13 @@ from ._native import (
     KIND_COUNTER,
     KIND_EVENT,
     KIND_FRAME,
+    KIND_GPU,
     KIND_MARKER,
     KIND_TASK,
     Stat,
     lib,
 )
-from ._session import SESSION
+from ._session import SESSION, run_sync_hooks
 from .config import check_bool
 from .errors import ConfigError
 
@@ -49,7 +59,7 @@ COL_WIDTH = 16
 class Row:
     name: str
     count: int
-    values: dict[str, float]  # already in display units
+    values: dict[str, Any]  # already in display units (None: no value, shown as '-')
 
 
 def _category(kind: int, domain: str) -> str:
@@ -86,10 +96,39 @@ def _counter_row(s: Stat, name: str) -> Row:
     return Row(name, s.count, {"Last": s.last, "Min": s.min, "Max": s.max, "Avg": s.sum / s.count})
 
 
+MEMORY_DOMAINS = ("Device Storage", "Scope Storage")
+
+
+def _kb(nbytes: float) -> float:
+    return round(nbytes / 1000.0, 6)
+
+
+def _memory_row(s: Stat, name: str, peak: int | None) -> Row:
+    return Row(
+        name,
+        s.count,
+        {
+            "Min": _kb(s.min),
+            "Max": _kb(s.max),
+            "Peak": _kb(s.max if peak is None else max(peak, s.max)),
+            "Avg": _kb(s.sum / s.count),
+            "Last": _kb(s.last),
+        },
+    )
+
+
+def _peaks() -> dict[int, int]:
+    """Peak bytes in use per memory counter id."""
+    from .memory import usage
+
+    return {u.counter: u.peak for u in usage()}
+
+
 # sort_by -> the value it sorts on, per section; what a section lacks sorts
 # by its "total" (a counter's last value).
 _SORT_FIELDS = {
     "Time": {"total": "Total", "avg": "Avg", "min": "Min", "max": "Max", "self": "Self"},
+    "Memory": {"total": "Peak", "avg": "Avg", "min": "Min", "max": "Max"},
     "Counter": {"total": "Last", "avg": "Avg", "min": "Min", "max": "Max"},
 }
 
@@ -99,9 +138,9 @@ def _sort_value(section: str, row: Row, sort_by: str) -> float:
         return row.count
     fields = _SORT_FIELDS[section]
     key = fields.get(sort_by)
-    if key is None:  # a percentile: ranges have it, counters sort by their last value
+    if key is None:  # a percentile: ranges have it, the others sort by their "total"
         key = sort_by.upper() if section == "Time" else fields["total"]
-    return row.values[key]
+    return float(row.values[key])
 
 
 Sections = dict[str, dict[str, list[Row]]]
@@ -113,10 +152,19 @@ def collect(stats: Iterable[Stat], wall_ns: int = 0) -> Sections:
     wall_ns is the recorded wall time the statistics cover (for ``%``).
     """
     sections: Sections = {"Time": {}, "Memory": {}, "Counter": {}, "Marker": {}}
+    gpu: dict[tuple[str, str], Stat] = {}
+    peaks: dict[int, int] | None = None
     for s in stats:
         info = _native.object_info(s.id)
         if s.kind in (KIND_TASK, KIND_FRAME, KIND_EVENT):
             row, section = _time_row(s, info.name, wall_ns), "Time"
+        elif s.kind == KIND_GPU:
+            gpu[(info.domain, info.name)] = s
+            continue
+        elif s.kind == KIND_COUNTER and info.domain in MEMORY_DOMAINS:
+            if peaks is None:
+                peaks = _peaks()
+            row, section = _memory_row(s, info.name, peaks.get(s.id)), "Memory"
         elif s.kind == KIND_COUNTER:
             row, section = _counter_row(s, info.name), "Counter"
         elif s.kind == KIND_MARKER:
@@ -124,7 +172,25 @@ def collect(stats: Iterable[Stat], wall_ns: int = 0) -> Sections:
         else:
             continue
         sections[section].setdefault(_category(s.kind, info.domain), []).append(row)
+    if gpu:
+        _add_gpu(sections["Time"], gpu, wall_ns)
     return sections
+
+
+def _add_gpu(time: dict[str, list[Row]], gpu: dict[tuple[str, str], Stat], wall_ns: int) -> None:
+    """Put GPU time beside the CPU rows of the same domain and name; a GPU
+    range without one gets a row of its own in ``<domain>,gpu``."""
+    for cat, rows in time.items():
+        for row in rows:
+            s = gpu.pop((cat, row.name), None)
+            row.values["GPU"] = _ms(s.total) if s is not None else None
+    for (domain, name), s in sorted(gpu.items()):
+        row = _time_row(s, name, wall_ns)
+        row.values["GPU"] = _ms(s.total)
+        time.setdefault(f"{domain},gpu", []).append(row)
+    for rows in time.values():
+        for row in rows:
+            row.values.setdefault("GPU", None)
 
 
 def _sorted(section: str, rows: list[Row], sort_by: str, ascending: bool) -> list[Row]:
@@ -162,6 +228,12 @@ _TABLE_COLUMNS = {
         ("P99 (ms)", "P99", "{:.4f}"),
         ("Avg Time (ms)", "Avg", "{:.4f}"),
     ),
+    "Memory": (
+        ("Min Use  (kB)", "Min", "{:.4f}"),
+        ("Max Use  (kB)", "Max", "{:.4f}"),
+        ("Peak Use  (kB)", "Peak", "{:.4f}"),
+        ("Avg Use  (kB)", "Avg", "{:.4f}"),
+    ),
     "Counter": (
         ("Last", "Last", "{:d}"),
         ("Min", "Min", "{:d}"),
@@ -170,7 +242,8 @@ _TABLE_COLUMNS = {
     ),
     "Marker": (),
 }
-_TABLE_SUFFIX = {"Time": "", "Counter": ",counter", "Marker": ",marker"}
+_TABLE_SUFFIX = {"Time": "", "Memory": "", "Counter": ",counter", "Marker": ",marker"}
+_GPU_COLUMN = ("GPU (ms)", "GPU", "{:.4f}")
 
 
 _PERCENTILE_COLUMNS = ("P50", "P90", "P99")
@@ -178,6 +251,8 @@ _PERCENTILE_COLUMNS = ("P50", "P90", "P99")
 
 def _table_block(section: str, category: str, rows: list[Row], percentiles: bool) -> list[str]:
     cols = [c for c in _TABLE_COLUMNS[section] if percentiles or c[1] not in _PERCENTILE_COLUMNS]
+    if any(r.values.get("GPU") is not None for r in rows):
+        cols.insert(len(cols) - 1, _GPU_COLUMN)  # Avg stays the last column
     names = [_display(r.name) for r in rows]
     width = max([NAME_WIDTH] + [_width(n) + 2 for n in names])
 
@@ -193,7 +268,9 @@ def _table_block(section: str, category: str, rows: list[Row], percentiles: bool
     out.append(line("Name", heads))
     out.append(line("----", ["-" * len(h) for h in heads]))
     for row, name in zip(rows, names):
-        cells = [str(row.count)] + [fmt.format(row.values[key]) for _, key, fmt in cols]
+        cells = [str(row.count)] + [
+            "-" if row.values[key] is None else fmt.format(row.values[key]) for _, key, fmt in cols
+        ]
         out.append(line(name, cells))
     out.append("")
     return out
@@ -201,7 +278,7 @@ def _table_block(section: str, category: str, rows: list[Row], percentiles: bool
 
 def render_table(sections: Sections, tallies: dict[str, int], percentiles: bool = False) -> str:
     lines = ["", "Profile Statistics:", "\tNote the difference in units for different entries."]
-    for section in ("Time", "Counter", "Marker"):
+    for section in ("Time", "Memory", "Counter", "Marker"):
         for category in sorted(sections[section]):
             lines += _table_block(section, category, sections[section][category], percentiles)
     problems = {k: v for k, v in tallies.items() if v}
@@ -239,6 +316,10 @@ def _json_row(section: str, row: Row) -> list[str]:
     if section == "Time":
         keys = ("Total", "Min", "Max", "Avg", "Self", "%", "P50", "P90", "P99")
         fields += [(k, row.values[k]) for k in keys]
+        if row.values.get("GPU") is not None:
+            fields.append(("GPU", row.values["GPU"]))
+    elif section == "Memory":
+        fields += [(k, row.values[k]) for k in ("Min", "Max", "Avg", "Peak")]
     elif section == "Counter":
         fields += [(k, row.values[k]) for k in ("Last", "Min", "Max", "Avg")]
     return [
@@ -295,7 +376,8 @@ def dumps(
         format: 'table' (MXNet's text table) or 'json'.
         sort_by: 'total', 'avg', 'min', 'max', 'count', 'self', 'p50', 'p90'
             or 'p99' (rows within each category; counters sort 'total' and
-            the keys they lack by their last value).
+            the keys they lack by their last value, memory rows by their
+            peak).
         ascending: sort ascending instead of descending.
         percentiles: add the percentile columns to the table (JSON always
             has them).
@@ -321,6 +403,7 @@ def dumps(
     with SESSION.lock:
         if not SESSION.config["aggregate_stats"]:
             return ""
+        run_sync_hooks(False)
         wall_ns = lib.mxp_stats_recorded_ns()  # before a reset restarts it
         sections = collect(_native.stats_snapshot(reset), wall_ns)
         for section, cats in sections.items():

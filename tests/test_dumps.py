@@ -146,7 +146,8 @@ EXPECTED_JSON_HEAD = """{
         "dropped_events": 0,
         "unmatched_stops": 0,
         "non_lifo_stops": 0,
-        "ignored_calls": 0
+        "ignored_calls": 0,
+        "unknown_frees": 0
     }
 ,
     "Unit": {

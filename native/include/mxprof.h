@@ -47,7 +47,19 @@ extern "C" {
 #define MXP_KIND_EVENT 3
 #define MXP_KIND_COUNTER 4
 #define MXP_KIND_MARKER 5
-#define MXP_KIND_SCOPE 6
+#define MXP_KIND_SCOPE 6        /* an interned string: scope names, allocation tags */
+#define MXP_KIND_ALLOC 7        /* allocation instants: domain = device, name = attribute */
+#define MXP_KIND_FREE 8         /* free instants: likewise */
+#define MXP_KIND_GPU 9          /* ranges timed on a device (trace category "<domain>,gpu") */
+
+/* Memory devices (mxp_memory_device). */
+#define MXP_DEVICE_CPU 0
+#define MXP_DEVICE_GPU 1
+
+/* mxp_memory_alloc's scope argument: the calling thread's current scope. */
+#define MXP_SCOPE_OF_THREAD 4294967295
+/* Bit of mxp_memory_free's result: the pointer had no live allocation. */
+#define MXP_MEMORY_UNKNOWN 2
 
 /* Marker scopes; the values are MXNet's and ITT's. */
 #define MXP_SCOPE_GLOBAL 1
@@ -60,6 +72,8 @@ extern "C" {
 #define MXP_FLAG_RECORD 1      /* state is run and not paused */
 #define MXP_FLAG_TRACE 2       /* buffer events for the trace file */
 #define MXP_FLAG_AGGREGATE 4   /* keep per-name statistics */
+#define MXP_FLAG_MEMORY 8      /* record memory (profile_memory) */
+#define MXP_FLAG_MEMORY_EVENTS 16 /* also an instant per allocation and free */
 
 /* Trace file formats (mxp_trace_format), chosen by the file name's end. */
 #define MXP_FORMAT_JSON 0      /* Chrome Trace Event JSON (any other name) */
@@ -102,8 +116,33 @@ typedef struct mxp_counts {
     uint64_t unmatched_stops;   /* stop with no open start on this thread */
     uint64_t non_lifo_stops;    /* stop of a range that was not innermost */
     uint64_t ignored_calls;     /* hot calls made while not recording */
+    uint64_t unknown_frees;     /* frees of pointers with no live allocation */
     uint64_t written_events;    /* trace records written to files */
 } mxp_counts;
+
+/* One live allocation (mxp_memory_live). */
+typedef struct mxp_alloc {
+    uint64_t ptr;        /* the pointer, or the handle mxp_memory_alloc made */
+    int64_t bytes;       /* requested */
+    int64_t actual;      /* what the allocator took (>= bytes when it rounds) */
+    uint32_t device;     /* slot from mxp_memory_device */
+    uint32_t scope;      /* MXP_KIND_SCOPE id (0: "<unk>:") */
+    uint32_t tag;        /* MXP_KIND_SCOPE id of the tag (0: none) */
+    uint32_t reuse;      /* 1: served from an allocator's cache */
+} mxp_alloc;
+
+/* Memory in use by one device or one scope (mxp_memory_usage). */
+typedef struct mxp_memory_stat {
+    uint32_t counter;    /* the MXP_KIND_COUNTER object holding its bytes in use */
+    uint32_t is_scope;   /* 0: a device, 1: a scope */
+    uint32_t key;        /* device slot, or scope id */
+    uint32_t unused;
+    int64_t current;     /* bytes in use now */
+    int64_t peak;        /* most bytes in use at any time */
+    int64_t allocated;   /* bytes allocated in all */
+    uint64_t allocs;
+    uint64_t frees;
+} mxp_memory_stat;
 
 /* Initialise the core.  Idempotent; every other function calls it lazily,
  * but a binding should call it once at import.  Returns MXP_OK. */
@@ -219,6 +258,51 @@ int mxp_scope_set(uint32_t scope_id);
 
 /* The calling thread's current scope id (0 = none). */
 uint32_t mxp_scope_current(void);
+
+/* ---- memory (active while MXP_FLAG_MEMORY is set) ----
+ * Every allocation is attributed to a device and a scope.  The bytes in use
+ * of each device and each scope are counters (domains "Device Storage" and
+ * "Scope Storage"), sampled into the trace and statistics like any counter;
+ * the table of live allocations and the peaks are kept under one lock. */
+
+/* The slot of device (MXP_DEVICE_*, ordinal), registering it ("cpu/0",
+ * "gpu/3") on first use.  MXP_E_INVALID for a bad type, MXP_E_FULL past 256
+ * devices. */
+int mxp_memory_device(int type, uint32_t ordinal, uint32_t *slot_out);
+
+/* Record an allocation of bytes (actual: what the allocator took, 0 = bytes)
+ * on device slot, by scope (an MXP_KIND_SCOPE id, or MXP_SCOPE_OF_THREAD)
+ * with tag (an MXP_KIND_SCOPE id, 0 = none).  ptr identifies it for
+ * mxp_memory_free; 0 asks for a handle, stored in *handle_out (which also
+ * receives ptr otherwise).  A ptr already live is first freed.  MXP_OK or
+ * MXP_NEW_THREAD (as the hot calls), MXP_E_STATE (nothing recorded) while
+ * memory is not recorded, MXP_E_INVALID for a bad device, scope or tag. */
+int mxp_memory_alloc(uint64_t ptr, int64_t bytes, int64_t actual, uint32_t device, uint32_t scope,
+                     uint32_t tag, int reuse, uint64_t *handle_out);
+
+/* Record the free of ptr (or of a handle), from any thread.  MXP_OK or
+ * MXP_NEW_THREAD, with MXP_MEMORY_UNKNOWN or'ed in when no such allocation
+ * is live (tallied in unknown_frees while memory is recorded; not an error). */
+int mxp_memory_free(uint64_t ptr);
+
+/* Fill out with the live allocations (as mxp_stats_snapshot: MXP_E_FULL
+ * and the number needed when cap is too small). */
+int mxp_memory_live(mxp_alloc *out, uint32_t cap, uint32_t *n_out);
+
+/* Fill out with the usage of every device and scope seen. */
+int mxp_memory_usage(mxp_memory_stat *out, uint32_t cap, uint32_t *n_out);
+
+/* ---- tracks: timelines that are not threads (e.g. a GPU stream) ---- */
+
+/* A new track named name (a trace tid of its own).  Thread-safe. */
+int mxp_track_new(const char *name, size_t name_len, uint32_t *tid_out);
+
+/* Record a complete range of object id (usually MXP_KIND_GPU) on track tid,
+ * from start_ns (mxp_clock_ns's clock) for dur_ns: in the trace when it is
+ * written, in the statistics when they are kept.  The range's own start was
+ * the moment to decide whether to record it; this call does not look at the
+ * run state.  MXP_E_INVALID for an unknown track or id. */
+int mxp_range_add(uint32_t id, uint32_t tid, int64_t start_ns, int64_t dur_ns);
 
 /* ---- threads ---- */
 

@@ -45,20 +45,6 @@ static inline mxpi_open *push(mxpi_thread *t, uint32_t id) {
     return o;
 }
 
-static inline void aggregate_range(mxpi_thread *t, uint32_t id, int64_t dur, int64_t self) {
-    mxpi_agg *e = mxpi_agg_of(t, id);
-    if (MXPI_UNLIKELY(e == NULL)) return;
-    MXPI_STORE(e->count, MXPI_LOAD(e->count) + 1);
-    MXPI_STORE(e->total, MXPI_LOAD(e->total) + dur);
-    MXPI_STORE(e->self, MXPI_LOAD(e->self) + self);
-    if (dur < MXPI_LOAD(e->min)) MXPI_STORE(e->min, dur);
-    if (dur > MXPI_LOAD(e->max)) MXPI_STORE(e->max, dur);
-    mxpi_hist *h = atomic_load_explicit(&e->hist, MXPI_RELAXED);
-    if (MXPI_UNLIKELY(h == NULL) && (h = mxpi_hist_new(e)) == NULL) return;
-    _Atomic uint32_t *bucket = &(*h)[mxpi_hist_index(dur)];
-    MXPI_STORE(*bucket, MXPI_LOAD(*bucket) + 1);
-}
-
 /* Record a finished range: its trace record, its statistics, and its time
  * credited to the enclosing range (parent, which may be NULL). */
 static inline void finish(mxpi_thread *t, const mxpi_open *o, mxpi_open *parent, int64_t now) {
@@ -69,7 +55,7 @@ static inline void finish(mxpi_thread *t, const mxpi_open *o, mxpi_open *parent,
     if (o->flags & f & MXPI_OPEN_TRACE) mxpi_record(t, f, o->start, dur, o->id, o->aux);
     if (o->flags & f & MXPI_OPEN_AGG) {
         int64_t self = dur - o->child;
-        aggregate_range(t, o->id, dur, self < 0 ? 0 : self);
+        mxpi_aggregate_range(t, o->id, dur, self < 0 ? 0 : self);
     }
 }
 

@@ -229,6 +229,8 @@ static void tail_text(const mxpi_out *o, mxpi_buf *b) {
     mxpi_buf_u64(b, c->non_lifo_stops);
     mxpi_buf_puts(b, ",\"ignored_calls\":");
     mxpi_buf_u64(b, c->ignored_calls);
+    mxpi_buf_puts(b, ",\"unknown_frees\":");
+    mxpi_buf_u64(b, c->unknown_frees);
     mxpi_buf_puts(b, "}}\n");
 }
 
@@ -294,6 +296,8 @@ static void format_rec(chrome *c, const mxpi_out *o, const mxpi_rec *r, uint32_t
     p = mxpi_fmt_us(p, mxpi_tb_span(&o->tb, r->ts - o->epoch_ticks));
     switch (obj->kind) {
     case MXP_KIND_COUNTER:
+    case MXP_KIND_ALLOC: /* the key holds "s" and the args up to the bytes */
+    case MXP_KIND_FREE:
         p = put(p, c->pid_tid, c->pid_tid_len);
         p = mxpi_fmt_u64(p, tid);
         p = put(p, obj->key, obj->key_len);

@@ -78,6 +78,8 @@ static void fork_child(void) {
     wake_init();
     atomic_fetch_and_explicit(&mxpi_g.flags, ~(uint32_t)(MXP_FLAG_RECORD | MXP_FLAG_TRACE), MXPI_RELAXED);
     mxpi_trace_after_fork();
+    mxpi_memory_after_fork();
+    MXPI_STORE(mxpi_g.unknown_frees, 0);
     mxp_stats_reset(); /* the parent's statistics are not the child's */
 }
 
@@ -112,7 +114,8 @@ int mxp_noop_clock(uint32_t id) {
     return MXP_OK;
 }
 
-#define FLAG_MASK ((uint32_t)(MXP_FLAG_RECORD | MXP_FLAG_TRACE | MXP_FLAG_AGGREGATE))
+#define FLAG_MASK \
+    ((uint32_t)(MXP_FLAG_RECORD | MXP_FLAG_TRACE | MXP_FLAG_AGGREGATE | MXP_FLAG_MEMORY | MXP_FLAG_MEMORY_EVENTS))
 
 uint32_t mxp_flags_update(uint32_t set, uint32_t clear) {
     mxp_init();
@@ -214,6 +217,7 @@ void mxp_counts_get(mxp_counts *out) {
     }
     pthread_mutex_unlock(&mxpi_g.reg_lock);
     out->written_events = MXPI_LOAD(mxpi_g.written);
+    out->unknown_frees = MXPI_LOAD(mxpi_g.unknown_frees);
 }
 
 void mxp_reset(void) {
@@ -226,6 +230,8 @@ void mxp_reset(void) {
     mxpi_registry_reset_values();
     mxp_max_events_set(0);
     MXPI_STORE(mxpi_g.written, 0);
+    MXPI_STORE(mxpi_g.unknown_frees, 0);
+    mxpi_memory_reset();
     mxp_stats_reset();
     pthread_mutex_lock(&mxpi_g.reg_lock);
     mxpi_g.recorded = mxpi_g.recorded_base = mxpi_g.recording_since = 0;

@@ -253,13 +253,14 @@ typedef struct mxpi_global {
     mxpi_object *_Atomic obj_pages[MXPI_NPAGES];
     uint32_t *buckets;
     uint32_t nbuckets;
-    uint32_t overflow_id[MXP_KIND_SCOPE + 1];
+    uint32_t overflow_id[MXP_KIND_GPU + 1];
 
     /* threads (reg_lock) */
     mxpi_thread *threads;
     uint32_t next_tid;
     mxpi_agg_dir *retired_aggs;
     uint64_t retired_unmatched, retired_non_lifo, retired_ignored, retired_dropped;
+    _Atomic uint64_t unknown_frees;
 
     /* chunk free list (free_lock) */
     mxpi_chunk *free_chunks;
@@ -281,6 +282,11 @@ static inline mxpi_object *mxpi_obj(uint32_t id) {
 void mxpi_registry_init(void);
 void mxpi_registry_reset_values(void);
 
+/* mxp_memory.c */
+void mxpi_memory_reset(void);
+void mxpi_memory_after_fork(void);
+void mxpi_memory_stats_reset(void); /* peaks restart at what is in use */
+
 /* mxp_core.c */
 void mxpi_cap_epoch_bump(void);
 void mxpi_wake_writer(void);
@@ -288,6 +294,8 @@ void mxpi_chunks_freed(int64_t n);
 
 /* mxp_thread.c */
 mxpi_thread *mxpi_thread_attach(void);
+/* A registered thread state not bound to any OS thread (tracks). */
+mxpi_thread *mxpi_thread_new(int64_t os_tid);
 void mxpi_threads_init(void);
 mxpi_chunk *mxpi_chunk_get(void);
 void mxpi_chunk_put(mxpi_chunk *c);
@@ -400,6 +408,9 @@ char *mxpi_dup(const char *s, size_t n);
 
 /* ---- hot-path helpers ---- */
 
+#define MXPI_LOAD(x) atomic_load_explicit(&(x), MXPI_RELAXED)
+#define MXPI_STORE(x, v) atomic_store_explicit(&(x), (v), MXPI_RELAXED)
+
 /* The calling thread's state, attaching it on the first call.  *rc becomes
  * MXP_NEW_THREAD on that first call.  NULL only when memory ran out. */
 static inline mxpi_thread *mxpi_self(int *rc) {
@@ -456,7 +467,20 @@ static inline mxpi_agg *mxpi_agg_of(mxpi_thread *t, uint32_t id) {
     return e;
 }
 
-#define MXPI_LOAD(x) atomic_load_explicit(&(x), MXPI_RELAXED)
-#define MXPI_STORE(x, v) atomic_store_explicit(&(x), (v), MXPI_RELAXED)
+/* Add one range of duration dur (self: without its children) to the
+ * thread's aggregate of id. */
+static inline void mxpi_aggregate_range(mxpi_thread *t, uint32_t id, int64_t dur, int64_t self) {
+    mxpi_agg *e = mxpi_agg_of(t, id);
+    if (MXPI_UNLIKELY(e == NULL)) return;
+    MXPI_STORE(e->count, MXPI_LOAD(e->count) + 1);
+    MXPI_STORE(e->total, MXPI_LOAD(e->total) + dur);
+    MXPI_STORE(e->self, MXPI_LOAD(e->self) + self);
+    if (dur < MXPI_LOAD(e->min)) MXPI_STORE(e->min, dur);
+    if (dur > MXPI_LOAD(e->max)) MXPI_STORE(e->max, dur);
+    mxpi_hist *h = atomic_load_explicit(&e->hist, MXPI_RELAXED);
+    if (MXPI_UNLIKELY(h == NULL) && (h = mxpi_hist_new(e)) == NULL) return;
+    _Atomic uint32_t *bucket = &(*h)[mxpi_hist_index(dur)];
+    MXPI_STORE(*bucket, MXPI_LOAD(*bucket) + 1);
+}
 
 #endif /* MXP_INTERNAL_H */

@@ -57,7 +57,7 @@ enum { DESC_PID = 1, THD_TID = 2, THD_THREAD_NAME = 5, PD_PROCESS_NAME = 6 };
 enum { TE_CATEGORY_IIDS = 3, TE_DEBUG_ANNOTATIONS = 4, TE_TYPE = 9, TE_NAME_IID = 10 };
 enum { TE_TRACK_UUID = 11, TE_COUNTER_VALUE = 30 };
 enum { TYPE_SLICE_BEGIN = 1, TYPE_SLICE_END = 2, TYPE_INSTANT = 3, TYPE_COUNTER = 4 };
-enum { DA_UINT_VALUE = 3, DA_STRING_VALUE = 6, DA_NAME = 10 };
+enum { DA_UINT_VALUE = 3, DA_INT_VALUE = 4, DA_STRING_VALUE = 6, DA_NAME = 10 };
 /* InternedData { event_categories = 1, event_names = 2 }, each {iid = 1, name = 2}. */
 enum { ID_EVENT_CATEGORIES = 1, ID_EVENT_NAMES = 2, INTERNED_IID = 1, INTERNED_NAME = 2 };
 
@@ -217,30 +217,38 @@ static void track_put(perfetto *s, const mxpi_out *o, uint32_t what, uint64_t uu
 }
 
 /* The object's name and category, interned under its id. */
+static bool is_memory(uint32_t kind) { return kind == MXP_KIND_ALLOC || kind == MXP_KIND_FREE; }
+
 static void intern_put(mxpi_buf *b, uint32_t id) {
     const mxpi_object *obj = mxpi_obj(id);
     size_t e = msg_open(b, ID_EVENT_NAMES);
     put_uint(b, INTERNED_IID, id);
-    put_bytes(b, INTERNED_NAME, obj->name, obj->name_len);
+    if (is_memory(obj->kind))
+        put_bytes(b, INTERNED_NAME, obj->kind == MXP_KIND_ALLOC ? "alloc" : "free", obj->kind == MXP_KIND_ALLOC ? 5 : 4);
+    else
+        put_bytes(b, INTERNED_NAME, obj->name, obj->name_len);
     msg_close(b, e);
     e = msg_open(b, ID_EVENT_CATEGORIES);
     put_uint(b, INTERNED_IID, id);
     size_t c = msg_open(b, INTERNED_NAME); /* the same as Chrome's "cat" */
     if (obj->kind == MXP_KIND_EVENT) {
         mxpi_buf_puts(b, "event");
+    } else if (is_memory(obj->kind)) {
+        mxpi_buf_puts(b, "Device Storage");
     } else {
         mxpi_buf_put(b, obj->domain, obj->domain_len);
         if (obj->kind == MXP_KIND_FRAME) mxpi_buf_puts(b, ",frame");
+        if (obj->kind == MXP_KIND_GPU) mxpi_buf_puts(b, ",gpu");
     }
     msg_close(b, c);
     msg_close(b, e);
 }
 
-static void annotation(mxpi_buf *b, const char *name, uint32_t field, const char *s, uint64_t v) {
+static void annotation(mxpi_buf *b, const char *name, uint32_t field, const char *s, size_t n, uint64_t v) {
     size_t a = msg_open(b, TE_DEBUG_ANNOTATIONS);
     put_bytes(b, DA_NAME, name, strlen(name));
     if (s != NULL)
-        put_bytes(b, field, s, strlen(s));
+        put_bytes(b, field, s, n);
     else
         put_uint(b, field, v);
     msg_close(b, a);
@@ -262,7 +270,8 @@ static void event_put(perfetto *s, const mxpi_out *o, const item *it, uint32_t t
         track = uuid_of(o, UUID_COUNTER, it->id);
         const mxpi_object *obj = mxpi_obj(it->id);
         if (first_use(s, it->id, OBJ_TRACK)) track_put(s, o, TD_COUNTER, track, 0, obj->name, obj->name_len);
-    } else if (type == TYPE_INSTANT && (it->aux == MXP_SCOPE_GLOBAL || it->aux == MXP_SCOPE_PROCESS)) {
+    } else if (type == TYPE_INSTANT && mxpi_obj(it->id)->kind == MXP_KIND_MARKER &&
+               (it->aux == MXP_SCOPE_GLOBAL || it->aux == MXP_SCOPE_PROCESS)) {
         track = s->proc_uuid;
     }
     bool named = type != TYPE_SLICE_END && type != TYPE_COUNTER;
@@ -280,9 +289,17 @@ static void event_put(perfetto *s, const mxpi_out *o, const item *it, uint32_t t
         put_uint(b, TE_NAME_IID, it->id);
         put_uint(b, TE_CATEGORY_IIDS, it->id);
     }
-    if (type == TYPE_INSTANT) annotation(b, "scope", DA_STRING_VALUE, mxpi_scope_name(it->aux), 0);
-    if (type == TYPE_SLICE_BEGIN && mxpi_obj(it->id)->kind == MXP_KIND_FRAME)
-        annotation(b, "frame", DA_UINT_VALUE, NULL, it->aux);
+    const mxpi_object *obj = mxpi_obj(it->id);
+    if (type == TYPE_INSTANT && is_memory(obj->kind)) {
+        annotation(b, "device", DA_STRING_VALUE, obj->domain, obj->domain_len, 0);
+        annotation(b, "attribute", DA_STRING_VALUE, obj->name, obj->name_len, 0);
+        annotation(b, "bytes", DA_INT_VALUE, NULL, 0, (uint64_t)it->v);
+    } else if (type == TYPE_INSTANT) {
+        const char *scope = mxpi_scope_name(it->aux);
+        annotation(b, "scope", DA_STRING_VALUE, scope, strlen(scope), 0);
+    }
+    if (type == TYPE_SLICE_BEGIN && obj->kind == MXP_KIND_FRAME)
+        annotation(b, "frame", DA_UINT_VALUE, NULL, 0, it->aux);
     msg_close(b, e);
     msg_close(b, p);
 }
@@ -453,7 +470,7 @@ static bool record(mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
     int64_t ts = o->base_mono_ns + mxpi_tb_span(&o->tb, r->ts - o->epoch_ticks);
     item it = {ts, r->val, r->id, r->aux, (uint32_t)s->n, TYPE_COUNTER};
     uint32_t kind = mxpi_obj(r->id)->kind;
-    if (kind == MXP_KIND_MARKER) {
+    if (kind == MXP_KIND_MARKER || is_memory(kind)) {
         it.what = TYPE_INSTANT;
     } else if (kind != MXP_KIND_COUNTER) {
         int64_t dur = mxpi_tb_span(&o->tb, r->val);

@@ -26,30 +26,44 @@ static uint64_t hash_of(uint32_t kind, const char *domain, size_t dlen, const ch
 static const char *phase_of(uint32_t kind) {
     switch (kind) {
     case MXP_KIND_COUNTER: return "C";
-    case MXP_KIND_MARKER: return "i";
+    case MXP_KIND_MARKER:
+    case MXP_KIND_ALLOC:
+    case MXP_KIND_FREE: return "i";
     default: return "X";
     }
+}
+
+/* Chrome's "cat" of an object: the domain, with a suffix for some kinds. */
+static void category(mxpi_buf *b, const mxpi_object *o) {
+    if (o->kind == MXP_KIND_EVENT) {
+        mxpi_buf_puts(b, "\"event\"");
+        return;
+    }
+    if (o->kind == MXP_KIND_ALLOC || o->kind == MXP_KIND_FREE) {
+        mxpi_buf_puts(b, "\"Device Storage\"");
+        return;
+    }
+    const char *suffix = o->kind == MXP_KIND_FRAME ? ",frame" : o->kind == MXP_KIND_GPU ? ",gpu" : "";
+    mxpi_buf cat = {0};
+    mxpi_buf_put(&cat, o->domain, o->domain_len);
+    mxpi_buf_puts(&cat, suffix);
+    mxpi_buf_json_str(b, cat.data ? cat.data : "", cat.len);
+    if (cat.failed) b->failed = true;
+    mxpi_buf_free(&cat);
 }
 
 /* Build the per-object JSON pieces; false when memory ran out. */
 static bool build_fragments(mxpi_object *o) {
     if (o->kind == MXP_KIND_SCOPE || o->kind == 0) return true;
+    bool memory = o->kind == MXP_KIND_ALLOC || o->kind == MXP_KIND_FREE;
     mxpi_buf b = {0};
     mxpi_buf_puts(&b, "{\"name\":");
-    mxpi_buf_json_str(&b, o->name, o->name_len);
+    if (memory)
+        mxpi_buf_puts(&b, o->kind == MXP_KIND_ALLOC ? "\"alloc\"" : "\"free\"");
+    else
+        mxpi_buf_json_str(&b, o->name, o->name_len);
     mxpi_buf_puts(&b, ",\"cat\":");
-    if (o->kind == MXP_KIND_EVENT) {
-        mxpi_buf_puts(&b, "\"event\"");
-    } else if (o->kind == MXP_KIND_FRAME) {
-        mxpi_buf b2 = {0};
-        mxpi_buf_put(&b2, o->domain, o->domain_len);
-        mxpi_buf_puts(&b2, ",frame");
-        mxpi_buf_json_str(&b, b2.data, b2.len);
-        if (b2.failed) b.failed = true;
-        mxpi_buf_free(&b2);
-    } else {
-        mxpi_buf_json_str(&b, o->domain, o->domain_len);
-    }
+    category(&b, o);
     mxpi_buf_puts(&b, ",\"ph\":\"");
     mxpi_buf_puts(&b, phase_of(o->kind));
     mxpi_buf_puts(&b, "\",\"ts\":");
@@ -59,11 +73,20 @@ static bool build_fragments(mxpi_object *o) {
     }
     o->frag = b.data;
     o->frag_len = (uint32_t)b.len;
-    if (o->kind == MXP_KIND_COUNTER) {
+    if (o->kind == MXP_KIND_COUNTER || memory) {
+        /* What follows the pid and tid, up to the value. */
         mxpi_buf k = {0};
-        mxpi_buf_puts(&k, ",\"args\":{");
-        mxpi_buf_json_str(&k, o->name, o->name_len);
-        mxpi_buf_putc(&k, ':');
+        if (memory) {
+            mxpi_buf_puts(&k, ",\"s\":\"t\",\"args\":{\"device\":");
+            mxpi_buf_json_str(&k, o->domain, o->domain_len);
+            mxpi_buf_puts(&k, ",\"attribute\":");
+            mxpi_buf_json_str(&k, o->name, o->name_len);
+            mxpi_buf_puts(&k, ",\"bytes\":");
+        } else {
+            mxpi_buf_puts(&k, ",\"args\":{");
+            mxpi_buf_json_str(&k, o->name, o->name_len);
+            mxpi_buf_putc(&k, ':');
+        }
         if (k.failed) {
             mxpi_buf_free(&k);
             return false;
@@ -151,7 +174,7 @@ void mxpi_registry_init(void) {
     /* id 0 is "none" (the empty scope); then one shared overflow object per
      * kind, handed out when the table is full. */
     add_object(0, "", 0, "", 0, 0);
-    for (uint32_t kind = MXP_KIND_TASK; kind <= MXP_KIND_SCOPE; kind++) {
+    for (uint32_t kind = MXP_KIND_TASK; kind <= MXP_KIND_GPU; kind++) {
         static const char name[] = "<overflow>";
         static const char domain[] = "mxprof";
         uint64_t h = hash_of(kind, domain, sizeof domain - 1, name, sizeof name - 1);
@@ -171,7 +194,7 @@ void mxpi_registry_reset_values(void) {
 int mxp_object_register(int kind, const char *domain, size_t domain_len, const char *name,
                         size_t name_len, uint32_t *id_out) {
     mxp_init();
-    if (kind < MXP_KIND_TASK || kind > MXP_KIND_SCOPE || id_out == NULL) return MXP_E_INVALID;
+    if (kind < MXP_KIND_TASK || kind > MXP_KIND_GPU || id_out == NULL) return MXP_E_INVALID;
     if ((name == NULL && name_len) || (domain == NULL && domain_len)) return MXP_E_INVALID;
     if (name_len > UINT32_MAX / 8 || domain_len > UINT32_MAX / 8) return MXP_E_INVALID;
     if (kind == MXP_KIND_EVENT || kind == MXP_KIND_SCOPE) {

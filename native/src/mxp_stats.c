@@ -77,7 +77,7 @@ static void percentiles(uint32_t id, uint32_t epoch, uint64_t *buf, int64_t lo, 
 }
 
 static bool is_range(uint32_t kind) {
-    return kind == MXP_KIND_TASK || kind == MXP_KIND_FRAME || kind == MXP_KIND_EVENT;
+    return kind == MXP_KIND_TASK || kind == MXP_KIND_FRAME || kind == MXP_KIND_EVENT || kind == MXP_KIND_GPU;
 }
 
 static void subtract(mxpi_agg *a, const mxpi_agg *base) {
@@ -187,6 +187,7 @@ int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out, int reset) 
 
 void mxp_stats_reset(void) {
     mxp_init();
+    mxpi_memory_stats_reset();
     uint32_t nobj = mxp_object_count();
     mxpi_agg *acc = malloc((nobj ? nobj : 1) * sizeof *acc);
     if (acc == NULL) {

@@ -270,7 +270,7 @@ static void thread_exit(void *arg) {
 
 void mxpi_threads_init(void) { pthread_key_create(&exit_key, thread_exit); }
 
-mxpi_thread *mxpi_thread_attach(void) {
+mxpi_thread *mxpi_thread_new(int64_t os_tid) {
     mxp_init();
     size_t size = (sizeof(mxpi_thread) + MXPI_CACHE_LINE - 1) / MXPI_CACHE_LINE * MXPI_CACHE_LINE;
     mxpi_thread *t = aligned_alloc(MXPI_CACHE_LINE, size);
@@ -280,13 +280,19 @@ mxpi_thread *mxpi_thread_attach(void) {
         free(t);
         return NULL;
     }
-    t->os_tid = (int64_t)syscall(SYS_gettid);
+    t->os_tid = os_tid;
     pthread_mutex_lock(&mxpi_g.reg_lock);
     t->tid = ++mxpi_g.next_tid;
     t->next = mxpi_g.threads;
     mxpi_g.threads = t;
     pthread_mutex_unlock(&mxpi_g.reg_lock);
     mxpi_trace_note_thread(t->tid, t->os_tid);
+    return t;
+}
+
+mxpi_thread *mxpi_thread_attach(void) {
+    mxpi_thread *t = mxpi_thread_new((int64_t)syscall(SYS_gettid));
+    if (t == NULL) return NULL;
     pthread_setspecific(exit_key, t);
     mxpi_tls = t;
     return t;

@@ -470,6 +470,201 @@ static void test_other_formats(void) {
     free(data);
 }
 
+/* ---- memory ---- */
+
+static mxp_memory_stat usage_of(int is_scope, uint32_t key) {
+    static mxp_memory_stat out[512];
+    uint32_t n = 0;
+    mxp_memory_stat none = {0};
+    if (mxp_memory_usage(out, 512, &n) != MXP_OK) return none;
+    for (uint32_t i = 0; i < n; i++)
+        if (out[i].is_scope == (uint32_t)is_scope && out[i].key == key) return out[i];
+    return none;
+}
+
+static void test_memory_accounting(void) {
+    fresh();
+    uint32_t gpu = 0, cpu = 0, again = 0;
+    uint64_t h = 0;
+    CHECK_EQ(mxp_memory_device(MXP_DEVICE_GPU, 1, &gpu), MXP_OK);
+    CHECK_EQ(mxp_memory_device(MXP_DEVICE_CPU, 0, &cpu), MXP_OK);
+    CHECK_EQ(mxp_memory_device(MXP_DEVICE_GPU, 1, &again), MXP_OK);
+    CHECK_EQ(again, gpu);
+    CHECK_EQ(mxp_memory_device(7, 0, &again), MXP_E_INVALID);
+    /* Off until MXP_FLAG_MEMORY. */
+    CHECK_EQ(mxp_memory_alloc(0x1000, 10, 0, gpu, 0, 0, 0, &h), MXP_E_STATE);
+    mxp_flags_update(MXP_FLAG_MEMORY, 0);
+    uint32_t layer = reg(MXP_KIND_SCOPE, "", "net:layer1:");
+    uint32_t tag = reg(MXP_KIND_SCOPE, "", "weight");
+    CHECK_EQ(mxp_scope_set(layer), MXP_OK);
+    CHECK_EQ(mxp_memory_alloc(0x1000, 100, 128, gpu, MXP_SCOPE_OF_THREAD, tag, 0, &h), MXP_OK);
+    CHECK_EQ(h, 0x1000);
+    CHECK_EQ(mxp_memory_alloc(0, 50, 0, gpu, 0, 0, 1, &h), MXP_OK);
+    CHECK(h >> 63); /* a handle */
+    uint64_t handle = h;
+    CHECK_EQ(mxp_memory_alloc(0x2000, 1, 0, 99, 0, 0, 0, &h), MXP_E_INVALID); /* no such device */
+    CHECK_EQ(mxp_memory_alloc(0x2000, 1, 0, gpu, 0, 12345, 0, &h), MXP_E_INVALID); /* no such tag */
+    mxp_memory_stat d = usage_of(0, gpu);
+    CHECK_EQ(d.current, 178);
+    CHECK_EQ(d.peak, 178);
+    CHECK_EQ(d.allocs, 2);
+    CHECK_EQ(mxp_counter_value(d.counter), 178);
+    const char *name, *domain;
+    size_t nl, dl;
+    int kind;
+    CHECK_EQ(mxp_object_info(d.counter, &kind, &name, &nl, &domain, &dl), MXP_OK);
+    CHECK(strcmp(name, "Memory: gpu/1") == 0 && strcmp(domain, "Device Storage") == 0);
+    mxp_memory_stat sc = usage_of(1, layer);
+    CHECK_EQ(sc.current, 128);
+    CHECK_EQ(mxp_object_info(sc.counter, &kind, &name, &nl, &domain, &dl), MXP_OK);
+    CHECK(strcmp(name, "net:layer1:") == 0 && strcmp(domain, "Scope Storage") == 0);
+    CHECK_EQ(usage_of(1, 0).current, 50);
+    /* Live table. */
+    mxp_alloc live[4];
+    uint32_t n = 0;
+    CHECK_EQ(mxp_memory_live(live, 1, &n), MXP_E_FULL);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(mxp_memory_live(live, 4, &n), MXP_OK);
+    int seen = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (live[i].ptr == 0x1000) {
+            CHECK_EQ(live[i].bytes, 100);
+            CHECK_EQ(live[i].actual, 128);
+            CHECK_EQ(live[i].scope, layer);
+            CHECK_EQ(live[i].tag, tag);
+            seen++;
+        } else if (live[i].ptr == handle) {
+            CHECK_EQ(live[i].reuse, 1);
+            seen++;
+        }
+    }
+    CHECK_EQ(seen, 2);
+    /* Frees: known, unknown, twice. */
+    CHECK_EQ(mxp_memory_free(0x1000), MXP_OK);
+    CHECK_EQ(mxp_memory_free(0x1000), MXP_MEMORY_UNKNOWN);
+    CHECK_EQ(mxp_memory_free(0xdead), MXP_MEMORY_UNKNOWN);
+    mxp_counts counts;
+    mxp_counts_get(&counts);
+    CHECK_EQ(counts.unknown_frees, 2);
+    d = usage_of(0, gpu);
+    CHECK_EQ(d.current, 50);
+    CHECK_EQ(d.peak, 178);
+    CHECK_EQ(d.frees, 1);
+    CHECK_EQ(usage_of(1, layer).current, 0);
+    /* A pointer allocated again without a free: the old one is freed first. */
+    CHECK_EQ(mxp_memory_alloc(0x3000, 10, 0, cpu, 0, 0, 0, &h), MXP_OK);
+    CHECK_EQ(mxp_memory_alloc(0x3000, 20, 0, cpu, 0, 0, 0, &h), MXP_OK);
+    CHECK_EQ(usage_of(0, cpu).current, 20);
+    CHECK_EQ(usage_of(0, cpu).peak, 20);
+    /* A statistics reset restarts peaks at what is in use. */
+    mxp_stats_reset();
+    CHECK_EQ(usage_of(0, gpu).peak, 50);
+    CHECK_EQ(usage_of(0, gpu).allocs, 0);
+    CHECK_EQ(mxp_memory_free(handle), MXP_OK);
+    CHECK_EQ(usage_of(0, gpu).current, 0);
+    mxp_scope_set(0);
+    mxp_flags_update(0, MXP_FLAG_MEMORY);
+}
+
+/* Many live pointers, freed in a scrambled order: the table's deletion must
+ * keep every other entry findable. */
+static void test_memory_table(void) {
+    fresh();
+    mxp_flags_update(MXP_FLAG_MEMORY, 0);
+    uint32_t cpu = 0;
+    mxp_memory_device(MXP_DEVICE_CPU, 0, &cpu);
+    enum { N = 20000 };
+    for (uint64_t i = 1; i <= N; i++) CHECK_EQ(mxp_memory_alloc(i * 64, (int64_t)i, 0, cpu, 0, 0, 0, NULL), MXP_OK);
+    CHECK_EQ(usage_of(0, cpu).current, (int64_t)N * (N + 1) / 2);
+    int64_t left = (int64_t)N * (N + 1) / 2;
+    int bad = 0;
+    for (uint64_t k = 0; k < N; k++) {
+        uint64_t i = (k * 7919) % N + 1; /* 7919 is prime to N: a permutation */
+        if (mxp_memory_free(i * 64) != MXP_OK) bad++;
+        left -= (int64_t)i;
+    }
+    CHECK_EQ(bad, 0);
+    CHECK_EQ(left, 0);
+    CHECK_EQ(usage_of(0, cpu).current, 0);
+    uint32_t n = 1;
+    CHECK_EQ(mxp_memory_live(NULL, 0, &n), MXP_OK);
+    CHECK_EQ(n, 0);
+    mxp_flags_update(0, MXP_FLAG_MEMORY);
+}
+
+#define MEM_THREADS 4
+#define MEM_PER_THREAD 20000
+
+static void *mem_worker(void *arg) {
+    uint64_t base = ((uint64_t)(uintptr_t)arg + 1) << 40;
+    uint32_t slot = 0;
+    mxp_memory_device(MXP_DEVICE_GPU, 0, &slot);
+    for (uint64_t i = 0; i < MEM_PER_THREAD; i++) {
+        mxp_memory_alloc(base + i * 16, 16, 0, slot, MXP_SCOPE_OF_THREAD, 0, 0, NULL);
+        /* Free what the neighbouring thread allocated a while ago: frees
+         * from another thread than the allocating one. */
+        if (i >= 100) mxp_memory_free((((uint64_t)(uintptr_t)arg + 1) % MEM_THREADS + 1) << 40 | (i - 100) * 16);
+    }
+    return NULL;
+}
+
+static void test_memory_threads(void) {
+    fresh();
+    mxp_flags_update(MXP_FLAG_MEMORY | MXP_FLAG_MEMORY_EVENTS, 0);
+    pthread_t th[MEM_THREADS];
+    for (uintptr_t i = 0; i < MEM_THREADS; i++) pthread_create(&th[i], NULL, mem_worker, (void *)i);
+    for (int i = 0; i < MEM_THREADS; i++) pthread_join(th[i], NULL);
+    uint32_t slot = 0;
+    mxp_memory_device(MXP_DEVICE_GPU, 0, &slot);
+    mxp_memory_stat d = usage_of(0, slot);
+    CHECK_EQ(d.allocs, MEM_THREADS * MEM_PER_THREAD);
+    mxp_counts counts;
+    mxp_counts_get(&counts);
+    /* Every free found its allocation or was early (the neighbour had not
+     * allocated it yet); together they account for all bytes. */
+    CHECK_EQ(d.frees + counts.unknown_frees, MEM_THREADS * (MEM_PER_THREAD - 100));
+    CHECK_EQ(d.current, 16 * (int64_t)(d.allocs - d.frees));
+    CHECK_EQ(mxp_counter_value(d.counter), d.current);
+    mxp_flags_update(0, MXP_FLAG_MEMORY | MXP_FLAG_MEMORY_EVENTS);
+}
+
+static void test_memory_trace_and_tracks(void) {
+    fresh();
+    char path[512];
+    mxp_profile_begin();
+    set_path("memory.json", path, sizeof path);
+    mxp_flags_update(MXP_FLAG_MEMORY | MXP_FLAG_MEMORY_EVENTS, 0);
+    uint32_t gpu = 0;
+    mxp_memory_device(MXP_DEVICE_GPU, 0, &gpu);
+    uint32_t sc = reg(MXP_KIND_SCOPE, "", "conv1:");
+    uint32_t tag = reg(MXP_KIND_SCOPE, "", "\"w\"");
+    CHECK_EQ(mxp_memory_alloc(0x10, 4096, 0, gpu, sc, tag, 0, NULL), MXP_OK);
+    CHECK_EQ(mxp_memory_free(0x10), MXP_OK);
+    uint32_t track = 0;
+    CHECK_EQ(mxp_track_new("GPU 0 stream 7", 14, &track), MXP_OK);
+    uint32_t k = reg(MXP_KIND_GPU, "net", "kernel");
+    int64_t now = mxp_clock_ns();
+    CHECK_EQ(mxp_range_add(k, track, now, 1500000), MXP_OK);
+    CHECK_EQ(mxp_range_add(k, track + 1000, now, 1), MXP_E_INVALID);
+    CHECK_EQ(mxp_range_add(reg(MXP_KIND_COUNTER, "net", "c"), track, now, 1), MXP_E_INVALID);
+    CHECK_EQ(mxp_trace_flush(1), MXP_OK);
+    char *text = read_file(path, NULL);
+    CHECK(text && complete_json(text));
+    CHECK(text && strstr(text, "\"name\":\"alloc\",\"cat\":\"Device Storage\",\"ph\":\"i\"") != NULL);
+    CHECK(text && strstr(text, "\"args\":{\"device\":\"gpu/0\",\"attribute\":\"conv1:\\\"w\\\"\",\"bytes\":4096}") != NULL);
+    CHECK(text && strstr(text, "\"name\":\"free\"") != NULL);
+    CHECK(text && strstr(text, "\"args\":{\"Memory: gpu/0\":4096}") != NULL);
+    CHECK(text && strstr(text, "\"args\":{\"Memory: gpu/0\":0}") != NULL);
+    CHECK(text && strstr(text, "\"args\":{\"conv1:\":4096}") != NULL);
+    CHECK(text && strstr(text, "\"name\":\"kernel\",\"cat\":\"net,gpu\",\"ph\":\"X\"") != NULL);
+    CHECK(text && strstr(text, "\"dur\":1500.000") != NULL);
+    CHECK(text && strstr(text, "\"GPU 0 stream 7\"") != NULL);
+    free(text);
+    mxp_stat s = stat_of(k);
+    CHECK_EQ(s.count, 1);
+    mxp_flags_update(0, MXP_FLAG_MEMORY | MXP_FLAG_MEMORY_EVENTS);
+}
+
 int main(void) {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(tmpdir, sizeof tmpdir, "%s/mxprof-ctest-XXXXXX", base);
@@ -489,6 +684,10 @@ int main(void) {
     test_failed_write_keeps_records();
     test_threads_record_while_draining();
     test_other_formats();
+    test_memory_accounting();
+    test_memory_table();
+    test_memory_threads();
+    test_memory_trace_and_tracks();
     mxp_reset();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -1,0 +1,1 @@
+"""Adapters for frameworks: each is optional and imports its framework lazily."""
