@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from typing import Any, Callable
 
+from . import memory
 from ._native import lib
 from ._session import SESSION
 
@@ -20,6 +21,7 @@ def reset() -> None:
         if SESSION.flusher is not None:
             SESSION.flusher.stop()
         lib.mxp_reset()
+        memory._state["gpu_used"] = False
         SESSION.reset()
         SESSION.sync()
 

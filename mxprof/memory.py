@@ -51,6 +51,8 @@ _DEVICE_RE = re.compile(r"^(cpu|gpu|cuda)(?:[:/](\d+))?$")
 _slots: dict[Device, int] = {}  # what callers pass -> the core's device slot
 _names: dict[int, str] = {}  # slot -> "gpu/0"
 _tags: dict[str, int] = {"": 0}
+_gpu_slots: set[int] = set()
+_state = {"gpu_used": False}  # a GPU allocation was recorded (the CSV is due)
 
 
 def _parse(device: Device) -> tuple[int, int]:
@@ -84,6 +86,8 @@ def _slot(device: Device) -> int:
         slot = int(out[0])
         _slots[device] = slot
         _names[slot] = f"{'gpu' if kind == lib.MXP_DEVICE_GPU else 'cpu'}/{ordinal}"
+        if kind == lib.MXP_DEVICE_GPU:
+            _gpu_slots.add(slot)
     return slot
 
 
@@ -191,6 +195,8 @@ def record_alloc(
     if rc == lib.MXP_E_STATE:
         return 0
     _native.check(rc, "recording an allocation")
+    if slot in _gpu_slots:
+        _state["gpu_used"] = True
     return int(_handle[0])
 
 
@@ -334,8 +340,8 @@ def csv_path(prefix: str) -> str:
 
 def gpu_csv_text() -> str | None:
     """The GPU memory CSV of the live GPU allocations; None when no GPU
-    device was ever recorded on."""
-    if not any(name.startswith("gpu/") for name in _names.values()):
+    allocation was ever recorded."""
+    if not _state["gpu_used"]:
         return None
     rows = [
         (a.attribute, a.nbytes, int(a.device.split("/")[1]), a.actual, int(a.reuse))

@@ -118,7 +118,7 @@ def _memory_row(s: Stat, name: str, peak: int | None) -> Row:
 
 
 def _peaks() -> dict[int, int]:
-    """Peak bytes in use per memory counter id."""
+    """Peak bytes in use per memory counter id (they restart with the statistics)."""
     from .memory import usage
 
     return {u.counter: u.peak for u in usage()}
@@ -146,14 +146,16 @@ def _sort_value(section: str, row: Row, sort_by: str) -> float:
 Sections = dict[str, dict[str, list[Row]]]
 
 
-def collect(stats: Iterable[Stat], wall_ns: int = 0) -> Sections:
+def collect(
+    stats: Iterable[Stat], wall_ns: int = 0, peaks: dict[int, int] | None = None
+) -> Sections:
     """Group the core's statistics into sections and categories.
 
-    wall_ns is the recorded wall time the statistics cover (for ``%``).
+    wall_ns is the recorded wall time the statistics cover (for ``%``);
+    peaks the peak bytes per memory counter (read now when not given).
     """
     sections: Sections = {"Time": {}, "Memory": {}, "Counter": {}, "Marker": {}}
     gpu: dict[tuple[str, str], Stat] = {}
-    peaks: dict[int, int] | None = None
     for s in stats:
         info = _native.object_info(s.id)
         if s.kind in (KIND_TASK, KIND_FRAME, KIND_EVENT):
@@ -405,7 +407,8 @@ def dumps(
             return ""
         run_sync_hooks(False)
         wall_ns = lib.mxp_stats_recorded_ns()  # before a reset restarts it
-        sections = collect(_native.stats_snapshot(reset), wall_ns)
+        peaks = _peaks()  # likewise
+        sections = collect(_native.stats_snapshot(reset), wall_ns, peaks)
         for section, cats in sections.items():
             for cat, rows in cats.items():
                 cats[cat] = _sorted(section, rows, sort_by, ascending)

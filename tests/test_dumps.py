@@ -6,6 +6,7 @@ from collections import OrderedDict
 import pytest
 
 import mxprof
+from mxprof import _testing
 
 MS = 1_000_000
 
@@ -434,3 +435,65 @@ def test_percentiles_restart_with_reset(clock):
 def test_percentiles_argument_is_checked():
     with pytest.raises(mxprof.ConfigError, match="percentiles"):
         mxprof.dumps(percentiles="yes")
+
+
+def add_gpu_ranges(domain, name, durations_ms, track_name=b"GPU 0 stream 0"):
+    """GPU ranges as mxprof.cuda records them: KIND_GPU objects on a track."""
+    from mxprof import _native
+    from mxprof._native import ffi, lib
+
+    gid = _native.register(_native.KIND_GPU, domain.encode(), name.encode())
+    tid = ffi.new("uint32_t *")
+    assert lib.mxp_track_new(track_name, len(track_name), tid) == 0
+    start = lib.mxp_clock_ns()
+    for dur in durations_ms:
+        assert lib.mxp_range_add(gid, tid[0], start, int(dur * MS)) == 0
+        start += int(dur * MS)
+    return tid[0]
+
+
+def test_gpu_time_beside_the_task_of_the_same_name(tmp_path, clock):
+    mxprof.set_config(aggregate_stats=True, profile_api=False, filename=str(tmp_path / "t.json"))
+    d = mxprof.Domain("net")
+    kernel, host = d.new_task("kernel"), d.new_task("host_only")
+    mxprof.set_state("run")
+    for _ in range(2):
+        with kernel:
+            clock(1 * MS)
+    with host:
+        clock(1 * MS)
+    track = add_gpu_ranges("net", "kernel", [1.5, 2.5])
+    add_gpu_ranges("net", "orphan", [0.25], b"GPU 0 stream 7")
+    mxprof.set_state("stop")
+    lines = mxprof.dumps().splitlines()
+    head = lines[lines.index("net") + 2]
+    assert head.split()[-6:] == ["%", "GPU", "(ms)", "Avg", "Time", "(ms)"]  # Avg stays last
+    rows = {ln.split()[0]: ln.split() for ln in lines if ln.startswith(("kernel", "host_only"))}
+    assert rows["kernel"][-2:] == ["4.0000", "1.0000"]  # GPU total, then the CPU average
+    assert rows["host_only"][-2:] == ["-", "1.0000"]
+    orphan = lines[lines.index("net,gpu") + 4].split()
+    assert orphan[:3] == ["orphan", "1", "0.2500"] and orphan[-2] == "0.2500"
+    data = json.loads(mxprof.dumps(format="json"))
+    assert data["Time"]["net"]["kernel"]["GPU"] == 4.0
+    assert data["Time"]["net"]["kernel"]["Count"] == 2
+    assert "GPU" not in data["Time"]["net"]["host_only"]
+    assert data["Time"]["net,gpu"]["orphan"]["GPU"] == 0.25
+    mxprof.dump()
+    trace = _testing.load_trace(tmp_path / "t.json")
+    gpu = [e for e in trace["traceEvents"] if e.get("cat") == "net,gpu"]
+    assert sorted((e["name"], e["dur"]) for e in gpu) == [
+        ("kernel", 1500.0),
+        ("kernel", 2500.0),
+        ("orphan", 250.0),
+    ]
+    names = {
+        e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"
+    }
+    assert {names[e["tid"]] for e in gpu if e["name"] == "kernel"} == {"GPU 0 stream 0"}
+    assert track in names
+
+
+def test_no_gpu_column_without_gpu_ranges(clock):
+    scenario(clock)
+    assert "GPU" not in mxprof.dumps()
+    assert '"GPU"' not in mxprof.dumps(format="json")

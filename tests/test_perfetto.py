@@ -108,7 +108,11 @@ class Decoded:
         if named:
             assert te.name_iid in self.names and list(te.category_iids) == [te.name_iid]
         args = {
-            a.name: a.string_value if a.HasField("string_value") else a.uint_value
+            a.name: a.string_value
+            if a.HasField("string_value")
+            else a.int_value
+            if a.HasField("int_value")
+            else a.uint_value
             for a in te.debug_annotations
         }
         self.events.append(
@@ -476,3 +480,30 @@ def test_begins_and_ends_nest_in_file_order(tmp_path, clock):
     # Equal ranges nest as they were opened: the outer one begins first.
     same = [(s[1], s[6]) for s in got.slices(depth=True) if s[0] == "other" and s[4] == 3]
     assert sorted(same) == [("a", 0), ("b", 1), ("c", 2)]
+
+
+def test_memory_counters_and_instants(tmp_path, clock):
+    from mxprof import memory
+
+    mxprof.set_config(memory_events=True)
+    start(tmp_path / "m.perfetto-trace")
+    with mxprof.scope("enc"):
+        h = memory.record_alloc(4096, "gpu:0", tag="w")
+        clock(10)
+    memory.record_free(h)
+    finish()
+    got = Decoded(tmp_path / "m.perfetto-trace")
+    assert got.counters() == [
+        ("Memory: gpu/0", 0, 4096),
+        ("enc:", 0, 4096),
+        ("Memory: gpu/0", 10, 0),
+        ("enc:", 10, 0),
+    ]
+    instants = [
+        (e["name"], e["cat"], e["ts"], e["args"]) for e in got.events if e["type"] == INSTANT
+    ]
+    args = {"device": "gpu/0", "attribute": "enc:w", "bytes": 4096}
+    assert instants == [
+        ("alloc", "Device Storage", 0, args),
+        ("free", "Device Storage", 10, args),
+    ]

@@ -321,7 +321,9 @@ int mxp_thread_name_set(uint32_t tid, const char *name, size_t name_len);
 uint32_t mxp_flags_update(uint32_t set, uint32_t clear);
 
 /* The most trace records held in memory awaiting output; beyond it records
- * are dropped and tallied.  0 means no limit. */
+ * are dropped and tallied.  0 (or 2^39 and more) means no limit.  Takes
+ * effect at once for every thread, idle ones included: the budget is
+ * recounted from the records buffered now. */
 int mxp_max_events_set(uint64_t max_events);
 
 /* Begin a new profile: ts 0 is now, the wall-clock time of now is recorded,

@@ -8,8 +8,9 @@
 #include <string.h>
 #include <time.h>
 
-/* No limit on buffered records: large, but far from overflowing on adds. */
-#define UNLIMITED_BUDGET (INT64_MAX / 4)
+/* No limit on buffered records: large, but far from overflowing the
+ * budget's bits on adds. */
+#define UNLIMITED_BUDGET (UINT64_C(1) << (MXPI_BUDGET_BITS - 1u))
 
 mxpi_global mxpi_g = {
     .reg_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -73,8 +74,8 @@ static void fork_child(void) {
     }
     mxpi_g.retired_unmatched = mxpi_g.retired_non_lifo = 0;
     mxpi_g.retired_ignored = mxpi_g.retired_dropped = 0;
-    atomic_store(&mxpi_g.budget, mxpi_g.max_events ? (int64_t)mxpi_g.max_events : UNLIMITED_BUDGET);
     atomic_store(&mxpi_g.pending_chunks, 0); /* the parent's chunks are abandoned */
+    mxpi_budget_recount(); /* nothing is buffered here */
     wake_init();
     atomic_fetch_and_explicit(&mxpi_g.flags, ~(uint32_t)(MXP_FLAG_RECORD | MXP_FLAG_TRACE), MXPI_RELAXED);
     mxpi_trace_after_fork();
@@ -86,7 +87,7 @@ static void fork_child(void) {
 static void init_once_fn(void) {
     wake_init();
     mxpi_clock_init();
-    atomic_store(&mxpi_g.budget, UNLIMITED_BUDGET);
+    atomic_store(&mxpi_g.budget, UNLIMITED_BUDGET); /* epoch 0, as the flags */
     mxpi_registry_init();
     mxpi_threads_init();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
@@ -138,7 +139,13 @@ uint32_t mxp_flags_update(uint32_t set, uint32_t clear) {
     return neu & FLAG_MASK;
 }
 
-void mxpi_cap_epoch_bump(void) {
+void mxpi_budget_recount(void) {
+    uint64_t cap = mxpi_g.max_events ? mxpi_g.max_events : UNLIMITED_BUDGET;
+    uint64_t held = mxpi_buffered_records();
+    uint32_t f = atomic_load(&mxpi_g.flags);
+    uint64_t epoch = (MXPI_CAP_EPOCH(f) + 1u) & MXPI_CAP_EPOCH_MASK;
+    /* The budget first: a thread that follows the new flags finds it ready. */
+    atomic_store(&mxpi_g.budget, epoch << MXPI_BUDGET_BITS | (cap > held ? cap - held : 0));
     atomic_fetch_add(&mxpi_g.flags, 1u << MXPI_CAP_EPOCH_SHIFT);
 }
 
@@ -190,13 +197,10 @@ void mxp_flush_wake(void) {
 
 int mxp_max_events_set(uint64_t max_events) {
     mxp_init();
-    if (max_events > (uint64_t)UNLIMITED_BUDGET) max_events = 0;
+    if (max_events >= UNLIMITED_BUDGET) max_events = 0;
     pthread_mutex_lock(&mxpi_g.out_lock);
-    int64_t old = mxpi_g.max_events ? (int64_t)mxpi_g.max_events : UNLIMITED_BUDGET;
-    int64_t neu = max_events ? (int64_t)max_events : UNLIMITED_BUDGET;
     mxpi_g.max_events = max_events;
-    atomic_fetch_add(&mxpi_g.budget, neu - old);
-    mxpi_cap_epoch_bump();
+    mxpi_budget_recount();
     pthread_mutex_unlock(&mxpi_g.out_lock);
     return MXP_OK;
 }
@@ -223,7 +227,6 @@ void mxp_counts_get(mxp_counts *out) {
 void mxp_reset(void) {
     mxp_init();
     mxp_flags_update(0, FLAG_MASK);
-    mxpi_cap_epoch_bump();
     mxp_clock_fake(0, 0);
     mxpi_trace_reset();
     mxpi_threads_reset();

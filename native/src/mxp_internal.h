@@ -230,7 +230,7 @@ typedef struct mxpi_global {
     _Atomic uint32_t agg_epoch; /* bumped by a statistics reset */
     _Atomic uint32_t nobj;      /* ids handed out (registry) */
 
-    _Alignas(MXPI_CACHE_LINE) _Atomic int64_t budget; /* records that may still be buffered */
+    _Alignas(MXPI_CACHE_LINE) _Atomic uint64_t budget; /* see MXPI_BUDGET_BITS */
     _Atomic int64_t pending_chunks;  /* chunks handed to recording, not yet freed */
     _Atomic uint32_t wake_chunks;    /* wake the writer when pending_chunks reaches it (0: never) */
 
@@ -288,7 +288,7 @@ void mxpi_memory_after_fork(void);
 void mxpi_memory_stats_reset(void); /* peaks restart at what is in use */
 
 /* mxp_core.c */
-void mxpi_cap_epoch_bump(void);
+void mxpi_budget_recount(void); /* caller holds out_lock; starts a new cap epoch */
 void mxpi_wake_writer(void);
 void mxpi_chunks_freed(int64_t n);
 
@@ -308,6 +308,7 @@ void mxpi_agg_fold(mxpi_agg *dst, const mxpi_agg *src, uint32_t epoch);
 mxpi_hist *mxpi_hist_new(mxpi_agg *e);
 mxpi_thread **mxpi_threads_snapshot(uint32_t *n); /* caller holds out_lock */
 void mxpi_threads_reap(void);                       /* caller holds out_lock */
+uint64_t mxpi_buffered_records(void);               /* caller holds out_lock */
 void mxpi_threads_reset(void);
 
 /* mxp_trace.c */
@@ -430,6 +431,16 @@ static inline void mxpi_tally(_Atomic uint64_t *c) {
  * reserved under the old cap before recording again. */
 #define MXPI_CAP_EPOCH_SHIFT 8u
 #define MXPI_CAP_EPOCH(f) ((f) >> MXPI_CAP_EPOCH_SHIFT)
+#define MXPI_CAP_EPOCH_MASK ((1u << (32u - MXPI_CAP_EPOCH_SHIFT)) - 1u)
+
+/* The cap's budget word: the records that may still be buffered in its low
+ * MXPI_BUDGET_BITS bits, the cap epoch they belong to above.  A thread takes
+ * slots from it only in its own epoch, so a change of the cap can recount
+ * the budget from scratch: slots threads still held under the old epoch
+ * (idle threads never give theirs back) are forfeited, not owed. */
+#define MXPI_BUDGET_BITS 40u
+#define MXPI_BUDGET_MASK ((UINT64_C(1) << MXPI_BUDGET_BITS) - 1u)
+#define MXPI_BUDGET_EPOCH(w) ((uint32_t)((w) >> MXPI_BUDGET_BITS))
 
 /* Append one record to the calling thread's buffer (or tally a drop); f is
  * the flags word the caller loaded. */

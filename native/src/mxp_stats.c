@@ -148,6 +148,7 @@ int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out, int reset) 
         free(pct);
         return MXP_E_NOMEM;
     }
+    if (reset) mxpi_memory_stats_reset(); /* outside reg_lock: memory's lock comes first */
     n = 0;
     for (uint32_t id = 0; id < nobj && n < cap; id++) {
         mxpi_agg *a = &acc[id];

@@ -50,28 +50,35 @@ void mxpi_chunk_put(mxpi_chunk *c) {
     free(c);
 }
 
-/* Take up to want record slots from the global cap. */
-static uint32_t reserve(uint32_t want) {
-    int64_t b = atomic_load_explicit(&mxpi_g.budget, MXPI_RELAXED);
-    while (b > 0) {
-        int64_t take = b < (int64_t)want ? b : (int64_t)want;
-        if (atomic_compare_exchange_weak_explicit(&mxpi_g.budget, &b, b - take, MXPI_RELAXED,
+/* Move t to the budget's epoch: what it held under an older one was
+ * forfeited when the budget was recounted. */
+static void follow_epoch(mxpi_thread *t, uint64_t w) {
+    if (t->cap_epoch != MXPI_BUDGET_EPOCH(w)) {
+        t->limit = t->pos;
+        t->cap_epoch = MXPI_BUDGET_EPOCH(w);
+    }
+}
+
+/* Take up to want record slots from the global cap, in t's epoch. */
+static uint32_t reserve(mxpi_thread *t, uint32_t want) {
+    uint64_t w = atomic_load_explicit(&mxpi_g.budget, MXPI_RELAXED);
+    for (;;) {
+        follow_epoch(t, w);
+        uint64_t b = w & MXPI_BUDGET_MASK;
+        if (b == 0) return 0;
+        uint64_t take = b < want ? b : want;
+        if (atomic_compare_exchange_weak_explicit(&mxpi_g.budget, &w, w - take, MXPI_RELAXED,
                                                   MXPI_RELAXED))
             return (uint32_t)take;
     }
-    return 0;
 }
 
-/* t->pos reached t->limit: move to a fresh chunk and/or reserve more slots
- * under the cap.  False when the record must be dropped. */
+/* t->pos reached t->limit, or the flags' cap epoch is not t's: move to a
+ * fresh chunk and/or reserve more slots under the cap.  False when the
+ * record must be dropped. */
 bool mxpi_record_slow(mxpi_thread *t, uint32_t cap_epoch) {
-    if (t->cap_epoch != cap_epoch) {
-        /* The cap changed: return what was reserved under the old one. */
-        if (t->limit > t->pos)
-            atomic_fetch_add_explicit(&mxpi_g.budget, t->limit - t->pos, MXPI_RELAXED);
-        t->limit = t->pos;
-        t->cap_epoch = cap_epoch;
-    }
+    (void)cap_epoch; /* the budget word's epoch is the one that counts */
+    follow_epoch(t, atomic_load_explicit(&mxpi_g.budget, MXPI_RELAXED));
     if (t->cur == NULL || t->pos >= MXPI_CHUNK_RECORDS) {
         mxpi_chunk *c = mxpi_chunk_get();
         if (c == NULL) return false;
@@ -88,8 +95,9 @@ bool mxpi_record_slow(mxpi_thread *t, uint32_t cap_epoch) {
         if (atomic_fetch_add_explicit(&mxpi_g.pending_chunks, 1, MXPI_RELAXED) + 1 == (int64_t)wake)
             mxpi_wake_writer();
     }
+    if (t->pos < t->limit) return true; /* only the flags were behind the budget */
     uint32_t room = MXPI_CHUNK_RECORDS - t->pos;
-    uint32_t got = reserve(room < MXPI_RESERVE_STEP ? room : MXPI_RESERVE_STEP);
+    uint32_t got = reserve(t, room < MXPI_RESERVE_STEP ? room : MXPI_RESERVE_STEP);
     t->limit = t->pos + got;
     return got > 0;
 }
@@ -258,8 +266,12 @@ static void thread_exit(void *arg) {
     MXPI_STORE(t->non_lifo, 0);
     MXPI_STORE(t->ignored, 0);
     MXPI_STORE(t->dropped, 0);
-    /* Unused cap reservations go back. */
-    if (t->limit > t->pos) atomic_fetch_add_explicit(&mxpi_g.budget, t->limit - t->pos, MXPI_RELAXED);
+    /* Unused cap reservations go back, if they belong to the current epoch. */
+    uint64_t w = atomic_load_explicit(&mxpi_g.budget, MXPI_RELAXED);
+    while (t->limit > t->pos && MXPI_BUDGET_EPOCH(w) == t->cap_epoch &&
+           !atomic_compare_exchange_weak_explicit(&mxpi_g.budget, &w, w + (t->limit - t->pos),
+                                                  MXPI_RELAXED, MXPI_RELAXED)) {
+    }
     t->limit = t->pos;
     free(t->stack);
     t->stack = NULL;
@@ -312,6 +324,24 @@ mxpi_thread **mxpi_threads_snapshot(uint32_t *n) {
     pthread_mutex_unlock(&mxpi_g.reg_lock);
     *n = arr ? count : 0;
     return arr;
+}
+
+/* Records committed and not yet read by the writer, over all threads. */
+uint64_t mxpi_buffered_records(void) {
+    uint64_t n = 0;
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    for (mxpi_thread *t = mxpi_g.threads; t; t = t->next) {
+        mxpi_chunk *c = t->head;
+        uint32_t pos = t->head_pos;
+        if (c == NULL) {
+            c = atomic_load_explicit(&t->first, MXPI_ACQUIRE);
+            pos = 0;
+        }
+        for (; c != NULL; c = atomic_load_explicit(&c->next, MXPI_ACQUIRE), pos = 0)
+            n += atomic_load_explicit(&c->count, MXPI_ACQUIRE) - pos;
+    }
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+    return n;
 }
 
 /* Free the states of exited threads whose records are all drained. */

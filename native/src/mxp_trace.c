@@ -205,7 +205,7 @@ static void commit_cursor(mxpi_thread *t, cursor c) {
     mxpi_chunks_freed(freed);
     t->head = c.chunk;
     t->head_pos = c.pos;
-    if (c.consumed) atomic_fetch_add_explicit(&mxpi_g.budget, (int64_t)c.consumed, MXPI_RELAXED);
+    if (c.consumed) atomic_fetch_add_explicit(&mxpi_g.budget, c.consumed, MXPI_RELAXED);
 }
 
 /* Read every buffered record with fmt (NULL: discard them); commit only if

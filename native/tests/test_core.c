@@ -252,6 +252,44 @@ static void test_flush_and_cap(void) {
     mxp_max_events_set(0);
 }
 
+/* A thread that recorded once and then idles keeps slots reserved under the
+ * old cap; a new cap must still hold exactly, without waiting for it. */
+static pthread_barrier_t idle_barrier;
+
+static void *idle_recorder(void *arg) {
+    uint32_t r = *(uint32_t *)arg;
+    mxp_range_begin(r);
+    mxp_range_end(r);
+    pthread_barrier_wait(&idle_barrier); /* recorded */
+    pthread_barrier_wait(&idle_barrier); /* the main thread is done */
+    return NULL;
+}
+
+static void test_new_cap_with_idle_threads(void) {
+    fresh();
+    char path[512];
+    mxp_profile_begin();
+    set_path("idle.json", path, sizeof path);
+    uint32_t r = reg(MXP_KIND_TASK, "idle", "r");
+    pthread_t th[3];
+    pthread_barrier_init(&idle_barrier, NULL, 4);
+    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, idle_recorder, &r);
+    pthread_barrier_wait(&idle_barrier);
+    mxp_max_events_set(100); /* 3 buffered: 97 more fit */
+    for (int i = 0; i < 1000; i++) {
+        mxp_range_begin(r);
+        mxp_range_end(r);
+    }
+    CHECK_EQ(mxp_trace_flush(0), MXP_OK);
+    char *text = read_file(path, NULL);
+    CHECK_EQ(text ? count_of(text, "\"ph\":\"X\"") : 0, 100);
+    free(text);
+    pthread_barrier_wait(&idle_barrier);
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&idle_barrier);
+    mxp_max_events_set(0);
+}
+
 static void test_failed_write_keeps_records(void) {
     fresh();
     mxp_profile_begin();
@@ -681,6 +719,7 @@ int main(void) {
     test_percentiles_and_recorded_time();
     test_counters();
     test_flush_and_cap();
+    test_new_cap_with_idle_threads();
     test_failed_write_keeps_records();
     test_threads_record_while_draining();
     test_other_formats();
