@@ -101,6 +101,9 @@ class Task(_Range):
     Args:
         domain: the Domain it belongs to.
         name: its name; tasks with the same domain and name aggregate together.
+        stream: a CUDA stream to time the range on as well (see
+            :class:`mxprof.cuda.GpuTask`, which is what a stream makes);
+            without CUDA this raises :class:`mxprof.DeviceUnavailable`.
 
     Example:
         >>> import mxprof
@@ -111,7 +114,21 @@ class Task(_Range):
 
     __slots__ = ()
 
-    def __init__(self, domain: Domain, name: str) -> None:
+    def __new__(cls, domain: Any = None, name: Any = None, stream: Any = None) -> Task:
+        # A stream makes a GpuTask: its own methods, so that these stay one call each.
+        # (Defaults: copy and pickle call cls.__new__(cls).)
+        if stream is None or cls is not Task:
+            return super().__new__(cls)
+        from .cuda import GpuTask
+
+        return super().__new__(GpuTask)
+
+    def __init__(self, domain: Domain, name: str, stream: Any = None) -> None:
+        if stream is not None:
+            raise TypeError(
+                f"{type(self).__name__} takes no stream; mxprof.Task(domain, name, stream=...) "
+                "makes an mxprof.cuda.GpuTask"
+            )
         super().__init__(check_domain(domain, "Task"), name)
 
 
