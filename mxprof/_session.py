@@ -71,12 +71,24 @@ def check_process(value: Any) -> str:
     return str(value)
 
 
-def remote(call: str) -> None:
-    """Calls for profile_process='server' need the distributed control channel."""
-    raise StateError(
-        f"{call}(profile_process='server') needs a distributed job: no kvstore server is "
-        "connected to this process (mxprof.distributed is not initialised)"
-    )
+# Set by mxprof.distributed on the rank-0 worker: REMOTE(call, args) applies
+# a control call to every server.  RENAME maps a filename the user gives to
+# the one this process writes (servers: rank<r>_<name>).
+REMOTE: Callable[[str, dict[str, Any]], None] | None = None
+RENAME: Callable[[str], str] | None = None
+# Why REMOTE is not set, when a distributed job has a reason (not the rank-0 worker).
+REMOTE_REFUSAL: str | None = None
+
+
+def remote(call: str, args: dict[str, Any]) -> None:
+    """Apply a profile_process='server' call to every server, or say why not."""
+    if REMOTE is None:
+        raise StateError(
+            REMOTE_REFUSAL
+            or f"{call}(profile_process='server') needs a distributed job: no kvstore server "
+            "is connected to this process (call mxprof.distributed.init first)"
+        )
+    REMOTE(call, args)
 
 
 class _Flusher:
@@ -131,6 +143,8 @@ class Session:
         self.pending: OutputError | None = None  # a failed background write
         self.baseline = dict.fromkeys(COUNT_FIELDS, 0)
         self.applied_max_events = -1
+        self.top_json = getattr(self, "top_json", "")  # kept: set by mxprof.distributed
+        self.meta = (b"python", b"")
         self.mp_hooked = getattr(self, "mp_hooked", False)  # registered once per process
         self._flush_task: Any = None
 
@@ -177,7 +191,8 @@ class Session:
         other = (
             f'"mxprof_version":{json.dumps(__version__)},"host":{json.dumps(socket.gethostname())}'
         ).encode()
-        lib.mxp_trace_meta_set(process, len(process), b"", 0, other, len(other))
+        self.meta = (process, other)
+        self.push_meta()
         self.set_path(self.config["filename"])
         self.traced = self.config["write_trace"]
         self.profile_open = True
@@ -185,6 +200,18 @@ class Session:
         self.pending = None
         if self.config["flush_on_signal"]:
             _signals.install(self.signal_flush)
+
+    def push_meta(self) -> None:
+        """Hand the core the profile's metadata (written with every trailer)."""
+        process, other = self.meta
+        top = self.top_json.encode()
+        lib.mxp_trace_meta_set(process, len(process), top, len(top), other, len(other))
+
+    def set_top_json(self, text: str) -> None:
+        """Extra top-level members of the trace (e.g. '"distributedInfo":{...}')."""
+        self.top_json = text
+        if self.profile_open:
+            self.push_meta()
 
     def set_path(self, path: str) -> None:
         """Point the core at path; this profile's events so far go to the old one."""

@@ -104,7 +104,7 @@ KEYS: dict[str, Key] = {
             "profile_imperative",
             True,
             check_bool,
-            "eager-mode sources of framework integrations (none in this release)",
+            "eager-mode sources: the PyTorch adapter (mxprof.integrations.torch)",
         ),
         Key(
             "profile_memory",
@@ -138,7 +138,8 @@ KEYS: dict[str, Key] = {
             "profile_process",
             "worker",
             _process,
-            "'server' sends the call to kvstore servers (needs mxprof.distributed)",
+            "'server' applies the call to every server of a distributed job instead "
+            "(on the rank-0 worker, after mxprof.distributed.init)",
         ),
         Key(
             "gpu_memory_profile_filename_prefix",

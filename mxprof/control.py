@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import config
+from . import _session, config
 from ._session import SESSION, STATES, check_process, remote
 from .config import check_bool
 from .errors import ConfigError, OutputError, StateError
@@ -16,7 +16,11 @@ def set_config(**kwargs: Any) -> None:
     Keys (MXNet's names, types and defaults, plus mxprof's ``max_events`` and
     ``write_trace``) are listed in ``mxprof.config.KEYS``.  Every value is
     checked before any is applied.  Changing ``filename`` while a profile is
-    open completes the old file; later events go to the new one.
+    open completes the old file; later events go to the new one.  With
+    ``profile_process='server'`` (MXNet's kvstore servers) the values go to
+    every server of the distributed job instead of this process, and the
+    call returns when all have applied them; every control call below takes
+    it the same way.
 
     Args:
         **kwargs: configuration keys and values.
@@ -24,7 +28,10 @@ def set_config(**kwargs: Any) -> None:
     Raises:
         ConfigError: an unknown key (the message lists the valid ones) or a
             bad value.
-        StateError: ``profile_process='server'`` outside a distributed job.
+        StateError: ``profile_process='server'`` outside a distributed job
+            or not on its rank-0 worker.
+        mxprof.distributed.DistributedError: a server failed to apply it
+            (``DistributedTimeout``: a server is dead or silent).
 
     Example:
         >>> import mxprof
@@ -32,7 +39,10 @@ def set_config(**kwargs: Any) -> None:
     """
     values = config.validate(kwargs)
     if values.pop("profile_process", "worker") == "server":
-        remote("set_config")
+        remote("set_config", values)
+        return
+    if "filename" in values and _session.RENAME is not None:
+        values["filename"] = _session.RENAME(values["filename"])
     with SESSION.lock:
         old = dict(SESSION.config)
         SESSION.config.update(values)
@@ -59,7 +69,8 @@ def set_state(state: str = "stop", profile_process: str = "worker") -> None:
     if state not in STATES:
         raise ConfigError(f"state must be 'run' or 'stop', got {state!r}")
     if check_process(profile_process) == "server":
-        remote("set_state")
+        remote("set_state", {"state": state})
+        return
     with SESSION.lock:
         if state == "run":
             if not SESSION.profile_open:
@@ -77,7 +88,8 @@ def pause(profile_process: str = "worker") -> None:
         >>> mxprof.pause(); mxprof.resume()
     """
     if check_process(profile_process) == "server":
-        remote("pause")
+        remote("pause", {})
+        return
     with SESSION.lock:
         SESSION.paused = True
         SESSION.sync()
@@ -91,7 +103,8 @@ def resume(profile_process: str = "worker") -> None:
         >>> mxprof.resume()
     """
     if check_process(profile_process) == "server":
-        remote("resume")
+        remote("resume", {})
+        return
     with SESSION.lock:
         SESSION.paused = False
         SESSION.sync()
@@ -120,7 +133,8 @@ def dump(finished: bool = True, profile_process: str = "worker") -> None:
     """
     finished = check_bool("finished", finished)
     if check_process(profile_process) == "server":
-        remote("dump")
+        remote("dump", {"finished": finished})
+        return
     with SESSION.lock:
         if not SESSION.ever_ran:
             raise StateError(

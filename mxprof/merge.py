@@ -4,6 +4,13 @@ Each input's timestamps are shifted by the difference between its
 ``baseTimeNanoseconds`` (the wall-clock time of its ts 0) and the earliest
 input's, so events line up by wall-clock time; each input keeps its own
 process tracks (pids that two inputs share are renumbered).
+
+Inputs from a distributed job (``mxprof.distributed``) carry
+``distributedInfo`` with their clock's offset to the rank-0 worker, an
+error bound and a drift: their events are moved onto the rank-0 worker's
+clock (the offset interpolated at each event's time), their processes are
+named by role, rank, host and pid, and the merged file's
+``distributedInfo`` lists every process with its clock.
 """
 
 from __future__ import annotations
@@ -14,8 +21,27 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._version import __version__
+from .distributed._clock import ClockModel
 from .errors import TraceFormatError
 from .trace import base_time_ns, read_raw
+
+_ROLE_ORDER = {"worker": 0, "server": 1}
+
+
+def _distributed(path: str, meta: dict[str, Any]) -> tuple[dict[str, Any], ClockModel] | None:
+    """An input's distributedInfo and clock model (None: not from a distributed job)."""
+    info = meta.get("distributedInfo")
+    if not isinstance(info, dict):
+        return None
+    try:
+        clock = ClockModel.from_json(info.get("clock", {"estimates": []}))
+    except ValueError as e:
+        raise TraceFormatError(f"{path}: bad distributedInfo.clock: {e}") from None
+    return info, clock
+
+
+def _process_label(info: dict[str, Any], pid: Any) -> str:
+    return f"{info.get('role')} {info.get('rank')} ({info.get('host')}, pid {pid})"
 
 
 def _fresh_pid(pid: Any, used: set[Any]) -> Any:
@@ -53,14 +79,21 @@ def merge(
     if not paths:
         raise TraceFormatError("merge: no input traces")
     inputs = [(os.fspath(p), *read_raw(p)) for p in paths]
+    dist = [_distributed(path, meta) for path, _, meta, _ in inputs]
     bases = [base_time_ns(meta) for _, _, meta, _ in inputs]
-    known = [b for b in bases if b is not None]
+    # Each base on the reference clock: the rank-0 worker's for distributed inputs.
+    corrected = [
+        None if b is None else b + (d[1].offset_at(b) if d else 0) for b, d in zip(bases, dist)
+    ]
+    known = [b for b in corrected if b is not None]
     ref = min(known) if known else 0
     used: set[Any] = set()
     merged: list[dict[str, Any]] = []
     summary: list[dict[str, Any]] = []
-    for (path, events, _meta, truncated), base in zip(inputs, bases):
+    ranks: list[dict[str, Any]] = []
+    for (path, events, _meta, truncated), base, d in zip(inputs, bases, dist):
         shift_us = (base - ref) / 1000 if base is not None else 0.0
+        clock = d[1] if d is not None and base is not None else None
         pids: dict[Any, Any] = {}
         named: set[Any] = set()
         for ev in events:
@@ -71,38 +104,78 @@ def merge(
             out = dict(ev)
             out["pid"] = pids[pid]
             if "ts" in out and isinstance(out["ts"], (int, float)) and out.get("ph") != "M":
-                out["ts"] = round(out["ts"] + shift_us, 3)
+                ts = out["ts"] + shift_us
+                if clock is not None:  # the offset where this event happened
+                    ts += clock.offset_at(base + out["ts"] * 1000) / 1000  # type: ignore[operator]
+                out["ts"] = round(ts, 3)
             if out.get("ph") == "M" and out.get("name") == "process_name":
                 named.add(pid)
                 args = dict(out.get("args") or {})
-                args["name"] = f"{args.get('name', pid)} [{os.path.basename(path)}]"
+                if d is not None:
+                    args["name"] = _process_label(d[0], pid)
+                else:
+                    args["name"] = f"{args.get('name', pid)} [{os.path.basename(path)}]"
                 out["args"] = args
             merged.append(out)
         for pid in pids:
             if pid not in named:
+                label = (
+                    _process_label(d[0], pid)
+                    if d is not None
+                    else f"{os.path.basename(path)} (pid {pid})"
+                )
                 merged.append(
                     {
                         "name": "process_name",
                         "ph": "M",
                         "pid": pids[pid],
                         "tid": 0,
-                        "args": {"name": f"{os.path.basename(path)} (pid {pid})"},
+                        "args": {"name": label},
                     }
                 )
+        if d is not None:
+            info = d[0]
+            order = _ROLE_ORDER.get(str(info.get("role")), 2) * 100000 + int(info.get("rank") or 0)
+            for pid in pids.values():
+                merged.append(
+                    {
+                        "name": "process_sort_index",
+                        "ph": "M",
+                        "pid": pid,
+                        "tid": 0,
+                        "args": {"sort_index": order},
+                    }
+                )
+            ranks.append(
+                {k: info.get(k) for k in ("role", "rank", "host", "pid", "clock") if k in info}
+                | {"file": os.path.basename(path)}
+            )
         summary.append(
             {
                 "path": path,
                 "pids": sorted(map(str, pids.values())),
                 "shift_us": shift_us,
                 "truncated": truncated,
+                "clock": d[1].to_json() if d is not None else None,
             }
         )
-    doc = {
+    doc: dict[str, Any] = {
         "traceEvents": merged,
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": ref,
-        "otherData": {"mxprof_version": __version__, "merged_from": [s["path"] for s in summary]},
     }
+    if ranks:
+        first = next(d[0] for d in dist if d is not None)
+        doc["distributedInfo"] = {
+            "world_size": first.get("world_size"),
+            "num_workers": first.get("num_workers"),
+            "num_servers": first.get("num_servers"),
+            "backend": first.get("backend"),
+            "ranks": sorted(
+                ranks, key=lambda r: (_ROLE_ORDER.get(str(r.get("role")), 2), r.get("rank"))
+            ),
+        }
+    doc["otherData"] = {"mxprof_version": __version__, "merged_from": [s["path"] for s in summary]}
     with open(os.fspath(output), "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False)
     return {"events": len(merged), "inputs": summary}

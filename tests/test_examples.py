@@ -25,7 +25,12 @@ def run_example(name, tmp_path, *args):
 
 
 def test_every_example_is_tested():
-    tested = {"quickstart.py"}
+    tested = {
+        "quickstart.py",
+        "memory_scopes.py",
+        "torch_module_profile.py",
+        "parameter_server.py",
+    }
     assert {f for f in os.listdir(EXAMPLES) if f.endswith(".py")} == tested
 
 
@@ -55,3 +60,73 @@ def test_quickstart_trace_path_argument(tmp_path, path):
     out = run_example("quickstart.py", tmp_path, path)
     assert f"trace written to {path}" in out
     assert _testing.events(_testing.load_trace(tmp_path / path), "X", "forward")
+
+
+def test_memory_scopes(tmp_path):
+    out = run_example("memory_scopes.py", tmp_path)
+    peaks = {
+        ln.split()[0]: [int(ln.split()[i]) for i in (2, 5, 7)]
+        for ln in out.splitlines()
+        if ln.startswith("  ")
+    }
+    # dense0: weights 784*256*4 + 256*4, then at most one step's output (64*256*4) on top.
+    assert peaks["model:dense0:"] == [803840 + 65536, 803840, 7]
+    assert peaks["model:dense1:"] == [10280 + 2560, 10280, 7]  # 64*10*4 rounds to 2560
+    assert peaks["loader:"] == [200704, 0, 5]
+    trace = _testing.load_trace(tmp_path / "memory_trace.json")
+    gpu = [e["args"]["Memory: gpu/0"] for e in _testing.events(trace, "C", "Memory: gpu/0")]
+    assert max(gpu) == 803840 + 10280 + 65536 + 2560 and gpu[-1] == 803840 + 10280
+    allocs = [e for e in _testing.events(trace, "i", "alloc") if e["args"]["device"] == "gpu/0"]
+    assert len(allocs) == 4 + 5 * 2
+    (csv_name,) = [p for p in os.listdir(tmp_path) if p.endswith(".csv")]
+    with open(tmp_path / csv_name, encoding="utf-8") as f:
+        rows = f.read().splitlines()
+    assert rows == [
+        '"Attribute Name","Requested Size","Device","Actual Size","Reuse?"',
+        '"model:dense0:bias","1024","0","1024","0"',
+        '"model:dense0:weight","802816","0","802816","0"',
+        '"model:dense1:bias","40","0","40","0"',
+        '"model:dense1:weight","10240","0","10240","0"',
+    ]
+
+
+def test_torch_module_profile(tmp_path):
+    pytest.importorskip("torch", reason="the example needs PyTorch")
+    out = run_example("torch_module_profile.py", tmp_path)
+    assert "step 4: loss" in out and "trace written to torch_module_trace.json" in out
+    rows = {ln.split()[0]: ln.split() for ln in out.splitlines() if ln.startswith("model")}
+    for name in ("model", "model.block1.conv", "model.block2.bn", "model.head"):
+        assert rows[name][1] == "5", name  # one call per training step
+    assert rows["model.head.backward"][1] == "5"
+    assert "model.block1.relu.backward" not in rows  # in-place: no backward task
+    trace = _testing.load_trace(tmp_path / "torch_module_trace.json")
+    assert len(_testing.events(trace, "X", "model.block2.bn")) == 5
+    (model,) = _testing.events(trace, "X", "model")[:1]
+    conv = _testing.events(trace, "X", "model.block1.conv")[0]
+    assert model["ts"] <= conv["ts"] and conv["ts"] + conv["dur"] <= model["ts"] + model["dur"]
+
+
+def test_parameter_server(tmp_path):
+    pytest.importorskip("zmq", reason="the example needs pyzmq (mxprof[dist])")
+    out = run_example("parameter_server.py", tmp_path)
+    assert "merged timeline written to ps_merged.json" in out
+    merged = _testing.load_trace(tmp_path / "ps_merged.json")
+    names = {e["pid"]: e["args"]["name"] for e in _testing.events(merged, "M", "process_name")}
+    counts = {}
+    for e in _testing.events(merged, "X"):
+        key = (names[e["pid"]].split(" (")[0], e["name"])
+        counts[key] = counts.get(key, 0) + 1
+    for worker in ("worker 0", "worker 1"):
+        for task in ("step", "compute", "push", "pull"):
+            assert counts[(worker, task)] == 8, (worker, task)
+    for server in ("server 0", "server 1"):  # 2 workers x 8 steps each
+        assert counts[(server, "apply_push")] == counts[(server, "serve_pull")] == 16
+    ranks = merged["distributedInfo"]["ranks"]
+    assert [(r["role"], r["rank"]) for r in ranks] == [
+        ("worker", 0),
+        ("worker", 1),
+        ("server", 0),
+        ("server", 1),
+    ]
+    for name in ("rank0_ps_trace.json", "rank1_ps_trace.json", "worker1_ps_trace.json"):
+        assert _testing.load_trace(tmp_path / name)["distributedInfo"]["num_servers"] == 2

@@ -190,6 +190,15 @@ void mxp_clock_fake(int enabled, int64_t now_ns);
 /* Test hook: advance the fake clock by delta_ns (no effect when it is off). */
 void mxp_clock_fake_advance(int64_t delta_ns);
 
+/* The wall clock traces are placed on (CLOCK_REALTIME, plus any skew set
+ * below), in ns since the epoch: a profile's baseTimeNanoseconds is read
+ * from it, and distributed clock alignment measures it.  Thread-safe. */
+int64_t mxp_clock_wall_ns(void);
+
+/* Test hook: shift mxp_clock_wall_ns by skew_ns from now on, as if this
+ * process's wall clock were set wrong (profiles begun later carry it). */
+void mxp_clock_skew_set(int64_t skew_ns);
+
 /* ---- registry ---- */
 
 /* Intern the object (kind, domain, name) and store its dense id in *id_out.
@@ -301,7 +310,10 @@ int mxp_track_new(const char *name, size_t name_len, uint32_t *tid_out);
  * from start_ns (mxp_clock_ns's clock) for dur_ns: in the trace when it is
  * written, in the statistics when they are kept.  The range's own start was
  * the moment to decide whether to record it; this call does not look at the
- * run state.  MXP_E_INVALID for an unknown track or id. */
+ * run state.  Ranges are added as they end, children before parents: the
+ * self time is dur_ns less the ranges added earlier on the track that lie
+ * within it (of the last 64 not yet enclosed).  MXP_E_INVALID for an
+ * unknown track or id. */
 int mxp_range_add(uint32_t id, uint32_t tid, int64_t start_ns, int64_t dur_ns);
 
 /* ---- threads ---- */

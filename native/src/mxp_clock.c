@@ -131,6 +131,14 @@ void mxp_clock_fake(int enabled, int64_t now_ns) {
     mxpi_clock_mode = enabled ? MXP_CLOCK_FAKE : real_mode;
 }
 
+static _Atomic int64_t wall_skew;
+
+int64_t mxp_clock_wall_ns(void) {
+    return mxpi_realtime_ns() + atomic_load_explicit(&wall_skew, MXPI_RELAXED);
+}
+
+void mxp_clock_skew_set(int64_t skew_ns) { atomic_store_explicit(&wall_skew, skew_ns, MXPI_RELAXED); }
+
 void mxp_clock_fake_advance(int64_t delta_ns) {
     atomic_fetch_add_explicit(&mxpi_fake_now, delta_ns, MXPI_RELAXED);
 }

@@ -228,6 +228,7 @@ void mxp_reset(void) {
     mxp_init();
     mxp_flags_update(0, FLAG_MASK);
     mxp_clock_fake(0, 0);
+    mxp_clock_skew_set(0);
     mxpi_trace_reset();
     mxpi_threads_reset();
     mxpi_registry_reset_values();

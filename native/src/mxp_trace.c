@@ -333,7 +333,7 @@ int mxp_profile_begin(void) {
     for (uint32_t id = 0; id < nobj; id++) atomic_store_explicit(&mxpi_obj(id)->frame_next, 0, MXPI_RELAXED);
     W.o.pid = (int)getpid();
     W.o.epoch_ticks = mxpi_ticks();
-    W.o.base_wall_ns = mxpi_realtime_ns();
+    W.o.base_wall_ns = mxp_clock_wall_ns();
     W.o.base_mono_ns = mxpi_monotonic_ns();
     W.profile_open = true;
     W.finished = false;

@@ -703,6 +703,28 @@ static void test_memory_trace_and_tracks(void) {
     mxp_flags_update(0, MXP_FLAG_MEMORY | MXP_FLAG_MEMORY_EVENTS);
 }
 
+/* Ranges added as they end: a parent's self time leaves out its children. */
+static void test_track_self_time(void) {
+    fresh();
+    mxp_clock_fake(1, 1000000);
+    uint32_t track = 0;
+    CHECK_EQ(mxp_track_new("bw", 2, &track), MXP_OK);
+    uint32_t parent = reg(MXP_KIND_TASK, "t", "parent"), child = reg(MXP_KIND_TASK, "t", "child");
+    uint32_t sibling = reg(MXP_KIND_TASK, "t", "sibling");
+    /* parent [0, 100) holds children [10, 30) and [40, 70); sibling [100, 150) after it. */
+    CHECK_EQ(mxp_range_add(child, track, 10, 20), MXP_OK);
+    CHECK_EQ(mxp_range_add(child, track, 40, 30), MXP_OK);
+    CHECK_EQ(mxp_range_add(parent, track, 0, 100), MXP_OK);
+    CHECK_EQ(mxp_range_add(sibling, track, 100, 50), MXP_OK);
+    mxp_stat p = stat_of(parent), c = stat_of(child), sib = stat_of(sibling);
+    CHECK_EQ(p.total, 100);
+    CHECK_EQ(p.self, 50);
+    CHECK_EQ(c.total, 50);
+    CHECK_EQ(c.self, 50);
+    CHECK_EQ(sib.self, 50);
+    mxp_clock_fake(0, 0);
+}
+
 int main(void) {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(tmpdir, sizeof tmpdir, "%s/mxprof-ctest-XXXXXX", base);
@@ -727,6 +749,7 @@ int main(void) {
     test_memory_table();
     test_memory_threads();
     test_memory_trace_and_tracks();
+    test_track_self_time();
     mxp_reset();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

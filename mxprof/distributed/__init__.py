@@ -1,0 +1,298 @@
+"""Distributed profiling: one profile for a job of workers and servers.
+
+Every process calls :func:`init` with its role and rank (or sets the
+``MXPROF_*`` environment variables and calls ``init()``).  The rank-0
+worker then drives MXNet's server calls (``set_config``, ``set_state``,
+``pause``, ``resume``, ``dump`` with ``profile_process='server'``), which
+return once every server has applied them, and :func:`collect` gathers
+every process's trace into one timeline, each process's clock corrected to
+the rank-0 worker's.  A process that never calls ``init`` is untouched.
+
+Transport: ZeroMQ (pyzmq, ``pip install "mxprof[dist]"``), a ROUTER on the
+rank-0 worker and a DEALER on every other process, as ps-lite; or, in a
+job that already runs torch.distributed, ``backend='torch'``, which goes
+through the process group's store and never issues collectives.  The
+control channel has threads of its own; messages are JSON with an
+HMAC-SHA256 under the shared token (required off loopback).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ipaddress
+import os
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+from .. import _session
+from ..errors import ConfigError, StateError
+from . import _node
+from ._node import DistributedError, DistributedTimeout, Member
+
+__all__ = [
+    "DistributedError",
+    "DistributedTimeout",
+    "Member",
+    "collect",
+    "info",
+    "init",
+    "is_initialized",
+    "members",
+    "shutdown",
+    "tally",
+]
+
+DEFAULT_ADDRESS = "tcp://127.0.0.1:9190"
+DEFAULT_TIMEOUT = 30.0
+BACKENDS = ("zmq", "torch")
+
+_lock = threading.Lock()
+_node_ref: dict[str, _node.Node] = {}
+
+
+def _env(name: str, value: Any) -> Any:
+    return os.environ.get(name) if value is None else value
+
+
+def _int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            raise ConfigError(f"{name} must be an int, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
+    return value
+
+
+def is_loopback(address: str) -> bool:
+    """Whether address only reaches this machine (tcp to a loopback host, or ipc)."""
+    parts = urlsplit(address)
+    if parts.scheme == "ipc":
+        return True
+    if parts.scheme != "tcp" or parts.hostname is None:
+        return False
+    if parts.hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(parts.hostname).is_loopback
+    except ValueError:
+        return False
+
+
+def init(
+    role: str | None = None,
+    rank: int | None = None,
+    num_workers: int | None = None,
+    num_servers: int | None = None,
+    address: str | None = None,
+    token: str | bytes | None = None,
+    *,
+    backend: str | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """Join this process to the job's control channel.
+
+    Arguments left out come from ``MXPROF_ROLE``, ``MXPROF_RANK``,
+    ``MXPROF_NUM_WORKERS``, ``MXPROF_NUM_SERVERS``, ``MXPROF_ADDRESS``,
+    ``MXPROF_TOKEN``, ``MXPROF_BACKEND`` and ``MXPROF_TIMEOUT``.
+
+    The rank-0 worker listens at ``address``; every other process connects
+    there, says who it is and measures its clock offset to the rank-0
+    worker (16 round trips, the fastest kept).  Servers then write their
+    trace to ``rank<r>_<filename>`` (MXNet's rule) and workers other than
+    rank 0 to ``worker<r>_<filename>``, so processes sharing a directory
+    never write one file.
+
+    Args:
+        role: 'worker' or 'server'.
+        rank: this process's rank among its role (0-based).
+        num_workers: workers in the job (>= 1).
+        num_servers: servers in the job (>= 0).
+        address: the rank-0 worker's ZeroMQ address (default
+            ``tcp://127.0.0.1:9190``).  Only loopback is bound unless an
+            address says otherwise.
+        token: the shared secret every message is signed with; required
+            when the address is not loopback.
+        backend: 'zmq' (default) or 'torch' (an initialised
+            torch.distributed process group carries the messages; the
+            rank-0 worker must be its rank 0).
+        timeout: seconds to wait for any answer (default 30): a dead or
+            silent process becomes a DistributedTimeout, never a hang.
+
+    Returns:
+        This process's ``distributedInfo`` (role, rank, host, pid, clock).
+
+    Raises:
+        ConfigError: a bad or missing argument, or no token off loopback.
+        StateError: already initialised.
+        DistributedTimeout: a non-hub process got no answer from the rank-0
+            worker (not running, another address, or another token).
+        ImportError: pyzmq (or torch, for backend='torch') is missing.
+
+    Example:
+        >>> from mxprof import distributed
+        >>> distributed.init("server", 0, num_workers=2, num_servers=1)  # doctest: +SKIP
+    """
+    role = _env("MXPROF_ROLE", role)
+    if role not in ("worker", "server"):
+        raise ConfigError(f"role must be 'worker' or 'server' (or set MXPROF_ROLE), got {role!r}")
+    backend = _env("MXPROF_BACKEND", backend) or "zmq"
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend must be 'zmq' or 'torch', got {backend!r}")
+    num_servers = _int("num_servers", _env("MXPROF_NUM_SERVERS", num_servers) or 0, 0)
+    raw_workers = _env("MXPROF_NUM_WORKERS", num_workers)
+    if raw_workers is None:
+        raise ConfigError("num_workers is required (or set MXPROF_NUM_WORKERS)")
+    num_workers = _int("num_workers", raw_workers, 1)
+    raw_rank = _env("MXPROF_RANK", rank)
+    if raw_rank is None:
+        raise ConfigError("rank is required (or set MXPROF_RANK)")
+    rank = _int("rank", raw_rank, 0)
+    count = num_workers if role == "worker" else num_servers
+    if rank >= count:
+        raise ConfigError(f"{role} rank {rank} is out of range: the job has {count} {role}s")
+    raw_timeout = _env("MXPROF_TIMEOUT", timeout)
+    try:
+        wait = DEFAULT_TIMEOUT if raw_timeout is None else float(raw_timeout)
+    except (TypeError, ValueError):
+        raise ConfigError(f"timeout must be a number of seconds, got {raw_timeout!r}") from None
+    if not wait > 0:
+        raise ConfigError(f"timeout must be > 0 seconds, got {raw_timeout!r}")
+    token = _env("MXPROF_TOKEN", token)
+    key = token.encode() if isinstance(token, str) else (token or b"")
+    address = _env("MXPROF_ADDRESS", address) or DEFAULT_ADDRESS
+    if not isinstance(address, str):
+        raise ConfigError(f"address must be a str, got {address!r}")
+    if backend == "zmq" and not is_loopback(address) and not key:
+        raise ConfigError(
+            f"address {address!r} is not loopback: a token is required (token= or MXPROF_TOKEN) "
+            "so that only the job's processes are obeyed"
+        )
+    job = _node.Job(role, rank, num_workers, num_servers, backend, wait)
+    with _lock:
+        if _node_ref:
+            raise StateError("mxprof.distributed is already initialised in this process")
+        node = _start(job, address, key)
+        _node_ref["node"] = node
+    return node.info()
+
+
+def _start(job: _node.Job, address: str, key: bytes) -> _node.Node:
+    # File names first: once hello is answered, commands may arrive at once.
+    prefix = _node.file_prefix(job.role, job.rank)
+    _session.RENAME = lambda path: _node.prefixed(path, prefix)
+    from ..control import set_config
+
+    current = _session.SESSION.config["filename"]
+    if _node.prefixed(current, prefix) != current:
+        set_config(filename=current)  # renamed on the way in
+    try:
+        node = _connect(job, address, key)
+    except BaseException:
+        _session.RENAME = None
+        raise
+    node.publish()
+    return node
+
+
+def _connect(job: _node.Job, address: str, key: bytes) -> _node.Node:
+    if job.backend == "torch":
+        from ._torch import StoreTransport
+
+        transport: Any = StoreTransport(job.is_hub)
+    else:
+        from ._zmq import ZmqTransport
+
+        ident = f"{job.role}-{job.rank}-{os.getpid()}".encode()
+        transport = ZmqTransport(address, hub=job.is_hub, identity=ident)
+    if job.is_hub:
+        hub = _node.Hub(job, transport, key)
+        _node.install_remote(hub, None)
+        return hub
+    peer = _node.Peer(job, transport, key)
+    _node.install_remote(
+        None,
+        f"only the rank-0 worker sends profile_process='server' calls; this is {peer.me.label}",
+    )
+    try:
+        peer.join()
+    except BaseException:
+        _node.install_remote(None, None)
+        peer.close()
+        raise
+    return peer
+
+
+def _current() -> _node.Node:
+    node = _node_ref.get("node")
+    if node is None:
+        raise StateError("mxprof.distributed is not initialised: call mxprof.distributed.init()")
+    return node
+
+
+def is_initialized() -> bool:
+    """Whether init() has run (and shutdown() has not)."""
+    return "node" in _node_ref
+
+
+def info() -> dict[str, Any]:
+    """This process's ``distributedInfo``, as written into its trace."""
+    return _current().info()
+
+
+def members() -> list[Member]:
+    """On the rank-0 worker: the processes connected so far."""
+    node = _current()
+    if not isinstance(node, _node.Hub):
+        raise StateError("members() is for the rank-0 worker")
+    return sorted(node.members(), key=lambda m: (m.role, m.rank))
+
+
+def tally() -> dict[str, int]:
+    """Messages received and sent, and those dropped by reason: ``bad_mac``
+    (another token), ``malformed``, ``oversized``, ``unknown_peer``."""
+    return _current().tally()
+
+
+def collect(path: str) -> dict[str, Any]:
+    """On the rank-0 worker: one timeline of every process's trace, in path.
+
+    Each process first measures its clock again (its offset at init and
+    now give a drift), then sends its trace as complete at this moment
+    (written first if its profile is open).  The merged file has a process
+    track per process, named by role, rank, host and pid, every event moved
+    onto the rank-0 worker's clock, and ``distributedInfo`` with every
+    process's clock offset, error bound and drift.
+
+    Returns:
+        The merge summary, plus ``missing``: processes that had no trace.
+
+    Raises:
+        StateError: not initialised, or not the rank-0 worker.
+        DistributedTimeout: a process is dead or silent.
+        DistributedError: a process failed to answer properly.
+
+    Example:
+        >>> from mxprof import distributed
+        >>> distributed.collect("job.json")  # doctest: +SKIP
+    """
+    node = _current()
+    if not isinstance(node, _node.Hub):
+        raise StateError(f"collect() runs on the rank-0 worker; this is {node.me.label}")
+    return node.collect(os.fspath(path))
+
+
+def shutdown() -> None:
+    """Leave the control channel (also at interpreter exit)."""
+    with _lock:
+        node = _node_ref.pop("node", None)
+    if node is None:
+        return
+    _node.install_remote(None, None)
+    _session.RENAME = None
+    node.close()
+
+
+atexit.register(shutdown)

@@ -1,0 +1,597 @@
+"""What each process of a distributed job does on the control channel.
+
+The rank-0 worker is the hub: every other process (servers, other workers)
+says ``hello`` to it, measures its clock against it, and then serves its
+requests: MXNet's profiler commands (servers only), a second clock
+measurement and the upload of its trace (everyone, at ``collect``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import _session, control
+from .._native import lib
+from .._session import SESSION
+from .._version import __version__
+from ..errors import ConfigError, ProfilerError
+from . import _clock, _wire
+from ._clock import ClockModel
+from ._endpoint import Endpoint, PeerGone, RemoteFailure, Transport
+
+PING_SAMPLES = 16
+HUB = None  # a peer's only destination
+LEAVE_TIMEOUT = 2.0  # seconds a leaving process waits for the hub at most
+
+
+class DistributedError(ProfilerError):
+    """A distributed control call failed; the message names the process."""
+
+
+class DistributedTimeout(DistributedError, TimeoutError):
+    """A process did not answer in time (dead, hung, or on another token)."""
+
+
+def wall_ns() -> int:
+    return int(lib.mxp_clock_wall_ns())
+
+
+@dataclass(frozen=True)
+class Member:
+    """One process of the job."""
+
+    role: str
+    rank: int
+    host: str
+    pid: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.role} {self.rank} ({self.host}, pid {self.pid})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": self.role, "rank": self.rank, "host": self.host, "pid": self.pid}
+
+
+@dataclass(frozen=True)
+class Job:
+    """The job's shape and this process's place in it."""
+
+    role: str
+    rank: int
+    num_workers: int
+    num_servers: int
+    backend: str
+    timeout: float
+
+    @property
+    def world_size(self) -> int:
+        return self.num_workers + self.num_servers
+
+    @property
+    def is_hub(self) -> bool:
+        return self.role == "worker" and self.rank == 0
+
+    def expected(self) -> list[tuple[str, int]]:
+        """Every process but the hub, servers first."""
+        servers = [("server", r) for r in range(self.num_servers)]
+        return servers + [("worker", r) for r in range(1, self.num_workers)]
+
+
+def file_prefix(role: str, rank: int) -> str:
+    """What a process prepends to its trace file's name (MXNet's rule for servers)."""
+    if role == "server":
+        return f"rank{rank}_"
+    return "" if rank == 0 else f"worker{rank}_"
+
+
+def prefixed(path: str, prefix: str) -> str:
+    if not prefix:
+        return path
+    head, tail = os.path.split(path)
+    return path if tail.startswith(prefix) else os.path.join(head, prefix + tail)
+
+
+class Node:
+    """What hub and peers share: identity, clock model, metadata."""
+
+    def __init__(self, job: Job, transport: Transport, key: bytes) -> None:
+        self.job = job
+        self.me = Member(job.role, job.rank, socket.gethostname(), os.getpid())
+        self.clock = _clock.IDENTITY
+        self.transport = transport
+        self.key = key
+        self.endpoint: Endpoint
+
+    def info(self) -> dict[str, Any]:
+        """This process's ``distributedInfo``."""
+        return {
+            **self.me.to_json(),
+            "world_size": self.job.world_size,
+            "num_workers": self.job.num_workers,
+            "num_servers": self.job.num_servers,
+            "backend": self.job.backend,
+            "clock": self.clock.to_json(),
+        }
+
+    def publish(self) -> None:
+        """Put distributedInfo into this process's trace metadata."""
+        with SESSION.lock:
+            SESSION.set_top_json('"distributedInfo":' + json.dumps(self.info()))
+
+    def tally(self) -> dict[str, int]:
+        return self.endpoint.tally.snapshot()
+
+    def close(self) -> None:
+        self.endpoint.close()
+
+
+# ---- peers ----
+
+
+class Peer(Node):
+    """A server or a worker other than rank 0."""
+
+    def __init__(self, job: Job, transport: Transport, key: bytes) -> None:
+        super().__init__(job, transport, key)
+        self._snapshot: str | None = None
+        self.hub_gone = False
+        self.endpoint = Endpoint(transport, key, self._handle, quick={"bye": self._hub_left})
+
+    def _hub_left(
+        self, src: Any, header: dict[str, Any], body: bytes
+    ) -> tuple[dict[str, Any], bytes]:
+        self.hub_gone = True
+        self.endpoint.fail_pending(PeerGone("the rank-0 worker has left the job"))
+        return {}, b""
+
+    def join(self) -> None:
+        """hello, then the first clock estimate (both within job.timeout)."""
+        deadline = time.monotonic() + self.job.timeout
+        try:
+            self.endpoint.request(
+                HUB, "hello", {**self.me.to_json(), "version": __version__}, self.job.timeout
+            )
+        except TimeoutError:
+            raise DistributedTimeout(
+                f"no answer from the rank-0 worker at {self.transport.description} within "
+                f"{self.job.timeout:g} s: is it running, and does it use the same token? "
+                "(messages under another token are dropped there and counted)"
+            ) from None
+        except RemoteFailure as e:
+            raise DistributedError(f"the rank-0 worker refused {self.me.label}: {e}") from None
+        try:
+            first = self.measure(max(0.1, deadline - time.monotonic()))
+        except (TimeoutError, PeerGone) as e:
+            raise DistributedTimeout(
+                f"measuring the clock against the rank-0 worker: {e}"
+            ) from None
+        self.clock = ClockModel((first,))
+        self.publish()
+
+    def measure(self, timeout: float) -> _clock.Estimate:
+        samples = []
+        for _ in range(PING_SAMPLES):
+            t0 = wall_ns()
+            args, _ = self.endpoint.request(HUB, "ping", {}, timeout)
+            t3 = wall_ns()
+            t1, t2 = args.get("t1"), args.get("t2")
+            if not isinstance(t1, int) or not isinstance(t2, int):
+                raise DistributedError(f"malformed clock answer {args!r}")
+            samples.append((t0, t1, t2, t3))
+        return _clock.best(samples)
+
+    def close(self) -> None:
+        if not self.hub_gone:
+            try:
+                self._deposit()
+            except Exception as e:  # leaving never raises; the hub will say it is missing
+                _session.warn(f"mxprof: could not leave this process's trace with the hub: {e}")
+            self.endpoint.notify(HUB, "bye", {})  # the hub stops waiting for this process
+        super().close()
+
+    def _deposit(self) -> None:
+        """Before leaving: a last clock estimate, then the trace, to the hub,
+        which keeps them for its collect()."""
+        timeout = min(self.job.timeout, LEAVE_TIMEOUT)
+        self.clock = ClockModel((*self.clock.estimates[:1], self.measure(timeout)))
+        self.publish()
+        self._take_snapshot()
+        path, self._snapshot = self._snapshot, None
+        if path is None:
+            return
+        try:
+            size, offset = os.path.getsize(path), 0
+            name = os.path.basename(SESSION.config["filename"])
+            with open(path, "rb") as f:
+                while True:
+                    chunk = f.read(_wire.CHUNK)
+                    eof = offset + len(chunk) >= size
+                    args = {"offset": offset, "size": size, "name": name, "eof": eof}
+                    self.endpoint.request(HUB, "deposit", args, timeout, chunk)
+                    offset += len(chunk)
+                    if eof:
+                        break
+        finally:
+            os.unlink(path)
+
+    def _handle(
+        self, src: Any, header: dict[str, Any], body: bytes
+    ) -> tuple[dict[str, Any], bytes]:
+        kind, args = header["type"], header.get("args", {})
+        if kind in ("set_config", "set_state", "pause", "resume", "dump"):
+            if self.job.role != "server":
+                raise DistributedError(f"{kind} commands go to servers; this is {self.me.label}")
+            return self._command(kind, args), b""
+        if kind == "sync":
+            first = self.clock.estimates[:1]
+            self.clock = ClockModel((*first, self.measure(self.job.timeout)))
+            self.publish()
+            return {"clock": self.clock.to_json()}, b""
+        if kind == "upload":
+            return self._upload(args)
+        if kind == "bye":
+            return {}, b""
+        raise DistributedError(f"unexpected request {kind!r}")
+
+    def _command(self, kind: str, args: dict[str, Any]) -> dict[str, Any]:
+        if kind == "set_config":
+            if "profile_process" in args:
+                raise ConfigError("profile_process cannot be sent to a server")
+            control.set_config(**args)  # validated here as well; renamed to rank<r>_...
+        elif kind == "set_state":
+            control.set_state(str(args.get("state")))
+        elif kind == "pause":
+            control.pause()
+        elif kind == "resume":
+            control.resume()
+        else:
+            control.dump(finished=bool(args.get("finished", True)))
+        return {}
+
+    def _upload(self, args: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        offset = args.get("offset")
+        if not isinstance(offset, int) or offset < 0:
+            raise DistributedError(f"bad upload offset {offset!r}")
+        if offset == 0:
+            self._take_snapshot()
+        if self._snapshot is None:
+            return {"size": 0, "name": "", "info": self.info(), "missing": "never ran"}, b""
+        size = os.path.getsize(self._snapshot)
+        with open(self._snapshot, "rb") as f:
+            f.seek(offset)
+            chunk = f.read(_wire.CHUNK)
+        name = os.path.basename(SESSION.config["filename"])
+        if offset + len(chunk) >= size:
+            os.unlink(self._snapshot)
+            self._snapshot = None
+        return {"size": size, "name": name, "info": self.info()}, chunk
+
+    def _take_snapshot(self) -> None:
+        """A copy of the trace as complete now, so the upload reads a fixed file."""
+        if self._snapshot is not None:
+            os.unlink(self._snapshot)
+            self._snapshot = None
+        with SESSION.lock:
+            if SESSION.profile_open and SESSION.traced:
+                SESSION.flush(finish=False, explicit=True)
+            path = SESSION.config["filename"]
+            if not SESSION.ever_ran or not os.path.exists(path):
+                return
+            fd, tmp = tempfile.mkstemp(prefix="mxprof-upload-", suffix=os.path.basename(path))
+            os.close(fd)
+            shutil.copyfile(path, tmp)
+        self._snapshot = tmp
+
+
+# ---- the hub ----
+
+
+@dataclass
+class _Known:
+    member: Member
+    src: Any
+
+
+@dataclass
+class _Registry:
+    lock: threading.Condition = field(default_factory=threading.Condition)
+    by_slot: dict[tuple[str, int], _Known] = field(default_factory=dict)
+    srcs: set[Any] = field(default_factory=set)
+    # Traces left by processes that have gone: slot -> (member, file).
+    deposits: dict[tuple[str, int], tuple[Member, str]] = field(default_factory=dict)
+
+
+@dataclass
+class _Incoming:
+    member: Member
+    path: str
+    written: int
+
+
+class Hub(Node):
+    """The rank-0 worker."""
+
+    def __init__(self, job: Job, transport: Transport, key: bytes) -> None:
+        super().__init__(job, transport, key)
+        self.reg = _Registry()
+        self._deposit_dir: str | None = None
+        self._incoming: dict[Any, _Incoming] = {}
+        self.endpoint = Endpoint(
+            transport,
+            key,
+            self._handle,
+            quick={"hello": self._hello, "ping": self._ping, "bye": self._bye},
+            accept=self._accept,
+        )
+
+    # -- requests from peers (the transport's thread) --
+
+    def _accept(self, src: Any, header: dict[str, Any]) -> bool:
+        return header["type"] == "hello" or src in self.reg.srcs
+
+    def _ping(self, src: Any, header: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
+        t1 = wall_ns()
+        return {"t1": t1, "t2": wall_ns()}, b""
+
+    def _hello(self, src: Any, header: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
+        a = header.get("args", {})
+        role, rank, host, pid = a.get("role"), a.get("rank"), a.get("host"), a.get("pid")
+        if (role, rank) not in self.job.expected():
+            raise DistributedError(
+                f"no place for {role} {rank!r} in a job of {self.job.num_workers} workers and "
+                f"{self.job.num_servers} servers"
+            )
+        if not isinstance(host, str) or len(host) > 255 or not isinstance(pid, int):
+            raise DistributedError("hello needs a host name and a pid")
+        member = Member(role, rank, host, pid)
+        with self.reg.lock:
+            old = self.reg.by_slot.get((role, rank))
+            if old is not None:  # a restarted process takes its slot over
+                self.reg.srcs.discard(old.src)
+            self.reg.by_slot[(role, rank)] = _Known(member, src)
+            self.reg.srcs.add(src)
+            self.reg.lock.notify_all()
+        return {"hub": self.me.to_json()}, b""
+
+    def _bye(self, src: Any, header: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
+        with self.reg.lock:
+            for slot, known in list(self.reg.by_slot.items()):
+                if known.src == src:
+                    del self.reg.by_slot[slot]
+            self.reg.srcs.discard(src)
+        return {}, b""
+
+    def _handle(
+        self, src: Any, header: dict[str, Any], body: bytes
+    ) -> tuple[dict[str, Any], bytes]:
+        if header["type"] == "deposit":
+            self._take_deposit(src, header.get("args", {}), body)
+            return {}, b""
+        raise DistributedError(f"the rank-0 worker takes no {header['type']!r} requests")
+
+    def _take_deposit(self, src: Any, args: dict[str, Any], body: bytes) -> None:
+        """One piece of a leaving process's trace (the executor thread)."""
+        offset, size, name, eof = (args.get(k) for k in ("offset", "size", "name", "eof"))
+        if not (isinstance(offset, int) and isinstance(size, int) and isinstance(name, str)):
+            raise DistributedError("malformed deposit")
+        with self.reg.lock:
+            member = next((k.member for k in self.reg.by_slot.values() if k.src == src), None)
+        if member is None:
+            raise DistributedError("a deposit from a process that is not in the job")
+        if self._deposit_dir is None:
+            self._deposit_dir = tempfile.mkdtemp(prefix="mxprof-deposits-")
+        incoming = self._incoming.get(src)
+        if offset == 0:
+            folder = os.path.join(self._deposit_dir, f"{member.role}{member.rank}")
+            os.makedirs(folder, exist_ok=True)
+            path = os.path.join(folder, os.path.basename(name) or "trace.json")
+            incoming = self._incoming[src] = _Incoming(member, path, 0)
+            open(path, "wb").close()
+        if incoming is None or incoming.written != offset or offset + len(body) > size:
+            raise DistributedError(f"deposit from {member.label} out of order at {offset}")
+        with open(incoming.path, "ab") as f:
+            f.write(body)
+        incoming.written += len(body)
+        if eof:
+            del self._incoming[src]
+            with self.reg.lock:
+                self.reg.deposits[(member.role, member.rank)] = (member, incoming.path)
+                self.reg.lock.notify_all()
+
+    def close(self) -> None:
+        with self.reg.lock:
+            srcs = list(self.reg.srcs)
+        for src in srcs:  # whoever still waits on the hub stops waiting
+            self.endpoint.notify(src, "bye", {})
+        super().close()
+        if self._deposit_dir is not None:
+            shutil.rmtree(self._deposit_dir, ignore_errors=True)
+
+    # -- the API side --
+
+    def members(self) -> list[Member]:
+        with self.reg.lock:
+            return [k.member for k in self.reg.by_slot.values()]
+
+    def wait_for(
+        self, slots: list[tuple[str, int]], timeout: float, gone_ok: bool = False
+    ) -> dict[tuple[str, int], _Known]:
+        """The connected processes of slots, waiting for them up to timeout;
+        with gone_ok, one that has left its trace and gone counts as there."""
+        deadline = time.monotonic() + timeout
+        with self.reg.lock:
+            while True:
+                missing = [
+                    s
+                    for s in slots
+                    if s not in self.reg.by_slot and not (gone_ok and s in self.reg.deposits)
+                ]
+                left = deadline - time.monotonic()
+                if not missing or left <= 0:
+                    break
+                self.reg.lock.wait(left)
+            found = {s: self.reg.by_slot[s] for s in slots if s in self.reg.by_slot}
+        if missing:
+            names = ", ".join(f"{r} {n}" for r, n in missing)
+            raise DistributedTimeout(
+                f"not connected within {timeout:g} s: {names} (not started, dead, or on "
+                "another token or address)"
+            )
+        return found
+
+    def ask(self, slots: list[tuple[str, int]], kind: str, args: dict[str, Any]) -> dict[Any, Any]:
+        """kind to every slot; their answers, or DistributedError naming who failed."""
+        found = self.wait_for(slots, self.job.timeout)
+        by_src = {k.src: k.member for k in found.values()}
+        results = self.endpoint.request_many(list(by_src), kind, args, self.job.timeout)
+        failures = []
+        for src, result in results.items():
+            m = by_src[src]
+            if isinstance(result, TimeoutError):
+                failures.append(f"{m.label}: no answer within {self.job.timeout:g} s")
+            elif isinstance(result, PeerGone):
+                failures.append(f"{m.label}: gone ({result})")
+            elif isinstance(result, RemoteFailure):
+                failures.append(f"{m.label}: {result.error}: {result.message}")
+        if failures:
+            # A process that answered with an error is an error; one that is
+            # dead or silent is a timeout.
+            refused = any(isinstance(r, RemoteFailure) for r in results.values())
+            cls = DistributedError if refused else DistributedTimeout
+            raise cls(f"{kind} failed on " + "; ".join(failures))
+        return {by_src[src]: result for src, result in results.items()}
+
+    def command(self, call: str, args: dict[str, Any]) -> None:
+        """A profile_process='server' call, applied by every server."""
+        servers = [("server", r) for r in range(self.job.num_servers)]
+        if not servers:
+            raise DistributedError(f"{call}(profile_process='server'): this job has no servers")
+        self.ask(servers, call, args)
+
+    def collect(self, path: str) -> dict[str, Any]:
+        """Every process's trace on one clock-aligned timeline in path.
+
+        Connected processes measure their clock again and upload their trace
+        as it is now; those that have left gave theirs when leaving.  A
+        process neither connected nor gone is waited for (job.timeout).
+        """
+        from ..merge import merge
+
+        slots = self.job.expected()
+        with self.reg.lock:
+            absent = [s for s in slots if s not in self.reg.by_slot and s not in self.reg.deposits]
+        if absent:
+            self.wait_for(absent, self.job.timeout, gone_ok=True)
+        with self.reg.lock:
+            live = {s: self.reg.by_slot[s] for s in slots if s in self.reg.by_slot}
+        synced = self.endpoint.request_many([k.src for k in live.values()], "sync", {},
+                                            self.job.timeout)  # fmt: skip
+        out_dir = os.path.dirname(os.path.abspath(path))
+        tmp = tempfile.mkdtemp(prefix="mxprof-collect-", dir=out_dir)
+        try:
+            inputs, missing, who = [], [], []
+            own = self._own_trace()
+            if own is not None:
+                inputs.append(own)
+                who.append(self.me.label)
+            else:
+                missing.append(self.me.label)
+            for slot in slots:
+                known = live.get(slot)
+                got: str | None = None
+                if known is not None and not isinstance(synced.get(known.src), BaseException):
+                    got = self._download(known, tmp)
+                    if got is None:
+                        missing.append(known.member.label)
+                        continue
+                else:  # it left (or is leaving): take what it left
+                    got = self._deposited(slot, synced.get(known.src) if known else None)
+                inputs.append(got)
+                who.append(self._label_of(slot, known))
+            summary = merge(inputs, path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for item, label in zip(summary["inputs"], who):
+            item["process"] = label
+            item["path"] = os.path.basename(item["path"])  # its own file's name
+        summary["missing"] = missing
+        return summary
+
+    def _label_of(self, slot: tuple[str, int], known: _Known | None) -> str:
+        if known is not None:
+            return known.member.label
+        with self.reg.lock:
+            return self.reg.deposits[slot][0].label
+
+    def _deposited(self, slot: tuple[str, int], failure: Any) -> str:
+        """The trace a departed process left, waiting for one on its way."""
+        deadline = time.monotonic() + LEAVE_TIMEOUT * 3
+        with self.reg.lock:
+            while slot not in self.reg.deposits and time.monotonic() < deadline:
+                arriving = any(
+                    (i.member.role, i.member.rank) == slot for i in self._incoming.values()
+                )
+                if not arriving:
+                    break
+                self.reg.lock.wait(0.05)
+            found = self.reg.deposits.get(slot)
+        if found is None:
+            why = f": {failure}" if failure is not None else ""
+            raise DistributedTimeout(f"collect: {slot[0]} {slot[1]} did not answer{why}")
+        return found[1]
+
+    def _own_trace(self) -> str | None:
+        self.publish()
+        with SESSION.lock:
+            if SESSION.profile_open and SESSION.traced:
+                SESSION.flush(finish=False, explicit=True)
+            path = str(SESSION.config["filename"])
+            return path if SESSION.ever_ran and os.path.exists(path) else None
+
+    def _download(self, known: _Known, tmp: str) -> str | None:
+        m = known.member
+        offset, size, dest = 0, None, None
+        f = None
+        try:
+            while size is None or offset < size:
+                try:
+                    args, body = self.endpoint.request(
+                        known.src, "upload", {"offset": offset}, self.job.timeout
+                    )
+                except (TimeoutError, PeerGone, RemoteFailure) as e:
+                    raise DistributedError(
+                        f"collect: uploading from {m.label} failed: {e}"
+                    ) from None
+                if args.get("missing"):
+                    return None
+                if not isinstance(args.get("size"), int) or not isinstance(args.get("name"), str):
+                    raise DistributedError(f"collect: malformed upload from {m.label}")
+                if size is None:
+                    size = args["size"]
+                    name = os.path.basename(args["name"]) or "trace.json"
+                    os.makedirs(os.path.join(tmp, f"{m.role}{m.rank}"))
+                    dest = os.path.join(tmp, f"{m.role}{m.rank}", name)
+                    f = open(dest, "wb")  # noqa: SIM115 - closed in finally
+                if not body and offset < size:
+                    raise DistributedError(f"collect: the upload from {m.label} stopped short")
+                assert f is not None
+                f.write(body)
+                offset += len(body)
+        finally:
+            if f is not None:
+                f.close()
+        return dest
+
+
+def install_remote(hub: Hub | None, refusal: str | None) -> None:
+    _session.REMOTE = hub.command if hub is not None else None
+    _session.REMOTE_REFUSAL = refusal
