@@ -8,7 +8,7 @@ codes and leave here as exceptions (``check``).
 from __future__ import annotations
 
 import errno as _errno
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple, TypeVar
 
 from .errors import ProfilerError
 
@@ -35,6 +35,7 @@ __all__ = [
     "ffi",
     "lib",
     "object_info",
+    "read_all",
     "register",
     "stats_snapshot",
     "strerror",
@@ -141,26 +142,44 @@ class Stat(NamedTuple):
     p99: int
 
 
+T = TypeVar("T")
+
+
+def read_all(
+    ctype: str, fill: Callable[[Any, int, Any], int], convert: Callable[[Any], T], what: str,
+    cap: int = 64,
+) -> list[T]:  # fmt: skip
+    """The items of a C snapshot call, converted while their buffer lives.
+
+    ``fill(out, cap, n_out)`` fills an array of ``ctype``; it returns
+    MXP_E_FULL and the count needed when cap is too small, and is called
+    again with room for that many.
+    """
+    n = ffi.new("uint32_t *")
+    while True:
+        buf = ffi.new(f"{ctype}[]", cap)
+        rc = fill(buf, cap, n)
+        if rc != lib.MXP_E_FULL:
+            break
+        cap = n[0] + 64
+    check(rc, what)
+    return [convert(buf[i]) for i in range(n[0])]
+
+
 def stats_snapshot(reset: bool = False) -> list[Stat]:
     """Statistics of every object with any, merged over all threads.
 
     reset starts new statistics from exactly what is returned.
     """
-    n = ffi.new("uint32_t *")
-    cap = max(16, lib.mxp_object_count())
-    while True:
-        buf = ffi.new("mxp_stat[]", cap)
-        rc = lib.mxp_stats_snapshot(buf, cap, n, 1 if reset else 0)
-        if rc != lib.MXP_E_FULL:
-            break
-        cap = n[0] + 64
-    check(rc, "reading statistics")
-    return [
-        Stat(
+    return read_all(
+        "mxp_stat",
+        lambda out, cap, n: lib.mxp_stats_snapshot(out, cap, n, 1 if reset else 0),
+        lambda s: Stat(
             s.id, s.kind, s.count, s.total, s.min, s.max, s.self, s.last, s.sum, s.p50, s.p90, s.p99
-        )
-        for s in (buf[i] for i in range(n[0]))
-    ]
+        ),
+        "reading statistics",
+        max(16, lib.mxp_object_count()),
+    )
 
 
 COUNT_FIELDS = (

@@ -266,30 +266,24 @@ def _slot_name(slot: int) -> str:
 
 def live() -> list[Allocation]:
     """Every allocation recorded and not yet freed, in no particular order."""
-    n = ffi.new("uint32_t *")
-    cap = 64
-    while True:
-        buf = ffi.new("mxp_alloc[]", cap)
-        rc = lib.mxp_memory_live(buf, cap, n)
-        if rc != lib.MXP_E_FULL:
-            break
-        cap = n[0] + 64
-    _native.check(rc, "reading live allocations")
-    out = []
-    for i in range(n[0]):
-        a = buf[i]
-        out.append(
-            Allocation(
-                int(a.ptr),
-                int(a.bytes),
-                int(a.actual),
-                _slot_name(a.device),
-                _name_of(a.scope),
-                "" if a.tag == 0 else _native.object_info(a.tag).name,
-                bool(a.reuse),
-            )
+    raw = _native.read_all(
+        "mxp_alloc",
+        lib.mxp_memory_live,
+        lambda a: (a.ptr, a.bytes, a.actual, a.device, a.scope, a.tag, a.reuse),
+        "reading live allocations",
+    )
+    return [
+        Allocation(
+            ptr,
+            nbytes,
+            actual,
+            _slot_name(device),
+            _name_of(scope),
+            "" if tag == 0 else _native.object_info(tag).name,
+            bool(reuse),
         )
-    return out
+        for ptr, nbytes, actual, device, scope, tag, reuse in raw
+    ]
 
 
 class _RawUsage(NamedTuple):
@@ -304,21 +298,14 @@ class _RawUsage(NamedTuple):
 
 
 def _usage_raw() -> list[_RawUsage]:
-    n = ffi.new("uint32_t *")
-    cap = 64
-    while True:
-        buf = ffi.new("mxp_memory_stat[]", cap)
-        rc = lib.mxp_memory_usage(buf, cap, n)
-        if rc != lib.MXP_E_FULL:
-            break
-        cap = n[0] + 64
-    _native.check(rc, "reading memory usage")
-    return [
-        _RawUsage(
+    return _native.read_all(
+        "mxp_memory_stat",
+        lib.mxp_memory_usage,
+        lambda s: _RawUsage(
             s.counter, bool(s.is_scope), s.key, s.current, s.peak, s.allocated, s.allocs, s.frees
-        )
-        for s in (buf[i] for i in range(n[0]))
-    ]
+        ),
+        "reading memory usage",
+    )
 
 
 def usage() -> list[Usage]:
