@@ -23,9 +23,14 @@ from mxprof.cuda import _runtime, _timing
 MS = 1_000_000
 GiB = 1 << 30
 
-needs_gpu = pytest.mark.skipif(
+_no_gpu = pytest.mark.skipif(
     not cuda.available(), reason=f"needs a CUDA GPU: {cuda.unavailable_reason()}"
 )
+
+
+def needs_gpu(fn):
+    """Marked ``gpu`` (``pytest -m gpu`` runs these on a GPU machine); skips elsewhere."""
+    return pytest.mark.gpu(_no_gpu(fn))
 
 
 def cuda_python_importable():

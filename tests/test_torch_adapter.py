@@ -15,7 +15,14 @@ from mxprof._native import lib  # noqa: E402
 from mxprof.integrations.torch import _memory as mxtorch_memory  # noqa: E402
 from mxprof.integrations.torch import instrument, uninstrument  # noqa: E402
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+_no_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def needs_cuda(fn):
+    """Marked ``gpu`` (``pytest -m gpu`` runs these on a GPU machine); skips elsewhere."""
+    return pytest.mark.gpu(_no_cuda(fn))
+
+
 # Backward ranges are recorded whole after the fact; the core converts their
 # times to its clock with a calibration that moves by a few ns between calls.
 SLACK = 1.0  # us
