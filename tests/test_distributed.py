@@ -302,14 +302,25 @@ def test_collect_puts_every_process_on_one_timeline(job, tmp_path):
     for r in range(2):
         job.start("server", r, 2, 2)
     job.start("worker", 1, 2, 2, run_locally=True)
-    mxprof.set_config(filename="trace.json")
-    mxprof.set_config(filename="trace.json", profile_process="server")
+    mxprof.set_config(filename="trace.json", aggregate_stats=True)
+    mxprof.set_config(filename="trace.json", aggregate_stats=True, profile_process="server")
     mxprof.set_state("run", profile_process="server")
     mxprof.set_state("run")
     step = mxprof.Domain("worker").new_task("tick")
     for _ in range(20):
         with step:
             time.sleep(0.002)
+    # Per-process statistics, gathered here.
+    with pytest.raises(mxprof.ConfigError, match="format"):
+        distributed.dumps(format="xml")
+    stats = distributed.dumps(format="json")
+    assert [who.split(" (")[0] for who in stats][0] == "worker 0"
+    by_role = {who.split(" (")[0]: text for who, text in stats.items()}
+    assert sorted(by_role) == ["server 0", "server 1", "worker 0", "worker 1"]
+    assert json.loads(by_role["worker 0"])["Time"]["worker"]["tick"]["Count"] == 20
+    for server in ("server 0", "server 1"):
+        assert json.loads(by_role[server])["Time"][server.split()[0]]["tick"]["Count"] > 0
+    assert by_role["worker 1"] == ""  # its own aggregate_stats is off
     summary = distributed.collect(tmp_path / "merged.json")
     assert summary["missing"] == []
     merged = _testing.load_trace(tmp_path / "merged.json")

@@ -35,6 +35,7 @@ __all__ = [
     "DistributedTimeout",
     "Member",
     "collect",
+    "dumps",
     "info",
     "init",
     "is_initialized",
@@ -282,6 +283,31 @@ def collect(path: str) -> dict[str, Any]:
     if not isinstance(node, _node.Hub):
         raise StateError(f"collect() runs on the rank-0 worker; this is {node.me.label}")
     return node.collect(os.fspath(path))
+
+
+def dumps(**kwargs: Any) -> dict[str, str]:
+    """On the rank-0 worker: every process's ``mxprof.dumps(**kwargs)``.
+
+    Each process renders its own statistics (``''`` where
+    ``aggregate_stats`` is off there); the result maps process labels
+    (``'server 1 (host, pid 4242)'``) to the text, this process first.
+
+    Raises:
+        ConfigError: a bad argument (checked here before anything is sent).
+        StateError: not initialised, or not the rank-0 worker.
+        DistributedTimeout: a process is dead or silent.
+
+    Example:
+        >>> from mxprof import distributed
+        >>> for who, table in distributed.dumps().items():  # doctest: +SKIP
+        ...     print(who, table)
+    """
+    node = _current()
+    if not isinstance(node, _node.Hub):
+        raise StateError(
+            f"dumps() for the whole job runs on the rank-0 worker; this is {node.me.label}"
+        )
+    return node.statistics(dict(kwargs))
 
 
 def shutdown() -> None:

@@ -238,6 +238,10 @@ class Peer(Node):
             return {"clock": self.clock.to_json()}, b""
         if kind == "upload":
             return self._upload(args)
+        if kind == "dumps":
+            from ..stats import dumps
+
+            return {}, dumps(**args).encode()
         if kind == "bye":
             return {}, b""
         raise DistributedError(f"unexpected request {kind!r}")
@@ -469,6 +473,16 @@ class Hub(Node):
             cls = DistributedError if refused else DistributedTimeout
             raise cls(f"{kind} failed on " + "; ".join(failures))
         return {by_src[src]: result for src, result in results.items()}
+
+    def statistics(self, args: dict[str, Any]) -> dict[str, str]:
+        """Every process's dumps(**args), by process label, this one first."""
+        from ..stats import dumps
+
+        texts = {self.me.label: dumps(**args)}  # checks the arguments before sending them
+        slots = self.job.expected()
+        for member, (_, body) in self.ask(slots, "dumps", args).items():
+            texts[member.label] = body.decode("utf-8", "replace")
+        return texts
 
     def command(self, call: str, args: dict[str, Any]) -> None:
         """A profile_process='server' call, applied by every server."""

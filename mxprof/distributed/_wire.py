@@ -38,6 +38,7 @@ REQUESTS = frozenset(
         "sync",
         "upload",
         "deposit",
+        "dumps",
         "bye",
     }
 )
