@@ -518,3 +518,17 @@ def test_collect_with_a_dead_process_is_a_timeout(job, tmp_path):
         distributed.collect(tmp_path / "merged.json")
     assert time.monotonic() - t0 < 10
     assert not (tmp_path / "merged.json").exists()
+
+
+def test_a_server_stopped_by_sigterm_leaves_its_trace(job, tmp_path):
+    """Its profile began by a remote call (on the channel's thread); init put
+    the signal handlers in place on the main thread."""
+    distributed.init("worker", 0, 1, 1, address=job.address, timeout=10)
+    server = job.start("server", 0, 1, 1)
+    mxprof.set_config(filename="t.json", continuous_dump=False, profile_process="server")
+    mxprof.set_state("run", profile_process="server")
+    time.sleep(0.3)
+    os.kill(server.pid, signal.SIGTERM)
+    server.join(10)
+    assert server.exitcode == -signal.SIGTERM  # the default action still ran
+    assert len(ticks(tmp_path / "rank0_t.json")) > 10  # complete JSON, never dumped before
