@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -83,3 +85,23 @@ def test_benchmarks_quick_mode_runs_and_reports(tmp_path):
     # The printed tables: one line per case, the targets last.
     assert "floor: no-op cffi call" in proc.stdout
     assert proc.stdout.rstrip().splitlines()[-1].startswith("dumps() over them")
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "needs", "expect"),
+    [
+        ("torch_adapter.py", ["--calls", "20", "--repeats", "2"], "torch", "forward+backward"),
+        ("distributed.py", ["--calls", "4", "--events", "200"], "zmq", "events from 3 processes"),
+    ],
+)
+def test_standalone_benchmarks_run(tmp_path, script, args, needs, expect):
+    pytest.importorskip(needs, reason=f"benchmarks/{script} needs {needs}")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", script), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert expect in proc.stdout
