@@ -532,3 +532,22 @@ def test_a_server_stopped_by_sigterm_leaves_its_trace(job, tmp_path):
     server.join(10)
     assert server.exitcode == -signal.SIGTERM  # the default action still ran
     assert len(ticks(tmp_path / "rank0_t.json")) > 10  # complete JSON, never dumped before
+
+
+def test_a_forked_child_is_not_a_member(job, tmp_path):
+    distributed.init("worker", 0, 1, 0, address=job.address)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no channel, its own profiler untouched
+        ok = not distributed.is_initialized()
+        try:
+            mxprof.set_state("run", profile_process="server")
+            ok = False
+        except mxprof.StateError:
+            pass
+        os.write(w, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(w)
+    assert os.read(r, 1) == b"1"
+    os.waitpid(pid, 0)
+    assert distributed.is_initialized()  # the parent keeps its own

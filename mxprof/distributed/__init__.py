@@ -327,4 +327,15 @@ def shutdown() -> None:
     node.close()
 
 
+def _forget_in_child() -> None:
+    """A forked child is not a member of the job: drop the parent's channel
+    without touching its sockets (ZeroMQ contexts do not survive a fork)."""
+    _node_ref.clear()
+    _session.REMOTE = None
+    _session.REMOTE_REFUSAL = None
+    _session.RENAME = None
+
+
 atexit.register(shutdown)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
