@@ -21,11 +21,25 @@ def serve(
     life=60.0,
     run_locally=False,
     timeout=10.0,
+    slow_first_clock=0.0,
 ):
     os.chdir(workdir)
     import mxprof
     from mxprof import _native, distributed
 
+    if slow_first_clock:  # join() is still measuring when the hub already knows us
+        from mxprof.distributed import _node
+
+        measure, calls = _node.Peer.measure, []
+
+        def slow(self, timeout):
+            calls.append(1)
+            if len(calls) == 1:
+                open("measuring", "w").close()
+                time.sleep(slow_first_clock)
+            return measure(self, timeout)
+
+        _node.Peer.measure = slow
     if skew_ns:
         _native.lib.mxp_clock_skew_set(skew_ns)  # this process's wall clock is off
     try:
@@ -44,6 +58,8 @@ def serve(
     while time.monotonic() < end and not os.path.exists("done"):
         with tick:
             time.sleep(0.002)
+        if run_locally and not os.path.exists(f"{role}{rank}.ticked"):
+            open(f"{role}{rank}.ticked", "w").close()  # a tick is in its profile
     distributed.shutdown()
 
 

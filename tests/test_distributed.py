@@ -310,6 +310,18 @@ def test_collect_puts_every_process_on_one_timeline(job, tmp_path):
     for _ in range(20):
         with step:
             time.sleep(0.002)
+
+    def server_ticks(stats):
+        return [
+            json.loads(text).get("Time", {}).get("server", {}).get("tick", {}).get("Count", 0)
+            for who, text in stats.items()
+            if who.startswith("server")
+        ]
+
+    # A loaded machine may not have run the others' loops yet: wait until
+    # each has a tick in its profile.
+    assert wait_for(lambda: (tmp_path / "worker1.ticked").exists(), 20)
+    assert wait_for(lambda: all(server_ticks(distributed.dumps(format="json"))), 20)
     # Per-process statistics, gathered here.
     with pytest.raises(mxprof.ConfigError, match="format"):
         distributed.dumps(format="xml")
@@ -348,11 +360,31 @@ def test_collect_puts_every_process_on_one_timeline(job, tmp_path):
         if (rank["role"], rank["rank"]) == ("worker", 0):
             assert est == []
         else:
-            assert len(est) == 2  # at init and at collect
+            assert len(est) == 2, rank  # at init and at collect
             assert rank["clock"]["error_ns"] < 50_000_000
     # Each process's own file says who wrote it, with its clock.
     for name in ("rank0_trace.json", "rank1_trace.json", "worker1_trace.json", "trace.json"):
         assert "distributedInfo" in _testing.load_trace(tmp_path / name)
+
+
+def test_a_collect_during_a_peers_first_clock_estimate_keeps_both(job, tmp_path):
+    # The hub knows a peer from its hello; its first clock estimate comes
+    # after.  A collect in between must not lose that estimate.
+    distributed.init("worker", 0, 1, 1, address=job.address, timeout=20)
+    job.start("server", 0, 1, 1, slow_first_clock=1.0)
+    assert wait_for(lambda: (tmp_path / "measuring").exists(), 20)
+    assert [m.label.split(" (")[0] for m in distributed.members()] == ["server 0"]
+    mxprof.set_config(filename="trace.json", profile_process="server")
+    mxprof.set_state("run", profile_process="server")
+    mxprof.set_config(filename="trace.json")
+    mxprof.set_state("run")
+    summary = distributed.collect(tmp_path / "merged.json")
+    assert summary["missing"] == []
+    (server,) = [r for r in _testing.load_trace(tmp_path / "merged.json")["distributedInfo"]["ranks"]
+                 if r["role"] == "server"]  # fmt: skip
+    est = server["clock"]["estimates"]
+    assert len(est) == 2, est  # join's, then collect's
+    assert est[0]["at_ns"] < est[1]["at_ns"]
 
 
 def test_a_skewed_clock_is_corrected_within_the_reported_error(job, tmp_path):

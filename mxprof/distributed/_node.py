@@ -143,6 +143,7 @@ class Peer(Node):
     def __init__(self, job: Job, transport: Transport, key: bytes) -> None:
         super().__init__(job, transport, key)
         self._snapshot: str | None = None
+        self._clock_lock = threading.Lock()
         self.hub_gone = False
         self.endpoint = Endpoint(transport, key, self._handle, quick={"bye": self._hub_left})
 
@@ -169,13 +170,20 @@ class Peer(Node):
         except RemoteFailure as e:
             raise DistributedError(f"the rank-0 worker refused {self.me.label}: {e}") from None
         try:
-            first = self.measure(max(0.1, deadline - time.monotonic()))
+            self.remeasure(max(0.1, deadline - time.monotonic()))
         except (TimeoutError, PeerGone) as e:
             raise DistributedTimeout(
                 f"measuring the clock against the rank-0 worker: {e}"
             ) from None
-        self.clock = ClockModel((first,))
-        self.publish()
+
+    def remeasure(self, timeout: float) -> None:
+        """A new estimate, kept after the first one.  The hub knows a peer
+        from its hello on, so a collect's sync can arrive while join() is
+        still measuring: one lock orders them, and neither drops the other's."""
+        with self._clock_lock:
+            latest = self.measure(timeout)
+            self.clock = ClockModel((*self.clock.estimates[:1], latest))
+            self.publish()
 
     def measure(self, timeout: float) -> _clock.Estimate:
         samples = []
@@ -202,8 +210,7 @@ class Peer(Node):
         """Before leaving: a last clock estimate, then the trace, to the hub,
         which keeps them for its collect()."""
         timeout = min(self.job.timeout, LEAVE_TIMEOUT)
-        self.clock = ClockModel((*self.clock.estimates[:1], self.measure(timeout)))
-        self.publish()
+        self.remeasure(timeout)
         self._take_snapshot()
         path, self._snapshot = self._snapshot, None
         if path is None:
@@ -232,9 +239,7 @@ class Peer(Node):
                 raise DistributedError(f"{kind} commands go to servers; this is {self.me.label}")
             return self._command(kind, args), b""
         if kind == "sync":
-            first = self.clock.estimates[:1]
-            self.clock = ClockModel((*first, self.measure(self.job.timeout)))
-            self.publish()
+            self.remeasure(self.job.timeout)
             return {"clock": self.clock.to_json()}, b""
         if kind == "upload":
             return self._upload(args)
