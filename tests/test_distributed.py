@@ -424,7 +424,9 @@ def test_a_killed_server_is_a_timeout_not_a_hang(job, tmp_path):
     distributed.init("worker", 0, 1, 2, address=job.address, timeout=2)
     job.start("server", 0, 1, 2)
     victim = job.start("server", 1, 1, 2)
-    mxprof.set_state("run", profile_process="server")  # both joined
+    # A slow machine may take longer than the job's 2 s to start them.
+    assert wait_for(lambda: len(distributed.members()) == 2, 60)
+    mxprof.set_state("run", profile_process="server")
     os.kill(victim.pid, signal.SIGKILL)
     victim.join(10)
     t0 = time.monotonic()
@@ -521,7 +523,7 @@ def test_torch_distributed_backend_with_gloo(tmp_path):
 def test_a_process_that_left_early_still_makes_the_timeline(job, tmp_path):
     """Worker 1 finishes, hands its trace to the hub as it leaves, and exits before collect."""
     distributed.init("worker", 0, 2, 0, address=job.address, timeout=10)
-    early = job.start("worker", 1, 2, 0, run_locally=True, life=0.3)
+    early = job.start("worker", 1, 2, 0, run_locally=True, life=1.0)
     early.join(30)
     assert early.exitcode == 0
     assert distributed.members() == []  # it said goodbye
@@ -542,6 +544,7 @@ def test_a_process_that_left_early_still_makes_the_timeline(job, tmp_path):
 def test_collect_with_a_dead_process_is_a_timeout(job, tmp_path):
     distributed.init("worker", 0, 1, 1, address=job.address, timeout=1.5)
     victim = job.start("server", 0, 1, 1)
+    assert wait_for(lambda: len(distributed.members()) == 1, 60)
     mxprof.set_state("run", profile_process="server")
     os.kill(victim.pid, signal.SIGKILL)
     victim.join(10)
