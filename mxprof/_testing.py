@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any, Callable
 
@@ -41,6 +43,23 @@ def fake_clock(start_ns: int = 0) -> Iterator[Callable[[int], None]]:
         lib.mxp_clock_fake(0, 0)
 
 
+def start(trace_file: object, **config: Any) -> None:
+    """Record into trace_file with statistics on and mxprof's own tasks off."""
+    from . import control
+
+    control.set_config(filename=str(trace_file), aggregate_stats=True, profile_api=False, **config)
+    control.set_state("run")
+
+
+def finish(trace_file: object) -> dict[str, Any]:
+    """Stop, write, and parse the trace file."""
+    from . import control
+
+    control.set_state("stop")
+    control.dump()
+    return load_trace(trace_file)
+
+
 def load_trace(path: object) -> dict[str, Any]:
     """Parse a trace file strictly (any JSON error fails the test)."""
     with open(str(path), encoding="utf-8") as f:
@@ -54,3 +73,18 @@ def events(trace: dict[str, Any], ph: str | None = None, name: str | None = None
         for e in trace["traceEvents"]
         if (ph is None or e["ph"] == ph) and (name is None or e.get("name") == name)
     ]
+
+
+def cli(*args: object, cwd: object, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m mxprof *args`` in cwd (not the repository root, whose
+    mxprof/ has no compiled core); check=True fails on a non-zero exit."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mxprof", *map(str, args)],
+        cwd=str(cwd),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc

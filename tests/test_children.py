@@ -129,12 +129,7 @@ def test_multiprocessing_spawn_children_and_merge(tmp_path):
         assert names(f) == ["spawned"] * 3
     assert names(tmp_path / "job.json") == ["parent"]
     merged = tmp_path / "all.json"
-    subprocess.run(
-        [sys.executable, "-m", "mxprof", "merge", "job.json", *map(str, files), "-o", str(merged)],
-        cwd=tmp_path,
-        check=True,
-        capture_output=True,
-    )
+    _testing.cli("merge", "job.json", *files, "-o", merged, cwd=tmp_path, check=True)
     trace = _testing.load_trace(merged)
     xs = _testing.events(trace, "X")
     assert sorted(e["name"] for e in xs) == ["parent"] + ["spawned"] * 6
@@ -156,12 +151,7 @@ def test_cli_follow_children(tmp_path):
             """
         )
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "mxprof", "run", "--follow-children", "-o", "app.json", "app.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    proc = _testing.cli("run", "--follow-children", "-o", "app.json", "app.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     children = glob.glob(str(tmp_path / "app.*.json"))
     assert len(children) == 1

@@ -6,17 +6,7 @@ import pytest
 
 import mxprof
 from mxprof import _testing
-
-
-def start(trace_file):
-    mxprof.set_config(filename=trace_file, aggregate_stats=True, profile_api=False)
-    mxprof.set_state("run")
-
-
-def finish(trace_file):
-    mxprof.set_state("stop")
-    mxprof.dump()
-    return _testing.load_trace(trace_file)
+from mxprof._testing import finish, start
 
 
 def test_counter_operations_and_samples(trace_file):

@@ -73,12 +73,7 @@ def test_kill_9_at_random_moments_keeps_everything_written(tmp_path, name):
         assert len(got) >= promised, (attempt, len(got), promised)
         # repair leaves a valid JSON file with the same events
         fixed = tmp_path / f"{attempt}-fixed.json"
-        subprocess.run(
-            [sys.executable, "-m", "mxprof", "repair", str(path), "-o", str(fixed)],
-            cwd=tmp_path,
-            check=True,
-            capture_output=True,
-        )
+        _testing.cli("repair", path, "-o", fixed, cwd=tmp_path, check=True)
         doc = _testing.load_trace(fixed)
         assert len([e for e in doc["traceEvents"] if e.get("name") == "done"]) == len(got)
         assert "baseTimeNanoseconds" in doc  # written before the events: survives a cut
@@ -101,12 +96,7 @@ def test_kill_9_mid_write_leaves_a_clean_prefix(tmp_path):
         cut += trace.truncated
         if trace.truncated:
             repaired = tmp_path / f"bg{attempt}-fixed.json"
-            subprocess.run(
-                [sys.executable, "-m", "mxprof", "repair", str(path), "-o", str(repaired)],
-                cwd=tmp_path,
-                check=True,
-                capture_output=True,
-            )
+            _testing.cli("repair", path, "-o", repaired, cwd=tmp_path, check=True)
             json.loads(repaired.read_text())
     # Not asserting cut > 0: whether a kill lands mid-write is up to the scheduler.
 
@@ -243,20 +233,10 @@ def test_repair_in_place_and_of_a_complete_file(tmp_path):
 
 
 def test_repair_errors(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "mxprof", "repair", "missing.json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    out = _testing.cli("repair", "missing.json", cwd=tmp_path)
     assert out.returncode == 1 and "no such file" in out.stderr
     (tmp_path / "bad.json").write_text("not json")
-    out = subprocess.run(
-        [sys.executable, "-m", "mxprof", "repair", "bad.json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    out = _testing.cli("repair", "bad.json", cwd=tmp_path)
     assert out.returncode == 1 and "not JSON" in out.stderr
 
 

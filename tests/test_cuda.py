@@ -18,6 +18,7 @@ import pytest
 
 import mxprof
 from mxprof import _testing, cuda, memory
+from mxprof._testing import finish, start
 from mxprof.cuda import _runtime, _timing
 
 MS = 1_000_000
@@ -187,17 +188,6 @@ def fake(monkeypatch):
     backend = FakeCuda()
     monkeypatch.setattr(_runtime, "_result", (_runtime._State(backend), None))
     return backend
-
-
-def start(trace_file, **kw):
-    mxprof.set_config(filename=trace_file, aggregate_stats=True, profile_api=False, **kw)
-    mxprof.set_state("run")
-
-
-def finish(trace_file):
-    mxprof.set_state("stop")
-    mxprof.dump()
-    return _testing.load_trace(trace_file)
 
 
 def thread_names(trace):

@@ -380,8 +380,8 @@ def test_a_collect_during_a_peers_first_clock_estimate_keeps_both(job, tmp_path)
     mxprof.set_state("run")
     summary = distributed.collect(tmp_path / "merged.json")
     assert summary["missing"] == []
-    (server,) = [r for r in _testing.load_trace(tmp_path / "merged.json")["distributedInfo"]["ranks"]
-                 if r["role"] == "server"]  # fmt: skip
+    ranks = _testing.load_trace(tmp_path / "merged.json")["distributedInfo"]["ranks"]
+    (server,) = [r for r in ranks if r["role"] == "server"]
     est = server["clock"]["estimates"]
     assert len(est) == 2, est  # join's, then collect's
     assert est[0]["at_ns"] < est[1]["at_ns"]

@@ -7,19 +7,9 @@ import pytest
 
 import mxprof
 from mxprof import _testing
+from mxprof._testing import finish, start
 
 MS = 1_000_000
-
-
-def start(trace_file, **kw):
-    mxprof.set_config(filename=trace_file, aggregate_stats=True, profile_api=False, **kw)
-    mxprof.set_state("run")
-
-
-def finish(trace_file):
-    mxprof.set_state("stop")
-    mxprof.dump()
-    return _testing.load_trace(trace_file)
 
 
 def stats():
