@@ -89,15 +89,29 @@ static void subtract(mxpi_agg *a, const mxpi_agg *base) {
 
 /* Merge everything into acc[0..nobj) (and percentiles, in ticks, into
  * pct[3 * id ..] when pct is given) and, with reset, make it the new
- * baseline.  Returns the statistics since the previous baseline in acc. */
-static bool merge(mxpi_agg *acc, int64_t *pct, uint32_t nobj, bool reset) {
+ * baseline.  Leaves the statistics since the previous baseline in acc and
+ * the number of objects with events in *n.  More than cap of them: nothing
+ * changes and MXP_E_FULL (the count and the reset come from one critical
+ * section, so a reset never drops what did not fit). */
+static int merge(mxpi_agg *acc, int64_t *pct, uint32_t nobj, bool reset, uint32_t cap, uint32_t *n) {
     uint64_t *buf = pct ? malloc(MXPI_HIST_BUCKETS * sizeof *buf) : NULL;
-    if (pct != NULL && buf == NULL) return false;
+    if (pct != NULL && buf == NULL) return MXP_E_NOMEM;
     pthread_mutex_lock(&mxpi_g.reg_lock);
     uint32_t epoch = atomic_load_explicit(&mxpi_g.agg_epoch, MXPI_RELAXED);
     for (uint32_t id = 0; id < nobj; id++) mxpi_agg_clear(&acc[id], epoch);
     for (mxpi_thread *t = mxpi_g.threads; t; t = t->next) fold_dir(acc, t->aggs, nobj, epoch);
     fold_dir(acc, mxpi_g.retired_aggs, nobj, epoch);
+    uint32_t with_events = 0;
+    for (uint32_t id = 0; id < nobj; id++) {
+        uint64_t base = id < mxpi_g.nbaseline ? MXPI_LOAD(mxpi_g.baseline[id].count) : 0;
+        with_events += MXPI_LOAD(acc[id].count) > base;
+    }
+    *n = with_events;
+    if (with_events > cap) {
+        pthread_mutex_unlock(&mxpi_g.reg_lock);
+        free(buf);
+        return MXP_E_FULL;
+    }
     for (uint32_t id = 0; pct != NULL && id < nobj; id++)
         if (MXPI_LOAD(acc[id].count) && is_range(mxpi_obj(id)->kind))
             percentiles(id, epoch, buf, MXPI_LOAD(acc[id].min), MXPI_LOAD(acc[id].max), &pct[3 * id]);
@@ -116,7 +130,7 @@ static bool merge(mxpi_agg *acc, int64_t *pct, uint32_t nobj, bool reset) {
         atomic_fetch_add_explicit(&mxpi_g.agg_epoch, 1, MXPI_RELAXED);
     }
     pthread_mutex_unlock(&mxpi_g.reg_lock);
-    return !reset || fresh != NULL;
+    return reset && fresh == NULL ? MXP_E_NOMEM : MXP_OK;
 }
 
 int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out, int reset) {
@@ -132,21 +146,13 @@ int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out, int reset) 
         free(pct);
         return MXP_E_NOMEM;
     }
-    /* Count first: a reset must not happen unless the result fits. */
-    bool ok = merge(acc, NULL, nobj, false);
     uint32_t n = 0;
-    for (uint32_t id = 0; id < nobj; id++) n += MXPI_LOAD(acc[id].count) > 0;
+    int rc = merge(acc, pct, nobj, reset != 0, cap, &n);
     *n_out = n;
-    if (n > cap) {
+    if (rc != MXP_OK) {
         free(acc);
         free(pct);
-        return MXP_E_FULL;
-    }
-    ok = ok && merge(acc, pct, nobj, reset != 0);
-    if (!ok) {
-        free(acc);
-        free(pct);
-        return MXP_E_NOMEM;
+        return rc;
     }
     if (reset) mxpi_memory_stats_reset(); /* outside reg_lock: memory's lock comes first */
     n = 0;
@@ -196,7 +202,8 @@ void mxp_stats_reset(void) {
         atomic_fetch_add_explicit(&mxpi_g.agg_epoch, 1, MXPI_RELAXED);
         return;
     }
-    merge(acc, NULL, nobj, true);
+    uint32_t n;
+    merge(acc, NULL, nobj, true, UINT32_MAX, &n);
     free(acc);
 }
 

@@ -221,6 +221,24 @@ static void test_counters(void) {
     CHECK_EQ(mxp_counter_set(reg(MXP_KIND_TASK, "m", "not a counter"), 1), MXP_E_INVALID);
 }
 
+/* A reset snapshot that does not fit reports how many it needs and resets
+ * nothing: the same statistics are there for the retry. */
+static void test_snapshot_too_small_keeps_everything(void) {
+    fresh();
+    uint32_t a = reg(MXP_KIND_COUNTER, "m", "a"), b = reg(MXP_KIND_COUNTER, "m", "b");
+    mxp_counter_set(a, 1);
+    mxp_counter_set(b, 2);
+    mxp_stat out[2];
+    uint32_t n = 0;
+    CHECK_EQ(mxp_stats_snapshot(out, 1, &n, 1), MXP_E_FULL);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(mxp_stats_snapshot(out, 2, &n, 1), MXP_OK);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(out[0].count + out[1].count, 2);
+    CHECK_EQ(mxp_stats_snapshot(out, 2, &n, 0), MXP_OK);
+    CHECK_EQ(n, 0); /* that one reset them */
+}
+
 static void test_flush_and_cap(void) {
     fresh();
     char path[512];
@@ -740,6 +758,7 @@ int main(void) {
     test_histogram_buckets();
     test_percentiles_and_recorded_time();
     test_counters();
+    test_snapshot_too_small_keeps_everything();
     test_flush_and_cap();
     test_new_cap_with_idle_threads();
     test_failed_write_keeps_records();
