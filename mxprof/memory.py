@@ -24,6 +24,7 @@ import csv
 import io
 import os
 import re
+import threading
 from typing import NamedTuple, Union
 
 from . import _native
@@ -132,7 +133,15 @@ def _ptr(value: object) -> int:
     return value
 
 
-_handle = ffi.new("uint64_t *")
+class _HandleOut(threading.local):
+    """Where the core writes a new handle: one per thread (the call releases
+    the GIL, so a shared one could be overwritten before it is read)."""
+
+    def __init__(self) -> None:
+        self.out = ffi.new("uint64_t *")
+
+
+_handle = _HandleOut()
 
 
 def record_alloc(
@@ -186,8 +195,9 @@ def record_alloc(
         raise ValueError("ptr must not be 0 (pass None to get a handle)")
     slot = _slot(device)
     tag_id = _tag(tag)
+    out = _handle.out
     rc = lib.mxp_memory_alloc(
-        address, nbytes, taken, slot, scope_id(current_scope()), tag_id, 1 if reuse else 0, _handle
+        address, nbytes, taken, slot, scope_id(current_scope()), tag_id, 1 if reuse else 0, out
     )
     if rc == 1:  # the first call this thread makes into the core
         register_current()
@@ -197,7 +207,7 @@ def record_alloc(
     _native.check(rc, "recording an allocation")
     if slot in _gpu_slots:
         _state["gpu_used"] = True
-    return int(_handle[0])
+    return address or int(out[0])
 
 
 def record_free(ptr: int) -> bool:

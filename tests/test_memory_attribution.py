@@ -138,6 +138,25 @@ def test_frees_from_another_thread_find_their_allocations(tmp_path):
     assert _testing_counts()["unknown_frees"] == 0
 
 
+def test_threads_allocating_at_once_each_get_their_own_handles(tmp_path):
+    start(tmp_path)
+    per_thread, handles = 20_000, [[] for _ in range(4)]
+
+    def work(mine):
+        mine.extend(memory.record_alloc(8, "cpu") for _ in range(per_thread))
+
+    threads = [threading.Thread(target=work, args=(h,)) for h in handles]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    every = [h for mine in handles for h in mine]
+    assert len(set(every)) == len(every) == 4 * per_thread
+    assert all(memory.record_free(h) for h in every)
+    cpu = by_name("device")["cpu/0"]
+    assert (cpu.current, cpu.allocs, cpu.frees) == (0, 4 * per_thread, 4 * per_thread)
+
+
 def _testing_counts():
     from mxprof import _native
 
