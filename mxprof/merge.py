@@ -94,6 +94,9 @@ def merge(
     for (path, events, _meta, truncated), base, d in zip(inputs, bases, dist):
         shift_us = (base - ref) / 1000 if base is not None else 0.0
         clock = d[1] if d is not None and base is not None else None
+        if clock is not None and len(clock.estimates) < 2:  # one offset for every event
+            shift_us += clock.offset_at(0) / 1000
+            clock = None
         pids: dict[Any, Any] = {}
         named: set[Any] = set()
         for ev in events:

@@ -17,6 +17,7 @@ All times are ns of ``mxp_clock_wall_ns``, the clock traces are placed on.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +76,7 @@ class ClockModel:
 
     estimates: tuple[Estimate, ...]
 
-    @property
+    @functools.cached_property
     def drift(self) -> float:
         """Offset change per ns of the process's clock (0 with one estimate)."""
         if len(self.estimates) < 2:

@@ -103,12 +103,10 @@ def prefixed(path: str, prefix: str) -> str:
 class Node:
     """What hub and peers share: identity, clock model, metadata."""
 
-    def __init__(self, job: Job, transport: Transport, key: bytes) -> None:
+    def __init__(self, job: Job) -> None:
         self.job = job
         self.me = Member(job.role, job.rank, socket.gethostname(), os.getpid())
         self.clock = _clock.IDENTITY
-        self.transport = transport
-        self.key = key
         self.endpoint: Endpoint
 
     def info(self) -> dict[str, Any]:
@@ -127,6 +125,14 @@ class Node:
         with SESSION.lock:
             SESSION.set_top_json('"distributedInfo":' + json.dumps(self.info()))
 
+    def _current_trace(self) -> str | None:
+        """This process's trace file, written up to now; None if it never ran."""
+        with SESSION.lock:
+            if SESSION.profile_open and SESSION.traced:
+                SESSION.flush(finish=False, explicit=True)
+            path = str(SESSION.config["filename"])
+            return path if SESSION.ever_ran and os.path.exists(path) else None
+
     def tally(self) -> dict[str, int]:
         return self.endpoint.tally.snapshot()
 
@@ -141,7 +147,7 @@ class Peer(Node):
     """A server or a worker other than rank 0."""
 
     def __init__(self, job: Job, transport: Transport, key: bytes) -> None:
-        super().__init__(job, transport, key)
+        super().__init__(job)
         self._snapshot: str | None = None
         self._clock_lock = threading.Lock()
         self.hub_gone = False
@@ -163,7 +169,7 @@ class Peer(Node):
             )
         except TimeoutError:
             raise DistributedTimeout(
-                f"no answer from the rank-0 worker at {self.transport.description} within "
+                f"no answer from the rank-0 worker at {self.endpoint.transport.description} within "
                 f"{self.job.timeout:g} s: is it running, and does it use the same token? "
                 "(messages under another token are dropped there and counted)"
             ) from None
@@ -247,8 +253,6 @@ class Peer(Node):
             from ..stats import dumps
 
             return {}, dumps(**args).encode()
-        if kind == "bye":
-            return {}, b""
         raise DistributedError(f"unexpected request {kind!r}")
 
     def _command(self, kind: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -289,11 +293,9 @@ class Peer(Node):
         if self._snapshot is not None:
             os.unlink(self._snapshot)
             self._snapshot = None
-        with SESSION.lock:
-            if SESSION.profile_open and SESSION.traced:
-                SESSION.flush(finish=False, explicit=True)
-            path = SESSION.config["filename"]
-            if not SESSION.ever_ran or not os.path.exists(path):
+        with SESSION.lock:  # held while copying: no background write meanwhile
+            path = self._current_trace()
+            if path is None:
                 return
             fd, tmp = tempfile.mkstemp(prefix="mxprof-upload-", suffix=os.path.basename(path))
             os.close(fd)
@@ -330,7 +332,7 @@ class Hub(Node):
     """The rank-0 worker."""
 
     def __init__(self, job: Job, transport: Transport, key: bytes) -> None:
-        super().__init__(job, transport, key)
+        super().__init__(job)
         self.reg = _Registry()
         self._deposit_dir: str | None = None
         self._incoming: dict[Any, _Incoming] = {}
@@ -506,19 +508,14 @@ class Hub(Node):
         from ..merge import merge
 
         slots = self.job.expected()
-        with self.reg.lock:
-            absent = [s for s in slots if s not in self.reg.by_slot and s not in self.reg.deposits]
-        if absent:
-            self.wait_for(absent, self.job.timeout, gone_ok=True)
-        with self.reg.lock:
-            live = {s: self.reg.by_slot[s] for s in slots if s in self.reg.by_slot}
+        live = self.wait_for(slots, self.job.timeout, gone_ok=True)
         synced = self.endpoint.request_many([k.src for k in live.values()], "sync", {},
                                             self.job.timeout)  # fmt: skip
         out_dir = os.path.dirname(os.path.abspath(path))
         tmp = tempfile.mkdtemp(prefix="mxprof-collect-", dir=out_dir)
         try:
             inputs, missing, who = [], [], []
-            own = self._own_trace()
+            own = self._current_trace()
             if own is not None:
                 inputs.append(own)
                 who.append(self.me.label)
@@ -567,14 +564,6 @@ class Hub(Node):
             why = f": {failure}" if failure is not None else ""
             raise DistributedTimeout(f"collect: {slot[0]} {slot[1]} did not answer{why}")
         return found[1]
-
-    def _own_trace(self) -> str | None:
-        self.publish()
-        with SESSION.lock:
-            if SESSION.profile_open and SESSION.traced:
-                SESSION.flush(finish=False, explicit=True)
-            path = str(SESSION.config["filename"])
-            return path if SESSION.ever_ran and os.path.exists(path) else None
 
     def _download(self, known: _Known, tmp: str) -> str | None:
         m = known.member
