@@ -43,7 +43,10 @@ class Marker(Named):
             ConfigError: an unknown scope (in any profiler state).
         """
         # The core rejects scope 0 before anything else, in any state.
-        rc = _mark(self._id, SCOPES.get(scope, 0))
+        try:
+            rc = _mark(self._id, SCOPES.get(scope, 0))
+        except TypeError:  # unhashable: not a scope name either
+            rc = _mark(self._id, 0)
         if rc:
             if rc < 0:
                 raise ConfigError(

@@ -116,7 +116,7 @@ def test_bad_marker_scope_raises_in_any_state(trace_file, state):
         start(trace_file)
     if state == "paused":
         mxprof.pause()
-    for bad in ("galaxy", "", None, 2):
+    for bad in ("galaxy", "", None, 2, ["process"]):
         with pytest.raises(mxprof.ConfigError, match="global, process, thread, task, marker"):
             m.mark(bad)
 
