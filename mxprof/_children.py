@@ -21,6 +21,20 @@ ENV = "MXPROF_FOLLOW_CHILDREN"
 _SUFFIXES = (".perfetto-trace", ".json.gz", ".pftrace", ".json", ".gz")
 
 
+def with_infix(base: str, infix: str) -> str:
+    """base with infix before its format's ending (``.json.gz`` whole).
+
+    Example:
+        >>> with_infix("runs/train.json.gz", "-cycle1")
+        'runs/train-cycle1.json.gz'
+    """
+    for suffix in _SUFFIXES:
+        if base.endswith(suffix):
+            return f"{base[: -len(suffix)]}{infix}{suffix}"
+    stem, ext = os.path.splitext(base)
+    return f"{stem}{infix}{ext}"
+
+
 def child_filename(base: str, pid: int) -> str:
     """The trace file of child pid of a parent writing base.
 
@@ -28,11 +42,7 @@ def child_filename(base: str, pid: int) -> str:
         >>> child_filename("runs/train.json.gz", 4242)
         'runs/train.4242.json.gz'
     """
-    for suffix in _SUFFIXES:
-        if base.endswith(suffix):
-            return f"{base[: -len(suffix)]}.{pid}{suffix}"
-    stem, ext = os.path.splitext(base)
-    return f"{stem}.{pid}{ext}"
+    return with_infix(base, f".{pid}")
 
 
 def export(config: dict[str, Any], base: str, paused: bool) -> None:

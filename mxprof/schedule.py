@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _native, stats
+from ._children import with_infix
 from ._session import SESSION
 from .averages import KeyAverages, Row
 from .control import dump, set_config, set_state
@@ -234,8 +235,7 @@ class profile:  # noqa: N801 - torch.profiler's name, so ported code reads the s
         n = len(self.trace_files)
         if "{cycle}" in self.filename:
             return self.filename.replace("{cycle}", str(n))
-        stem, ext = os.path.splitext(self.filename)
-        return f"{stem}-cycle{n}{ext}"
+        return with_infix(self.filename, f"-cycle{n}")
 
     def _enter(self, action: ProfilerAction) -> None:
         if not isinstance(action, ProfilerAction):
@@ -254,7 +254,9 @@ class profile:  # noqa: N801 - torch.profiler's name, so ported code reads the s
         if action == ProfilerAction.NONE and prev in _RECORDING:
             set_state("stop")
         if action in _RECORDING:
-            self._step_range = record_function(f"ProfilerStep#{self.step_num}")
+            # A task of its own, not record_function's cache: a name per step
+            # would make that cache grow for as long as the run lasts.
+            self._step_range = Task(DOMAIN, f"ProfilerStep#{self.step_num}")
             self._step_range.start()
 
     def _close_step(self) -> None:
@@ -287,15 +289,10 @@ def current_averages() -> KeyAverages:
     """The session's range statistics as rows (ns)."""
     rows = KeyAverages()
     for s in _native.stats_snapshot():
-        info = _native.object_info(s.id)
-        if s.kind == _native.KIND_TASK:
-            category = info.domain
-        elif s.kind == _native.KIND_FRAME:
-            category = f"{info.domain},frame"
-        elif s.kind == _native.KIND_EVENT:
-            category = "event"
-        else:
+        if s.kind not in (_native.KIND_TASK, _native.KIND_FRAME, _native.KIND_EVENT):
             continue
+        info = _native.object_info(s.id)
+        category = stats._category(s.kind, info.domain)
         rows.append(
             Row(info.name, category, s.count, s.total, s.self, s.min, s.max, s.p50, s.p90, s.p99)
         )

@@ -1,5 +1,7 @@
 """record_function, schedule and profile: torch.profiler's workflow on the core."""
 
+import gzip
+import json
 import os
 
 import pytest
@@ -117,6 +119,18 @@ def test_wait_warmup_active_cycles(tmp_path, clock):
     rows = {r.name: r for r in prof.key_averages()}  # the last cycle's, after exit
     assert rows["user_work"].count == 2 and rows["user_work"].total == 2 * MS
     assert rows["ProfilerStep#7"].count == 1
+
+
+def test_cycle_files_keep_a_two_part_ending(tmp_path, clock):
+    sched = mxprof.schedule(wait=0, warmup=0, active=1, repeat=2)
+    with mxprof.profile(schedule=sched, filename=str(tmp_path / "train.json.gz")) as prof:
+        run_loop(prof, 2, clock)
+    assert prof.trace_files == [str(tmp_path / f"train-cycle{n}.json.gz") for n in (0, 1)]
+    for n, path in enumerate(prof.trace_files):
+        with gzip.open(path, "rt") as f:
+            got = json.load(f)
+        steps = [e["name"] for e in got["traceEvents"] if e["name"].startswith("ProfilerStep#")]
+        assert steps == [f"ProfilerStep#{n}"]
 
 
 def test_user_ranges_nest_inside_steps(trace_file, clock):
