@@ -127,6 +127,8 @@ class Session:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        self.top_json = ""  # set by mxprof.distributed; outlives reset()
+        self.mp_hooked = False  # registered once per process
         self.reset()
 
     def reset(self) -> None:
@@ -143,9 +145,7 @@ class Session:
         self.pending: OutputError | None = None  # a failed background write
         self.baseline = dict.fromkeys(COUNT_FIELDS, 0)
         self.applied_max_events = -1
-        self.top_json = getattr(self, "top_json", "")  # kept: set by mxprof.distributed
         self.meta = (b"python", b"")
-        self.mp_hooked = getattr(self, "mp_hooked", False)  # registered once per process
         self._flush_task: Any = None
 
     # ---- keeping the core in step ----

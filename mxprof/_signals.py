@@ -49,7 +49,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         previous = _previous.get(signum, signal.SIG_DFL)
         if previous is signal.SIG_IGN:
             pass
-        elif previous is signal.SIG_DFL or previous is None:
+        elif previous is signal.SIG_DFL:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
         else:

@@ -146,13 +146,11 @@ def _sort_value(section: str, row: Row, sort_by: str) -> float:
 Sections = dict[str, dict[str, list[Row]]]
 
 
-def collect(
-    stats: Iterable[Stat], wall_ns: int = 0, peaks: dict[int, int] | None = None
-) -> Sections:
+def collect(stats: Iterable[Stat], wall_ns: int, peaks: dict[int, int]) -> Sections:
     """Group the core's statistics into sections and categories.
 
     wall_ns is the recorded wall time the statistics cover (for ``%``);
-    peaks the peak bytes per memory counter (read now when not given).
+    peaks the peak bytes per memory counter.
     """
     sections: Sections = {"Time": {}, "Memory": {}, "Counter": {}, "Marker": {}}
     gpu: dict[tuple[str, str], Stat] = {}
@@ -164,8 +162,6 @@ def collect(
             gpu[(info.domain, info.name)] = s
             continue
         elif s.kind == KIND_COUNTER and info.domain in MEMORY_DOMAINS:
-            if peaks is None:
-                peaks = _peaks()
             row, section = _memory_row(s, info.name, peaks.get(s.id)), "Memory"
         elif s.kind == KIND_COUNTER:
             row, section = _counter_row(s, info.name), "Counter"
@@ -190,9 +186,6 @@ def _add_gpu(time: dict[str, list[Row]], gpu: dict[tuple[str, str], Stat], wall_
         row = _time_row(s, name, wall_ns)
         row.values["GPU"] = _ms(s.total)
         time.setdefault(f"{domain},gpu", []).append(row)
-    for rows in time.values():
-        for row in rows:
-            row.values.setdefault("GPU", None)
 
 
 def _sorted(section: str, rows: list[Row], sort_by: str, ascending: bool) -> list[Row]:
