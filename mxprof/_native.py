@@ -106,6 +106,15 @@ def register(kind: int, domain: bytes, name: bytes) -> int:
     return int(out[0])
 
 
+def new_track(name: str) -> int:
+    """A new timeline that is not a thread (a GPU stream, a backward pass);
+    its trace tid.  ProfilerError when the core cannot make one."""
+    data = utf8(name, "track name")
+    out = ffi.new("uint32_t *")
+    check(lib.mxp_track_new(data, len(data), out), f"creating track {name!r}")
+    return int(out[0])
+
+
 def object_info(oid: int) -> ObjectInfo:
     """Kind, domain and name of an interned object."""
     info = _info_cache.get(oid)

@@ -51,7 +51,6 @@ CSV_HEADER = ("Attribute Name", "Requested Size", "Device", "Actual Size", "Reus
 _DEVICE_RE = re.compile(r"^(cpu|gpu|cuda)(?:[:/](\d+))?$")
 _slots: dict[Device, int] = {}  # what callers pass -> the core's device slot
 _names: dict[int, str] = {}  # slot -> "gpu/0"
-_tags: dict[str, int] = {"": 0}
 _gpu_slots: set[int] = set()
 _state = {"gpu_used": False}  # a GPU allocation was recorded (the CSV is due)
 
@@ -104,13 +103,10 @@ def device_name(device: Device) -> str:
 
 
 def _tag(tag: str) -> int:
-    tid = _tags.get(tag)
-    if tid is None:
-        if not isinstance(tag, str):
-            raise TypeError(f"tag must be a str, got {type(tag).__name__} {tag!r}")
-        tid = _native.register(_native.KIND_SCOPE, b"", _native.utf8(tag, "tag"))
-        _tags[tag] = tid
-    return tid
+    """A tag is interned as a scope name is ("" is id 0, as ``<unk>:``)."""
+    if not isinstance(tag, str):
+        raise TypeError(f"tag must be a str, got {type(tag).__name__} {tag!r}")
+    return scope_id(tag) if tag else 0
 
 
 def _size(what: str, value: object) -> int:

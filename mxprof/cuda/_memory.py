@@ -10,17 +10,10 @@ from ._runtime import _state
 
 
 def _nbytes(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"nbytes must be an int, got {type(value).__name__} {value!r}")
-    if not 0 < value < 2**63:
-        raise ValueError(f"nbytes must be > 0 and < 2**63, got {value}")
-    return value
-
-
-def _pointer(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"ptr must be an int device pointer, got {type(value).__name__} {value!r}")
-    return value
+    size = memory._size("nbytes", value)
+    if size == 0:
+        raise ValueError("nbytes must be > 0")
+    return size
 
 
 def _record(nbytes: int, ordinal: int, ptr: int, tag: str, undo: Callable[[], None]) -> int:
@@ -86,7 +79,7 @@ def free(ptr: int) -> None:
         >>> cuda.free(cuda.malloc(4096))  # doctest: +SKIP
     """
     backend = _state().backend
-    memory.record_free(_pointer(ptr))
+    memory.record_free(ptr)
     backend.free(ptr)
 
 
@@ -216,5 +209,5 @@ def free_async(ptr: int, stream: Any) -> None:
     """
     backend = _state().backend
     handle = stream_handle(stream)
-    memory.record_free(_pointer(ptr))
+    memory.record_free(ptr)
     backend.free_async(ptr, handle)

@@ -34,10 +34,9 @@ def _track(device: int, stream: int) -> int:
             tid = _tracks.get((device, stream))
             if tid is None:
                 label = _STREAM_NAMES.get(stream) or f"{stream:#x}"
-                name = f"GPU {device} stream {label}".encode()
-                out = _native.ffi.new("uint32_t *")
-                _native.check(lib.mxp_track_new(name, len(name), out), "creating a GPU track")
-                tid = _tracks[(device, stream)] = int(out[0])
+                tid = _tracks[(device, stream)] = _native.new_track(
+                    f"GPU {device} stream {label}"
+                )
     return tid
 
 
@@ -53,10 +52,9 @@ class _Anchor:
 
 
 class _Device:
-    __slots__ = ("ordinal", "stream", "anchor", "spare")
+    __slots__ = ("stream", "anchor", "spare")
 
-    def __init__(self, ordinal: int, stream: int) -> None:
-        self.ordinal = ordinal
+    def __init__(self, stream: int) -> None:
         self.stream = stream  # private, non-blocking: anchors never wait on user work
         self.anchor: _Anchor | None = None
         self.spare: list[Any] = []  # events to reuse
@@ -133,7 +131,7 @@ class _Timing:
             with self.lock:
                 dev = self.devices.get(ordinal)
                 if dev is None:
-                    dev = self.devices[ordinal] = _Device(ordinal, backend.stream_create())
+                    dev = self.devices[ordinal] = _Device(backend.stream_create())
                 anchor = dev.anchor
                 if anchor is None or lib.mxp_clock_ns() - anchor.host_ns > ANCHOR_PERIOD_NS:
                     anchor = self._anchor(dev)

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from ..._native import FLAG_RECORD, ffi, lib
+from ... import _native
+from ..._native import FLAG_RECORD, lib
+from ...errors import ProfilerError
 from ._state import _clock, _flags, _tls
 
 if TYPE_CHECKING:
@@ -116,10 +118,10 @@ def _end_pass(gid: int) -> None:
 def _new_track() -> int:
     thread = threading.current_thread()
     who = "autograd" if type(thread).__name__ == "_DummyThread" else thread.name
-    name = f"torch backward ({who} {threading.get_ident():x})".encode()
-    out = ffi.new("uint32_t *")
-    lib.mxp_track_new(name, len(name), out)
-    _tls.track = int(out[0])
+    try:
+        _tls.track = _native.new_track(f"torch backward ({who} {threading.get_ident():x})")
+    except ProfilerError:  # no track: this thread's backward ranges are not recorded
+        _tls.track = 0
     return _tls.track
 
 

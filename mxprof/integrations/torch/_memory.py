@@ -50,8 +50,7 @@ def _cuda_ordinal(m: _Module, module: torch.nn.Module, args: tuple[Any, ...]) ->
 
 
 def _allocated(ordinal: int) -> int:
-    stats = torch.cuda.memory_stats_as_nested_dict(ordinal)
-    return int(stats.get("allocated_bytes", {}).get("all", {}).get("current", 0))
+    return _cuda_stats(ordinal)[0]
 
 
 def _record_growth(m: _Module, entry: list[Any], stack: list[list[Any]]) -> None:
