@@ -34,9 +34,7 @@ def _track(device: int, stream: int) -> int:
             tid = _tracks.get((device, stream))
             if tid is None:
                 label = _STREAM_NAMES.get(stream) or f"{stream:#x}"
-                tid = _tracks[(device, stream)] = _native.new_track(
-                    f"GPU {device} stream {label}"
-                )
+                tid = _tracks[(device, stream)] = _native.new_track(f"GPU {device} stream {label}")
     return tid
 
 
