@@ -18,10 +18,6 @@ static inline bool known(uint32_t id) {
     return id < atomic_load_explicit(&mxpi_g.nobj, MXPI_RELAXED);
 }
 
-static inline uint32_t flags_now(void) {
-    return atomic_load_explicit(&mxpi_g.flags, MXPI_RELAXED);
-}
-
 /* Push an open range; returns it, or NULL when the stack is at its limit. */
 static inline mxpi_open *push(mxpi_thread *t, uint32_t id) {
     if (MXPI_UNLIKELY(t->depth >= t->stack_cap) && !mxpi_stack_grow(t)) {
@@ -32,7 +28,7 @@ static inline mxpi_open *push(mxpi_thread *t, uint32_t id) {
     o->id = id;
     o->aux = 0;
     o->seq = ++t->seq;
-    uint32_t f = flags_now();
+    uint32_t f = mxpi_flags_now();
     if (MXPI_LIKELY(f & MXP_FLAG_RECORD)) {
         /* MXPI_OPEN_* share their bits with MXP_FLAG_*. */
         o->flags = f & (MXPI_OPEN_LIVE | MXPI_OPEN_TRACE | MXPI_OPEN_AGG);
@@ -51,7 +47,7 @@ static inline void finish(mxpi_thread *t, const mxpi_open *o, mxpi_open *parent,
     int64_t dur = now - o->start;
     if (MXPI_UNLIKELY(dur < 0)) dur = 0;
     if (parent != NULL && (parent->flags & MXPI_OPEN_LIVE)) parent->child += now - o->credit;
-    uint32_t f = flags_now();
+    uint32_t f = mxpi_flags_now();
     if (o->flags & f & MXPI_OPEN_TRACE) mxpi_record(t, f, o->start, dur, o->id, o->aux);
     if (o->flags & f & MXPI_OPEN_AGG) {
         int64_t self = dur - o->child;
@@ -167,7 +163,7 @@ int mxp_range_end_token(uint32_t id, int64_t token) {
 /* ---- counters and markers ---- */
 
 static inline void sample(mxpi_thread *t, uint32_t id, int64_t value) {
-    uint32_t f = flags_now();
+    uint32_t f = mxpi_flags_now();
     if (MXPI_UNLIKELY(!(f & MXP_FLAG_RECORD))) {
         mxpi_tally(&t->ignored);
         return;
@@ -203,7 +199,7 @@ int mxp_counter_set(uint32_t id, int64_t value) {
 }
 
 int mxp_counter_init(uint32_t id, int64_t value) {
-    if (flags_now() & MXP_FLAG_RECORD) return mxp_counter_set(id, value);
+    if (mxpi_flags_now() & MXP_FLAG_RECORD) return mxp_counter_set(id, value);
     mxpi_object *o = counter_of(id);
     if (MXPI_UNLIKELY(o == NULL)) return MXP_E_INVALID;
     atomic_store_explicit(&o->value, value, MXPI_RELAXED);
@@ -234,7 +230,7 @@ int mxp_marker_mark(uint32_t id, int scope) {
     int rc = MXP_OK;
     mxpi_thread *t = mxpi_self(&rc);
     if (MXPI_UNLIKELY(t == NULL)) return rc;
-    uint32_t f = flags_now();
+    uint32_t f = mxpi_flags_now();
     if (MXPI_UNLIKELY(!(f & MXP_FLAG_RECORD))) {
         mxpi_tally(&t->ignored);
         return rc;

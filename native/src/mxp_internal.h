@@ -299,7 +299,7 @@ mxpi_thread *mxpi_thread_new(int64_t os_tid);
 void mxpi_threads_init(void);
 mxpi_chunk *mxpi_chunk_get(void);
 void mxpi_chunk_put(mxpi_chunk *c);
-bool mxpi_record_slow(mxpi_thread *t, uint32_t cap_epoch);
+bool mxpi_record_slow(mxpi_thread *t);
 bool mxpi_stack_grow(mxpi_thread *t);
 mxpi_agg *mxpi_agg_page_new(mxpi_thread *t, uint32_t page);
 void mxpi_agg_clear(mxpi_agg *e, uint32_t epoch);
@@ -442,12 +442,14 @@ static inline void mxpi_tally(_Atomic uint64_t *c) {
 #define MXPI_BUDGET_MASK ((UINT64_C(1) << MXPI_BUDGET_BITS) - 1u)
 #define MXPI_BUDGET_EPOCH(w) ((uint32_t)((w) >> MXPI_BUDGET_BITS))
 
+static inline uint32_t mxpi_flags_now(void) { return atomic_load_explicit(&mxpi_g.flags, MXPI_RELAXED); }
+
 /* Append one record to the calling thread's buffer (or tally a drop); f is
  * the flags word the caller loaded. */
 static inline void mxpi_record(mxpi_thread *t, uint32_t f, int64_t ts, int64_t val, uint32_t id,
                                uint32_t aux) {
     if (MXPI_UNLIKELY(t->pos >= t->limit || MXPI_CAP_EPOCH(f) != t->cap_epoch) &&
-        !mxpi_record_slow(t, MXPI_CAP_EPOCH(f))) {
+        !mxpi_record_slow(t)) {
         mxpi_tally(&t->dropped);
         return;
     }

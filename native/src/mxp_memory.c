@@ -74,7 +74,6 @@ static int track_tb_mode = -1; /* the clock source it was measured for */
 
 static const char *type_name(int type) { return type == MXP_DEVICE_GPU ? "gpu" : "cpu"; }
 
-static uint32_t flags_now(void) { return atomic_load_explicit(&mxpi_g.flags, MXPI_RELAXED); }
 
 static bool is_scope(uint32_t id) {
     return id == 0 || (id < atomic_load_explicit(&mxpi_g.nobj, MXPI_ACQUIRE) &&
@@ -227,7 +226,7 @@ static void account(mxp_memory_stat *s, int64_t delta) {
 
 /* An allocation or free instant, when they are asked for and recorded. */
 static void instant(int kind, const mxp_alloc *a) {
-    uint32_t f = flags_now();
+    uint32_t f = mxpi_flags_now();
     uint32_t need = MXP_FLAG_MEMORY_EVENTS | MXP_FLAG_RECORD | MXP_FLAG_TRACE;
     if ((f & need) != need) return;
     int rc = MXP_OK;
@@ -261,7 +260,7 @@ static void release(slot *s) {
 int mxp_memory_alloc(uint64_t ptr, int64_t bytes, int64_t actual, uint32_t device, uint32_t scope,
                      uint32_t tag, int reuse, uint64_t *handle_out) {
     mxp_init();
-    if (!(flags_now() & MXP_FLAG_MEMORY)) return MXP_E_STATE;
+    if (!(mxpi_flags_now() & MXP_FLAG_MEMORY)) return MXP_E_STATE;
     if (bytes < 0 || actual < 0) return MXP_E_INVALID;
     int first = MXP_OK;
     mxpi_thread *self = mxpi_self(&first);
@@ -303,7 +302,7 @@ int mxp_memory_free(uint64_t ptr) {
     if (s != NULL) release(s);
     pthread_mutex_unlock(&M.lock);
     if (s != NULL) return first;
-    if (flags_now() & MXP_FLAG_MEMORY) atomic_fetch_add_explicit(&mxpi_g.unknown_frees, 1, MXPI_RELAXED);
+    if (mxpi_flags_now() & MXP_FLAG_MEMORY) atomic_fetch_add_explicit(&mxpi_g.unknown_frees, 1, MXPI_RELAXED);
     return first | MXP_MEMORY_UNKNOWN;
 }
 
@@ -457,7 +456,7 @@ int mxp_range_add(uint32_t id, uint32_t tid, int64_t start_ns, int64_t dur_ns) {
         if (k->t->tid != tid) continue;
         int64_t child_ns = claim_children(k, start_ns, start_ns + dur_ns);
         int64_t self = (int64_t)((double)(dur_ns - child_ns) / track_tb.ns_per_tick);
-        uint32_t f = flags_now();
+        uint32_t f = mxpi_flags_now();
         if (f & MXP_FLAG_TRACE) mxpi_record(k->t, f, start, end - start, id, 0);
         if (f & MXP_FLAG_AGGREGATE) mxpi_aggregate_range(k->t, id, end - start, self < 0 ? 0 : self);
         rc = MXP_OK;

@@ -76,8 +76,8 @@ static uint32_t reserve(mxpi_thread *t, uint32_t want) {
 /* t->pos reached t->limit, or the flags' cap epoch is not t's: move to a
  * fresh chunk and/or reserve more slots under the cap.  False when the
  * record must be dropped. */
-bool mxpi_record_slow(mxpi_thread *t, uint32_t cap_epoch) {
-    (void)cap_epoch; /* the budget word's epoch is the one that counts */
+bool mxpi_record_slow(mxpi_thread *t) {
+    /* The budget word's epoch is the one that counts, not the flags'. */
     follow_epoch(t, atomic_load_explicit(&mxpi_g.budget, MXPI_RELAXED));
     if (t->cur == NULL || t->pos >= MXPI_CHUNK_RECORDS) {
         mxpi_chunk *c = mxpi_chunk_get();

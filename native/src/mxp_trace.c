@@ -283,9 +283,6 @@ static int create_file(void) {
     pthread_mutex_lock(&mxpi_g.names_lock);
     for (uint32_t i = 0; i < W.nthreads; i++) W.threads[i].used = false;
     pthread_mutex_unlock(&mxpi_g.names_lock);
-    mxpi_timebase_get(&W.o.tb);
-    tallies_now();
-    meta_into_out();
     if (!W.fmt->create(&W.o)) {
         close_file();
         return MXP_E_IO;
@@ -297,13 +294,13 @@ static int flush_locked(bool finish) {
     if (!W.profile_open || W.path == NULL) return MXP_E_STATE;
     if (W.finished) return MXP_OK;
     W.o.err = 0;
+    mxpi_timebase_get(&W.o.tb);
+    tallies_now();
+    meta_into_out();
     if (W.o.fd < 0) {
         int rc = create_file();
         if (rc != MXP_OK) return rc;
     }
-    mxpi_timebase_get(&W.o.tb);
-    tallies_now();
-    meta_into_out();
     uint64_t written = 0;
     if (!W.fmt->begin(&W.o) || !drain(W.fmt, &written)) {
         W.fmt->restore(&W.o);
