@@ -282,9 +282,10 @@ class Session:
             self.lock.release()
 
     def signal_flush(self) -> None:
-        """Write everything buffered (from a signal handler: never raises)."""
+        """Write everything buffered (from a signal handler: never raises),
+        unless flush_on_signal has been turned off since the handler went in."""
         with self.lock:
-            if self.profile_open and self.traced:
+            if self.profile_open and self.traced and self.config["flush_on_signal"]:
                 self.flush(finish=False, explicit=False)
 
     def end_profile(self) -> None:

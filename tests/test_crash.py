@@ -192,6 +192,27 @@ print("handler ran", seen == [signal.SIGTERM], flush=True)
     assert len(_testing.events(_testing.load_trace(path), "X", "x")) == 1
 
 
+def test_flush_on_signal_turned_off_later_stops_the_signal_write(tmp_path):
+    path = tmp_path / "late.json"
+    script = f"""
+import os, signal, time, mxprof
+seen = []
+signal.signal(signal.SIGTERM, lambda s, f: seen.append(s))
+mxprof.set_config(filename={str(path)!r}, continuous_dump=False, profile_api=False)
+mxprof.set_state("run")  # the handler goes in here
+t = mxprof.Domain("sig").new_task("x")
+t.start(); t.stop()
+mxprof.set_config(flush_on_signal=False)
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(0.1)
+print(seen == [signal.SIGTERM], os.path.exists({str(path)!r}), flush=True)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "False"]  # chained, and nothing written
+    assert len(_testing.events(_testing.load_trace(path), "X", "x")) == 1  # at exit
+
+
 def test_flush_on_signal_off_leaves_handlers_alone(tmp_path):
     script = """
 import signal, mxprof

@@ -189,12 +189,13 @@ def _start(job: _node.Job, address: str, key: bytes) -> _node.Node:
     current = _session.SESSION.config["filename"]
     if _node.prefixed(current, prefix) != current:
         set_config(filename=current)  # renamed on the way in
-    if _session.SESSION.config["flush_on_signal"]:
-        # Profiles begun by remote calls begin on the channel's thread, which
-        # cannot install signal handlers; init (on the main thread) can.
-        from .. import _signals
+    # Profiles begun by remote calls begin on the channel's thread, which
+    # cannot install signal handlers; init (on the main thread) can.  The
+    # handler looks at flush_on_signal when a signal comes, so a remote
+    # set_config may still turn it on or off.
+    from .. import _signals
 
-        _signals.install(_session.SESSION.signal_flush)
+    _signals.install(_session.SESSION.signal_flush)
     try:
         node = _connect(job, address, key)
     except BaseException:

@@ -181,8 +181,8 @@ int64_t mxpi_hist_width(uint32_t index) {
 }
 
 /* Add src's sums to dst's, and its min/max when they belong to epoch; the
- * later of the two samples is "last".  Histograms are not folded (see
- * mxpi_hist_fold and mxp_stats.c). */
+ * later of the two samples is "last".  Histograms are folded apart
+ * (hist_fold, below, and mxp_stats.c's percentiles). */
 void mxpi_agg_fold(mxpi_agg *dst, const mxpi_agg *src, uint32_t epoch) {
     uint64_t n = MXPI_LOAD(src->count);
     if (n == 0) return;
