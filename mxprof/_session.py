@@ -292,6 +292,19 @@ class Session:
         self.profile_open = False
         self.sync()
 
+    def restart_profile(self) -> None:
+        """Drop what the open profile recorded and begin it again (same file)."""
+        with self.lock:
+            self.begin_profile()
+            self.sync()
+
+    def discard_profile(self) -> str:
+        """End the profile without writing what it still buffers; its path."""
+        with self.lock:
+            lib.mxp_trace_discard()
+            self.end_profile()
+            return str(self.config["filename"])
+
     def at_exit(self) -> None:
         with self.lock:
             if self.flusher is not None:

@@ -247,9 +247,7 @@ class profile:  # noqa: N801 - torch.profiler's name, so ported code reads the s
         if action in _ACTIVE and prev not in _ACTIVE:
             # Warmup's events are discarded: the cycle's profile starts now.
             if prev == ProfilerAction.WARMUP:
-                with SESSION.lock:
-                    SESSION.begin_profile()
-                    SESSION.sync()
+                SESSION.restart_profile()
             stats.reset()
         if action == ProfilerAction.NONE and prev in _RECORDING:
             set_state("stop")
@@ -267,10 +265,7 @@ class profile:  # noqa: N801 - torch.profiler's name, so ported code reads the s
     def _discard(self) -> None:
         """End an unfinished warmup: its events go nowhere."""
         set_state("stop")
-        with SESSION.lock:
-            path = SESSION.config["filename"]
-            _native.lib.mxp_trace_discard()
-            SESSION.end_profile()
+        path = SESSION.discard_profile()
         # A background write may have created the file with warmup events only.
         if os.path.exists(path):
             os.remove(path)
