@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .errors import ConfigError
+from .stats import _display, _pad, _width
 
 # Keys accepted by KeyAverages.table(sort_by=...): ours, and torch.profiler's
 # names for the same columns so ported code keeps working.
@@ -129,10 +130,10 @@ class KeyAverages(list[Row]):
         rows = self.sorted(sort_by)
         if row_limit is not None:
             rows = KeyAverages(rows[:row_limit])
-        names = [r.name if r.name.isprintable() else repr(r.name)[1:-1] for r in rows]
-        cats = [r.category if r.category.isprintable() else repr(r.category)[1:-1] for r in rows]
-        width = max([len("Name")] + [len(n) for n in names]) + 2
-        cwidth = max([len("Category")] + [len(c) for c in cats]) + 2
+        names = [_display(r.name) for r in rows]
+        cats = [_display(r.category) for r in rows]
+        width = max([len("Name")] + [_width(n) for n in names]) + 2
+        cwidth = max([len("Category")] + [_width(c) for c in cats]) + 2
         cells = [[f(r) for _, f in _COLUMNS] for r in rows]
         widths = [
             max([len(head)] + [len(c[i]) for c in cells]) + 2
@@ -147,7 +148,8 @@ class KeyAverages(list[Row]):
         ]
         for name, cat, row in zip(names, cats, cells):
             lines.append(
-                f"{name:<{width}}{cat:<{cwidth}}"
+                _pad(name, width)
+                + _pad(cat, cwidth)
                 + "".join(f"{c:>{w}}" for c, w in zip(row, widths))
             )
         lines.append(rule)

@@ -232,3 +232,21 @@ def test_bad_arguments():
     prof = mxprof.profile(schedule=lambda step: "record")
     with pytest.raises(TypeError, match="ProfilerAction"):
         prof.start()
+
+
+def test_key_averages_table_aligns_wide_and_control_characters():
+    from mxprof.averages import KeyAverages, Row
+    from mxprof.stats import _width
+
+    rows = KeyAverages(
+        [
+            Row("数据加载", "pipeline", 2, 4e6, 4e6, 1e6, 3e6),
+            Row("line\nbreak", "cat\t1", 1, 1e6, 1e6, 1e6, 1e6),
+            Row("plain", "pipeline", 1, 2e6, 2e6, 2e6, 2e6),
+        ]
+    )
+    lines = rows.table().splitlines()
+    body = lines[3:-1]
+    assert [line.split()[0] for line in body] == ["数据加载", "plain", "line\\nbreak"]
+    assert "cat\\t1" in body[2]
+    assert len({_width(line) for line in lines}) == 1  # every line as wide on screen
