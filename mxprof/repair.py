@@ -8,9 +8,14 @@ import os
 import tempfile
 from typing import Any
 
+from ._native import lib
 from .trace import read_raw
 
-_PERFETTO = (".perfetto-trace", ".pftrace")
+
+def _format(path: str) -> int:
+    """The file's format by its name, as the trace writer decides it."""
+    name = path.encode("utf-8", "surrogateescape")
+    return int(lib.mxp_trace_format(name, len(name)))
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int] | None:
@@ -80,7 +85,7 @@ def repair(
     """
     source = os.fspath(path)
     target = os.fspath(output) if output is not None else source
-    if source.endswith(_PERFETTO):
+    if _format(source) == lib.MXP_FORMAT_PERFETTO:
         with open(source, "rb") as f:
             data = f.read()
         size, packets = _perfetto_prefix(data)
