@@ -388,6 +388,12 @@ typedef struct mxpi_buf {
     bool failed; /* an allocation failed; the content is incomplete */
 } mxpi_buf;
 
+/* What an object is called in a trace (alloc/free instants: "alloc",
+ * "free"), and its category (Chrome's "cat"), unescaped: both formats
+ * show the same. */
+const char *mxpi_object_title(const mxpi_object *o, size_t *len);
+void mxpi_object_category(mxpi_buf *b, const mxpi_object *o);
+
 bool mxpi_buf_reserve(mxpi_buf *b, size_t extra);
 void mxpi_buf_put(mxpi_buf *b, const char *s, size_t n);
 void mxpi_buf_puts(mxpi_buf *b, const char *s);

@@ -216,30 +216,21 @@ static void track_put(perfetto *s, const mxpi_out *o, uint32_t what, uint64_t uu
     msg_close(b, p);
 }
 
-/* The object's name and category, interned under its id. */
 static bool is_memory(uint32_t kind) { return kind == MXP_KIND_ALLOC || kind == MXP_KIND_FREE; }
 
+/* The object's name and category, interned under its id. */
 static void intern_put(mxpi_buf *b, uint32_t id) {
     const mxpi_object *obj = mxpi_obj(id);
     size_t e = msg_open(b, ID_EVENT_NAMES);
     put_uint(b, INTERNED_IID, id);
-    if (is_memory(obj->kind))
-        put_bytes(b, INTERNED_NAME, obj->kind == MXP_KIND_ALLOC ? "alloc" : "free", obj->kind == MXP_KIND_ALLOC ? 5 : 4);
-    else
-        put_bytes(b, INTERNED_NAME, obj->name, obj->name_len);
+    size_t title_len;
+    const char *title = mxpi_object_title(obj, &title_len);
+    put_bytes(b, INTERNED_NAME, title, title_len);
     msg_close(b, e);
     e = msg_open(b, ID_EVENT_CATEGORIES);
     put_uint(b, INTERNED_IID, id);
     size_t c = msg_open(b, INTERNED_NAME); /* the same as Chrome's "cat" */
-    if (obj->kind == MXP_KIND_EVENT) {
-        mxpi_buf_puts(b, "event");
-    } else if (is_memory(obj->kind)) {
-        mxpi_buf_puts(b, "Device Storage");
-    } else {
-        mxpi_buf_put(b, obj->domain, obj->domain_len);
-        if (obj->kind == MXP_KIND_FRAME) mxpi_buf_puts(b, ",frame");
-        if (obj->kind == MXP_KIND_GPU) mxpi_buf_puts(b, ",gpu");
-    }
+    mxpi_object_category(b, obj);
     msg_close(b, c);
     msg_close(b, e);
 }

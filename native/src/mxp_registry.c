@@ -33,20 +33,30 @@ static const char *phase_of(uint32_t kind) {
     }
 }
 
-/* Chrome's "cat" of an object: the domain, with a suffix for some kinds. */
-static void category(mxpi_buf *b, const mxpi_object *o) {
+void mxpi_object_category(mxpi_buf *b, const mxpi_object *o) {
     if (o->kind == MXP_KIND_EVENT) {
-        mxpi_buf_puts(b, "\"event\"");
-        return;
+        mxpi_buf_puts(b, "event");
+    } else if (o->kind == MXP_KIND_ALLOC || o->kind == MXP_KIND_FREE) {
+        mxpi_buf_puts(b, "Device Storage");
+    } else {
+        mxpi_buf_put(b, o->domain, o->domain_len);
+        mxpi_buf_puts(b, o->kind == MXP_KIND_FRAME ? ",frame" : o->kind == MXP_KIND_GPU ? ",gpu" : "");
     }
+}
+
+const char *mxpi_object_title(const mxpi_object *o, size_t *len) {
     if (o->kind == MXP_KIND_ALLOC || o->kind == MXP_KIND_FREE) {
-        mxpi_buf_puts(b, "\"Device Storage\"");
-        return;
+        *len = o->kind == MXP_KIND_ALLOC ? 5 : 4;
+        return o->kind == MXP_KIND_ALLOC ? "alloc" : "free";
     }
-    const char *suffix = o->kind == MXP_KIND_FRAME ? ",frame" : o->kind == MXP_KIND_GPU ? ",gpu" : "";
+    *len = o->name_len;
+    return o->name;
+}
+
+/* Chrome's "cat", as a JSON string. */
+static void category(mxpi_buf *b, const mxpi_object *o) {
     mxpi_buf cat = {0};
-    mxpi_buf_put(&cat, o->domain, o->domain_len);
-    mxpi_buf_puts(&cat, suffix);
+    mxpi_object_category(&cat, o);
     mxpi_buf_json_str(b, cat.data ? cat.data : "", cat.len);
     if (cat.failed) b->failed = true;
     mxpi_buf_free(&cat);
@@ -58,10 +68,9 @@ static bool build_fragments(mxpi_object *o) {
     bool memory = o->kind == MXP_KIND_ALLOC || o->kind == MXP_KIND_FREE;
     mxpi_buf b = {0};
     mxpi_buf_puts(&b, "{\"name\":");
-    if (memory)
-        mxpi_buf_puts(&b, o->kind == MXP_KIND_ALLOC ? "\"alloc\"" : "\"free\"");
-    else
-        mxpi_buf_json_str(&b, o->name, o->name_len);
+    size_t title_len;
+    const char *title = mxpi_object_title(o, &title_len);
+    mxpi_buf_json_str(&b, title, title_len);
     mxpi_buf_puts(&b, ",\"cat\":");
     category(&b, o);
     mxpi_buf_puts(&b, ",\"ph\":\"");
