@@ -118,6 +118,7 @@ typedef struct mxp_counts {
     uint64_t ignored_calls;     /* hot calls made while not recording */
     uint64_t unknown_frees;     /* frees of pointers with no live allocation */
     uint64_t written_events;    /* trace records written to files */
+    uint64_t cut_ranges;        /* ranges closed by mxp_ranges_cut, not by their end */
 } mxp_counts;
 
 /* One live allocation (mxp_memory_live). */
@@ -224,9 +225,12 @@ int mxp_object_info(uint32_t id, int *kind, const char **name, size_t *name_len,
 int mxp_range_begin(uint32_t id);
 
 /* Close the innermost open range with this id on the calling thread and
- * record it (one complete record) if its begin was recorded.  A stop with no
- * matching open range is tallied in unmatched_stops; one that is not the
- * innermost is recorded and tallied in non_lifo_stops. */
+ * record it (one complete record) if its begin was recorded; one that is
+ * not the innermost is recorded and tallied in non_lifo_stops.  With none
+ * open here, the range of id begun last on another thread or track is
+ * closed and recorded as an async range of this thread (slow: it makes
+ * every thread pass a memory barrier); with none anywhere, the stop is
+ * tallied in unmatched_stops. */
 int mxp_range_end(uint32_t id);
 
 /* As mxp_range_begin, for a frame: the range gets the frame's next index
@@ -242,6 +246,32 @@ int64_t mxp_range_begin_token(uint32_t id);
 
 /* Close the range named by token (from mxp_range_begin_token). */
 int mxp_range_end_token(uint32_t id, int64_t token);
+
+/* Close every range open on any thread or track as ending now, cut short:
+ * each is recorded (trace record flagged as cut, statistics) where its begin
+ * was, and the later end of it records nothing and is no misuse.  For the
+ * end of recording (set_state('stop'), a profile's last write).  Returns the
+ * number of ranges closed, or MXP_E_NOMEM (some may be left open).  Slow
+ * (every thread passes a memory barrier); safe while threads record. */
+int mxp_ranges_cut(void);
+
+/* ---- tracks with a range stack of their own (asyncio tasks) ---- */
+
+/* A new track named name with its own stack of open ranges, for a sequence
+ * of work that is not a thread (an asyncio task): its ranges nest on the
+ * track, pair within it, and are drawn on it.  Only one thread may use a
+ * track at a time.  Until mxp_track_close. */
+int mxp_track_open(const char *name, size_t name_len, uint32_t *tid_out);
+
+/* mxp_range_begin / mxp_range_end (mxp_frame_begin for a frame) on track
+ * tid.  MXP_E_INVALID for a tid that is not an open track. */
+int mxp_track_begin(uint32_t tid, uint32_t id);
+int mxp_track_end(uint32_t tid, uint32_t id);
+
+/* Done with track tid: ranges still open on it end now, cut short; its
+ * records are written with the next flush and its statistics kept.  The tid
+ * is never used again. */
+int mxp_track_close(uint32_t tid);
 
 /* Set a counter to value, recording a sample while recording.  The value is
  * kept in every state. */
@@ -374,6 +404,17 @@ int mxp_trace_path_set(const char *path, size_t path_len);
  * profile is open or no path is set.  Takes the writer lock; safe while other
  * threads record. */
 int mxp_trace_flush(int finish);
+
+/* Records waiting to be written (0 when none; after a finishing flush,
+ * those recorded since). */
+uint64_t mxp_trace_pending(void);
+
+/* Continue a profile whose file was finished (mxp_trace_flush(1)) in a new
+ * file at path, on the same time base: what was recorded since goes there,
+ * starting with the next flush, which creates it.  MXP_E_STATE when no
+ * profile is open or its file is not finished, MXP_E_INVALID for a path
+ * this build cannot write. */
+int mxp_trace_continue(const char *path, size_t path_len);
 
 /* Wake mxp_flush_wait early once this many records wait in memory (0:
  * never; only its timeout).  Counted in whole chunks of 1,024 records. */

@@ -18,35 +18,43 @@ static inline bool known(uint32_t id) {
     return id < atomic_load_explicit(&mxpi_g.nobj, MXPI_RELAXED);
 }
 
-/* Push an open range; returns it, or NULL when the stack is at its limit. */
-static inline mxpi_open *push(mxpi_thread *t, uint32_t id) {
+/* Push an open range on t's stack; returns it, or NULL when the stack is at
+ * its limit.  A frame's range takes the frame's next index. */
+static inline mxpi_open *push(mxpi_thread *t, uint32_t id, bool frame) {
     if (MXPI_UNLIKELY(t->depth >= t->stack_cap) && !mxpi_stack_grow(t)) {
         mxpi_tally(&t->dropped);
         return NULL;
     }
-    mxpi_open *o = &t->stack[t->depth++];
+    mxpi_edit_begin(t);
+    /* Ranges another thread closed leave their entries: drop those on top. */
+    while (MXPI_UNLIKELY(t->depth > 0 && mxpi_claimed(t, t->depth - 1))) t->depth--;
+    mxpi_open *o = &t->stack[t->depth];
     o->id = id;
     o->aux = 0;
     o->seq = ++t->seq;
+    atomic_store_explicit(&t->claims[t->depth], 0, MXPI_RELAXED);
     uint32_t f = mxpi_flags_now();
     if (MXPI_LIKELY(f & MXP_FLAG_RECORD)) {
         /* MXPI_OPEN_* share their bits with MXP_FLAG_*. */
         o->flags = f & (MXPI_OPEN_LIVE | MXPI_OPEN_TRACE | MXPI_OPEN_AGG);
         o->child = 0;
         o->start = o->credit = mxpi_ticks();
+        if (frame)
+            o->aux = atomic_fetch_add_explicit(&mxpi_obj(id)->frame_next, 1, MXPI_RELAXED) & MXPI_AUX_INDEX;
     } else {
         o->flags = 0;
         mxpi_tally(&t->ignored);
     }
+    t->depth++;
+    mxpi_edit_end(t);
     return o;
 }
 
-/* Record a finished range: its trace record, its statistics, and its time
- * credited to the enclosing range (parent, which may be NULL). */
-static inline void finish(mxpi_thread *t, const mxpi_open *o, mxpi_open *parent, int64_t now) {
+/* Record a finished range (a copy, already off the stack): its trace record
+ * and its statistics. */
+static inline void emit(mxpi_thread *t, const mxpi_open *o, int64_t now) {
     int64_t dur = now - o->start;
     if (MXPI_UNLIKELY(dur < 0)) dur = 0;
-    if (parent != NULL && (parent->flags & MXPI_OPEN_LIVE)) parent->child += now - o->credit;
     uint32_t f = mxpi_flags_now();
     if (o->flags & f & MXPI_OPEN_TRACE) mxpi_record(t, f, o->start, dur, o->id, o->aux);
     if (o->flags & f & MXPI_OPEN_AGG) {
@@ -55,15 +63,18 @@ static inline void finish(mxpi_thread *t, const mxpi_open *o, mxpi_open *parent,
     }
 }
 
-/* Close the range at stack index i below the top: it was not innermost. */
+/* Close the range at stack index i below the top (it was not innermost),
+ * inside an edit, which this ends.  A range another thread already closed
+ * (claimed) just leaves the stack. */
 static __attribute__((noinline, cold)) void end_inner(mxpi_thread *t, uint32_t i) {
     mxpi_open o = t->stack[i];
     uint32_t top = t->depth - 1;
-    mxpi_tally(&t->non_lifo);
-    if (!(o.flags & MXPI_OPEN_LIVE)) {
-        mxpi_tally(&t->ignored);
-    } else {
-        int64_t now = mxpi_ticks();
+    bool claimed = mxpi_claimed(t, i);
+    bool live = !claimed && (o.flags & MXPI_OPEN_LIVE);
+    int64_t now = 0;
+    if (!claimed) mxpi_tally(&t->non_lifo);
+    if (live) {
+        now = mxpi_ticks();
         /* The range directly above was its child until now; from now on it
          * counts towards the grandparent. */
         mxpi_open *above = &t->stack[i + 1];
@@ -71,71 +82,109 @@ static __attribute__((noinline, cold)) void end_inner(mxpi_thread *t, uint32_t i
             o.child += now - above->credit;
             above->credit = now;
         }
-        finish(t, &o, i > 0 ? &t->stack[i - 1] : NULL, now);
+        mxpi_open *parent = i > 0 ? &t->stack[i - 1] : NULL;
+        if (parent != NULL && (parent->flags & MXPI_OPEN_LIVE)) parent->child += now - o.credit;
     }
     memmove(&t->stack[i], &t->stack[i + 1], (top - i) * sizeof t->stack[0]);
+    for (uint32_t k = i; k < top; k++)
+        atomic_store_explicit(&t->claims[k], atomic_load_explicit(&t->claims[k + 1], MXPI_RELAXED),
+                              MXPI_RELAXED);
     t->depth = top;
+    mxpi_edit_end(t);
+    if (live)
+        emit(t, &o, now);
+    else if (!claimed)
+        mxpi_tally(&t->ignored);
 }
 
-/* Close the innermost open range (index depth - 1). */
+/* Close the innermost open range (index depth - 1), inside an edit, which
+ * this ends. */
 static inline void end_top(mxpi_thread *t) {
-    uint32_t i = --t->depth;
-    mxpi_open *o = &t->stack[i];
-    if (MXPI_UNLIKELY(!(o->flags & MXPI_OPEN_LIVE))) {
+    uint32_t i = t->depth - 1;
+    mxpi_open o = t->stack[i];
+    t->depth = i;
+    if (MXPI_UNLIKELY(!(o.flags & MXPI_OPEN_LIVE))) {
+        mxpi_edit_end(t);
         mxpi_tally(&t->ignored);
         return;
     }
-    finish(t, o, i > 0 ? &t->stack[i - 1] : NULL, mxpi_ticks());
+    int64_t now = mxpi_ticks();
+    mxpi_open *parent = i > 0 ? &t->stack[i - 1] : NULL;
+    if (parent != NULL && (parent->flags & MXPI_OPEN_LIVE)) parent->child += now - o.credit;
+    mxpi_edit_end(t);
+    emit(t, &o, now);
+}
+
+/* Inside an edit: drop the claimed entries on top of the stack; true when
+ * one of them is a range of id cut short by a stop (its end is this call:
+ * nothing more to do). */
+static inline bool drop_claimed(mxpi_thread *t, uint32_t id) {
+    while (MXPI_UNLIKELY(t->depth > 0 && mxpi_claimed(t, t->depth - 1))) {
+        uint32_t i = --t->depth;
+        if (t->stack[i].id == id && mxpi_cut(t, i)) return true;
+    }
+    return false;
+}
+
+/* The end of id found no open range of it on top of t's stack (inside an
+ * edit, which this ends): close one further down, or one open elsewhere. */
+static __attribute__((noinline, cold)) void end_search(mxpi_thread *t, uint32_t id) {
+    for (uint32_t d = t->depth; d > 1; d--) {
+        if (t->stack[d - 2].id == id && (!mxpi_claimed(t, d - 2) || mxpi_cut(t, d - 2))) {
+            end_inner(t, d - 2);
+            return;
+        }
+    }
+    mxpi_edit_end(t);
+    if (!mxpi_end_elsewhere(t, id, mxpi_ticks())) mxpi_tally(&t->unmatched);
+}
+
+static inline void begin_on(mxpi_thread *t, uint32_t id, bool frame) {
+    if (MXPI_LIKELY(known(id))) push(t, id, frame);
+}
+
+static inline void end_on(mxpi_thread *t, uint32_t id) {
+    mxpi_edit_begin(t);
+    if (MXPI_UNLIKELY(drop_claimed(t, id))) {
+        mxpi_edit_end(t);
+        return;
+    }
+    uint32_t d = t->depth;
+    if (MXPI_LIKELY(d > 0 && t->stack[d - 1].id == id))
+        end_top(t);
+    else
+        end_search(t, id);
 }
 
 int mxp_range_begin(uint32_t id) {
     int rc = MXP_OK;
     mxpi_thread *t = mxpi_self(&rc);
-    if (MXPI_UNLIKELY(t == NULL || !known(id))) return rc;
-    push(t, id);
+    if (MXPI_LIKELY(t != NULL)) begin_on(t, id, false);
     return rc;
 }
 
 int mxp_frame_begin(uint32_t id) {
     int rc = MXP_OK;
     mxpi_thread *t = mxpi_self(&rc);
-    if (MXPI_UNLIKELY(t == NULL || !known(id))) return rc;
-    mxpi_open *o = push(t, id);
-    if (o != NULL && (o->flags & MXPI_OPEN_LIVE))
-        o->aux = atomic_fetch_add_explicit(&mxpi_obj(id)->frame_next, 1, MXPI_RELAXED);
+    if (MXPI_LIKELY(t != NULL)) begin_on(t, id, true);
     return rc;
-}
-
-static __attribute__((noinline, cold)) void end_search(mxpi_thread *t, uint32_t id) {
-    for (uint32_t d = t->depth; d > 1; d--) {
-        if (t->stack[d - 2].id == id) {
-            end_inner(t, d - 2);
-            return;
-        }
-    }
-    mxpi_tally(&t->unmatched);
 }
 
 int mxp_range_end(uint32_t id) {
     int rc = MXP_OK;
     mxpi_thread *t = mxpi_self(&rc);
-    if (MXPI_UNLIKELY(t == NULL)) return rc;
-    uint32_t d = t->depth;
-    if (MXPI_LIKELY(d > 0 && t->stack[d - 1].id == id))
-        end_top(t);
-    else
-        end_search(t, id);
+    if (MXPI_LIKELY(t != NULL)) end_on(t, id);
     return rc;
 }
+
+static inline bool is_frame(uint32_t id) { return mxpi_obj(id)->kind == MXP_KIND_FRAME; }
 
 int64_t mxp_range_begin_token(uint32_t id) {
     int rc = MXP_OK;
     mxpi_thread *t = mxpi_self(&rc);
     if (MXPI_UNLIKELY(t == NULL || !known(id))) return rc;
-    mxpi_open *o = push(t, id);
+    mxpi_open *o = push(t, id, is_frame(id));
     if (o == NULL) return rc;
-    if ((o->flags & MXPI_OPEN_LIVE) && mxpi_obj(id)->kind == MXP_KIND_FRAME)
-        o->aux = atomic_fetch_add_explicit(&mxpi_obj(id)->frame_next, 1, MXPI_RELAXED);
     return (int64_t)(o->seq << 1) | rc;
 }
 
@@ -144,11 +193,12 @@ int mxp_range_end_token(uint32_t id, int64_t token) {
     mxpi_thread *t = mxpi_self(&rc);
     if (MXPI_UNLIKELY(t == NULL)) return rc;
     uint64_t seq = (uint64_t)token >> 1;
+    mxpi_edit_begin(t);
     uint32_t d = t->depth;
     while (d > 0) {
         mxpi_open *o = &t->stack[--d];
         if (o->seq == seq && o->id == id) {
-            if (d == t->depth - 1)
+            if (d == t->depth - 1 && !mxpi_claimed(t, d))
                 end_top(t);
             else
                 end_inner(t, d);
@@ -156,8 +206,44 @@ int mxp_range_end_token(uint32_t id, int64_t token) {
         }
         if (o->seq < seq) break; /* sequence numbers grow up the stack */
     }
+    mxpi_edit_end(t);
     mxpi_tally(&t->unmatched);
     return rc;
+}
+
+/* ---- ranges on tracks (asyncio tasks) ---- */
+
+int mxp_track_begin(uint32_t tid, uint32_t id) {
+    mxpi_thread *t = mxpi_track_of(tid);
+    if (MXPI_UNLIKELY(t == NULL)) return MXP_E_INVALID;
+    begin_on(t, id, known(id) && is_frame(id));
+    return MXP_OK;
+}
+
+int mxp_track_end(uint32_t tid, uint32_t id) {
+    mxpi_thread *t = mxpi_track_of(tid);
+    if (MXPI_UNLIKELY(t == NULL)) return MXP_E_INVALID;
+    end_on(t, id);
+    return MXP_OK;
+}
+
+int mxp_track_close(uint32_t tid) {
+    mxpi_thread *t = mxpi_track_of(tid);
+    if (t == NULL) return MXP_E_INVALID;
+    /* Its ranges still open end with it, cut short. */
+    int64_t now = mxpi_ticks();
+    mxpi_edit_begin(t);
+    uint32_t n = t->depth;
+    t->depth = 0;
+    mxpi_edit_end(t);
+    for (uint32_t i = n; i-- > 0;) {
+        mxpi_open o = t->stack[i];
+        if (mxpi_claimed(t, i) || !(o.flags & MXPI_OPEN_LIVE)) continue;
+        o.aux |= MXPI_AUX_CUT;
+        emit(t, &o, now);
+    }
+    mxpi_track_retire(t);
+    return MXP_OK;
 }
 
 /* ---- counters and markers ---- */

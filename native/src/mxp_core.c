@@ -71,9 +71,10 @@ static void fork_child(void) {
         MXPI_STORE(self->non_lifo, 0);
         MXPI_STORE(self->ignored, 0);
         MXPI_STORE(self->dropped, 0);
+        MXPI_STORE(self->cut, 0);
     }
     mxpi_g.retired_unmatched = mxpi_g.retired_non_lifo = 0;
-    mxpi_g.retired_ignored = mxpi_g.retired_dropped = 0;
+    mxpi_g.retired_ignored = mxpi_g.retired_dropped = mxpi_g.retired_cut = 0;
     atomic_store(&mxpi_g.pending_chunks, 0); /* the parent's chunks are abandoned */
     mxpi_budget_recount(); /* nothing is buffered here */
     wake_init();
@@ -90,6 +91,7 @@ static void init_once_fn(void) {
     atomic_store(&mxpi_g.budget, UNLIMITED_BUDGET); /* epoch 0, as the flags */
     mxpi_registry_init();
     mxpi_threads_init();
+    mxpi_claim_init();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
@@ -213,7 +215,9 @@ void mxp_counts_get(mxp_counts *out) {
     out->non_lifo_stops = mxpi_g.retired_non_lifo;
     out->ignored_calls = mxpi_g.retired_ignored;
     out->dropped_events = mxpi_g.retired_dropped;
+    out->cut_ranges = mxpi_g.retired_cut;
     for (mxpi_thread *t = mxpi_g.threads; t; t = t->next) {
+        out->cut_ranges += MXPI_LOAD(t->cut);
         out->unmatched_stops += MXPI_LOAD(t->unmatched);
         out->non_lifo_stops += MXPI_LOAD(t->non_lifo);
         out->ignored_calls += MXPI_LOAD(t->ignored);

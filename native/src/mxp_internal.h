@@ -29,6 +29,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MXPI_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) && !defined(MXPI_TSAN)
+#define MXPI_TSAN 1
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
 #define MXPI_HAVE_TSC 1
@@ -82,13 +91,19 @@ static inline int64_t mxpi_tb_span(const mxpi_timebase *tb, int64_t ticks) {
 
 /* One trace record, 24 bytes.  ts is the start (ranges) or the instant, in
  * ticks; val is the duration in ticks (ranges) or the sample (counters); aux
- * is the frame index (frames) or the scope (markers). */
+ * is the scope (markers), or for ranges the frame index (frames) with the
+ * MXPI_AUX_* bits below. */
 typedef struct mxpi_rec {
     int64_t ts;
     int64_t val;
     uint32_t id;
     uint32_t aux;
 } mxpi_rec;
+
+/* Bits of a range record's aux. */
+#define MXPI_AUX_CUT (1u << 31)      /* closed by a stop, not by its end */
+#define MXPI_AUX_ASYNC (1u << 30)    /* ended on another thread or task than it began */
+#define MXPI_AUX_INDEX 0x3fffffffu   /* the frame index */
 
 #define MXPI_CHUNK_RECORDS 1024u
 #define MXPI_RESERVE_STEP 256u
@@ -155,6 +170,9 @@ typedef _Atomic(mxpi_agg *) mxpi_agg_dir[MXPI_NPAGES];
 #define MXPI_OPEN_TRACE 2u  /* write a record at the end */
 #define MXPI_OPEN_AGG 4u    /* aggregate at the end */
 
+/* An open range.  Written by the stack's owner only; read by a claimer
+ * (mxp_claim.c) as a seqlock reader.  Its claim is beside it, in the
+ * thread's claims array. */
 typedef struct mxpi_open {
     uint32_t id;
     uint32_t aux;
@@ -163,7 +181,7 @@ typedef struct mxpi_open {
     int64_t start;  /* ticks */
     int64_t child;  /* ticks covered by finished children */
     int64_t credit; /* the parent is credited with [credit, end] */
-    uint64_t seq;   /* token for mxp_range_end_token */
+    uint64_t seq;   /* token for mxp_range_end_token; unique per stack */
 } mxpi_open;
 
 #define MXPI_STACK_MAX 65536u
@@ -177,10 +195,14 @@ typedef struct mxpi_thread {
     uint32_t pos;
     uint32_t limit; /* slots below it are reserved under the event cap */
     uint32_t cap_epoch;
-    mxpi_open *stack;
+    mxpi_open *stack; /* replaced only under reg_lock (claimers read it) */
+    /* Per stack entry: its seq (| MXPI_CLAIM_ENDED) once another thread
+     * closed and recorded it (mxp_claim.c); the same length as stack. */
+    _Atomic uint64_t *claims;
     uint32_t depth;
     uint32_t stack_cap;
     uint64_t seq;
+    _Atomic uint32_t edits; /* odd while the owner changes its stack */
     uint32_t scope;
     uint32_t tid;
     int64_t os_tid;
@@ -191,6 +213,7 @@ typedef struct mxpi_thread {
     _Atomic uint64_t non_lifo;
     _Atomic uint64_t ignored;
     _Atomic uint64_t dropped;
+    _Atomic uint64_t cut; /* ranges this thread closed in mxp_ranges_cut */
     _Atomic(mxpi_chunk *) first; /* the first chunk, published once */
 
     /* writer only (out_lock) */
@@ -259,7 +282,7 @@ typedef struct mxpi_global {
     mxpi_thread *threads;
     uint32_t next_tid;
     mxpi_agg_dir *retired_aggs;
-    uint64_t retired_unmatched, retired_non_lifo, retired_ignored, retired_dropped;
+    uint64_t retired_unmatched, retired_non_lifo, retired_ignored, retired_dropped, retired_cut;
     _Atomic uint64_t unknown_frees;
 
     /* chunk free list (free_lock) */
@@ -296,6 +319,11 @@ void mxpi_chunks_freed(int64_t n);
 mxpi_thread *mxpi_thread_attach(void);
 /* A registered thread state not bound to any OS thread (tracks). */
 mxpi_thread *mxpi_thread_new(int64_t os_tid);
+/* Tracks with a stack of their own (mxp_track_begin): find one by tid;
+ * register it; retire it (its statistics kept, its records written). */
+mxpi_thread *mxpi_track_of(uint32_t tid);
+void mxpi_track_register(mxpi_thread *t);
+void mxpi_track_retire(mxpi_thread *t);
 void mxpi_threads_init(void);
 mxpi_chunk *mxpi_chunk_get(void);
 void mxpi_chunk_put(mxpi_chunk *c);
@@ -310,6 +338,17 @@ mxpi_thread **mxpi_threads_snapshot(uint32_t *n); /* caller holds out_lock */
 void mxpi_threads_reap(void);                       /* caller holds out_lock */
 uint64_t mxpi_buffered_records(void);               /* caller holds out_lock */
 void mxpi_threads_reset(void);
+
+/* mxp_claim.c: closing ranges open on other stacks (stop, cross-thread ends) */
+extern int mxpi_fence_needed; /* no membarrier(): owners fence themselves */
+void mxpi_claim_init(void);
+/* The calling thread's end of id matched nothing on its own stack: close
+ * the latest open range of id on another stack, recording it on t as an
+ * async range.  False when there is none (a stop without a start). */
+bool mxpi_end_elsewhere(mxpi_thread *t, uint32_t id, int64_t now);
+/* Hand the writer a range closed on behalf of thread tid (mxp_trace.c,
+ * under out_lock). */
+void mxpi_trace_add_cut(const mxpi_rec *r, uint32_t tid);
 
 /* mxp_trace.c */
 void mxpi_trace_reset(void);
@@ -414,6 +453,48 @@ void mxpi_buf_free(mxpi_buf *b);
 char *mxpi_dup(const char *s, size_t n);
 
 /* ---- hot-path helpers ---- */
+
+/* A full memory fence.  ThreadSanitizer does not model fences: there, a
+ * sequentially consistent read-modify-write of one shared word stands in. */
+#ifdef MXPI_TSAN
+extern _Atomic int mxpi_fence_word;
+static inline void mxpi_fence(void) { atomic_fetch_add_explicit(&mxpi_fence_word, 0, memory_order_seq_cst); }
+#else
+static inline void mxpi_fence(void) { atomic_thread_fence(memory_order_seq_cst); }
+#endif
+
+/* The owner's side of a stack edit: edits is odd from before its first
+ * read of a claim to after its last write.  A claimer writes the claim,
+ * then issues a process-wide barrier (membarrier), then reads edits: so
+ * either this edit sees the claim or the claimer sees the edit.  Where
+ * membarrier is missing the owner pays for a full fence instead. */
+static inline void mxpi_edit_begin(mxpi_thread *t) {
+    atomic_store_explicit(&t->edits, atomic_load_explicit(&t->edits, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    if (__builtin_expect(mxpi_fence_needed, 0)) mxpi_fence();
+}
+
+static inline void mxpi_edit_end(mxpi_thread *t) {
+    atomic_store_explicit(&t->edits, atomic_load_explicit(&t->edits, memory_order_relaxed) + 1,
+                          memory_order_release);
+}
+
+/* A claim's tag: the range was ended elsewhere (a stop on another thread),
+ * so a later stop here is not its end.  Untagged: cut short by a stop of
+ * recording, and a later stop here is its end, which records nothing. */
+#define MXPI_CLAIM_ENDED (UINT64_C(1) << 63)
+
+/* Whether entry i of t's stack was closed by another thread. */
+static inline bool mxpi_claimed(const mxpi_thread *t, uint32_t i) {
+    return (atomic_load_explicit(&t->claims[i], memory_order_relaxed) & ~MXPI_CLAIM_ENDED) ==
+           t->stack[i].seq;
+}
+
+/* Claimed as cut short: the owner's own end of it is still to come. */
+static inline bool mxpi_cut(const mxpi_thread *t, uint32_t i) {
+    return atomic_load_explicit(&t->claims[i], memory_order_relaxed) == t->stack[i].seq;
+}
 
 #define MXPI_LOAD(x) atomic_load_explicit(&(x), MXPI_RELAXED)
 #define MXPI_STORE(x, v) atomic_store_explicit(&(x), (v), MXPI_RELAXED)

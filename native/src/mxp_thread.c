@@ -104,14 +104,20 @@ bool mxpi_record_slow(mxpi_thread *t) {
 
 /* ---- stack ---- */
 
+/* Under reg_lock: claimers read other threads' stacks holding it. */
 bool mxpi_stack_grow(mxpi_thread *t) {
     if (t->stack_cap >= MXPI_STACK_MAX) return false;
     uint32_t cap = t->stack_cap ? t->stack_cap * 2 : 16;
+    pthread_mutex_lock(&mxpi_g.reg_lock);
     mxpi_open *s = realloc(t->stack, cap * sizeof *s);
-    if (s == NULL) return false;
-    t->stack = s;
-    t->stack_cap = cap;
-    return true;
+    if (s != NULL) t->stack = s;
+    _Atomic uint64_t *c = s ? realloc(t->claims, cap * sizeof *c) : NULL;
+    if (c != NULL) {
+        t->claims = c;
+        t->stack_cap = cap;
+    }
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+    return c != NULL;
 }
 
 /* ---- aggregates ---- */
@@ -249,12 +255,63 @@ static void retire_aggs(mxpi_thread *t) {
     }
 }
 
+/* ---- tracks by trace id ---- */
+
+#define TID_PAGE 1024u
+#define TID_PAGES 16384u
+
+/* Track states by tid, for mxp_track_begin/end: set and cleared under
+ * reg_lock, read without it (a track is used by one task at a time, and
+ * never after its mxp_track_close). */
+static _Atomic(_Atomic(mxpi_thread *) *) by_tid[TID_PAGES];
+
+static void tid_set(uint32_t tid, mxpi_thread *t) {
+    uint32_t page = tid / TID_PAGE;
+    if (page >= TID_PAGES) return;
+    _Atomic(mxpi_thread *) *p = atomic_load_explicit(&by_tid[page], MXPI_ACQUIRE);
+    if (p == NULL) {
+        p = calloc(TID_PAGE, sizeof *p);
+        if (p == NULL) return;
+        atomic_store_explicit(&by_tid[page], p, MXPI_RELEASE);
+    }
+    atomic_store_explicit(&p[tid % TID_PAGE], t, MXPI_RELEASE);
+}
+
+mxpi_thread *mxpi_track_of(uint32_t tid) {
+    uint32_t page = tid / TID_PAGE;
+    if (page >= TID_PAGES) return NULL;
+    _Atomic(mxpi_thread *) *p = atomic_load_explicit(&by_tid[page], MXPI_ACQUIRE);
+    return p ? atomic_load_explicit(&p[tid % TID_PAGE], MXPI_ACQUIRE) : NULL;
+}
+
+void mxpi_track_register(mxpi_thread *t) {
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    tid_set(t->tid, t);
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+}
+
 /* ---- attach / retire ---- */
+
+static void retire_locked(mxpi_thread *t);
+
+void mxpi_track_retire(mxpi_thread *t) {
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    tid_set(t->tid, NULL);
+    retire_locked(t);
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+}
 
 static void thread_exit(void *arg) {
     mxpi_thread *t = arg;
     if (mxpi_tls == t) mxpi_tls = NULL;
     pthread_mutex_lock(&mxpi_g.reg_lock);
+    retire_locked(t);
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+}
+
+/* Hand a thread's (or track's) statistics and tallies to the registry; its
+ * records stay until written (mxpi_threads_reap).  Caller holds reg_lock. */
+static void retire_locked(mxpi_thread *t) {
     retire_aggs(t);
     free_aggs(t->aggs);
     t->aggs = NULL;
@@ -262,6 +319,8 @@ static void thread_exit(void *arg) {
     mxpi_g.retired_non_lifo += MXPI_LOAD(t->non_lifo);
     mxpi_g.retired_ignored += MXPI_LOAD(t->ignored);
     mxpi_g.retired_dropped += MXPI_LOAD(t->dropped);
+    mxpi_g.retired_cut += MXPI_LOAD(t->cut);
+    MXPI_STORE(t->cut, 0);
     MXPI_STORE(t->unmatched, 0);
     MXPI_STORE(t->non_lifo, 0);
     MXPI_STORE(t->ignored, 0);
@@ -274,10 +333,11 @@ static void thread_exit(void *arg) {
     }
     t->limit = t->pos;
     free(t->stack);
+    free(t->claims);
     t->stack = NULL;
+    t->claims = NULL;
     t->depth = t->stack_cap = 0;
     t->retired = 1;
-    pthread_mutex_unlock(&mxpi_g.reg_lock);
 }
 
 void mxpi_threads_init(void) { pthread_key_create(&exit_key, thread_exit); }
@@ -289,6 +349,7 @@ mxpi_thread *mxpi_thread_new(int64_t os_tid) {
     if (t == NULL) return NULL;
     memset(t, 0, size);
     if (!mxpi_stack_grow(t)) {
+        free(t->stack);
         free(t);
         return NULL;
     }
@@ -372,8 +433,9 @@ void mxpi_threads_reap(void) {
 void mxpi_threads_reset(void) {
     pthread_mutex_lock(&mxpi_g.reg_lock);
     mxpi_g.retired_unmatched = mxpi_g.retired_non_lifo = 0;
-    mxpi_g.retired_ignored = mxpi_g.retired_dropped = 0;
+    mxpi_g.retired_ignored = mxpi_g.retired_dropped = mxpi_g.retired_cut = 0;
     for (mxpi_thread *t = mxpi_g.threads; t; t = t->next) {
+        MXPI_STORE(t->cut, 0);
         t->depth = 0;
         t->scope = 0;
         MXPI_STORE(t->unmatched, 0);
@@ -382,4 +444,16 @@ void mxpi_threads_reset(void) {
         MXPI_STORE(t->dropped, 0);
     }
     pthread_mutex_unlock(&mxpi_g.reg_lock);
+}
+
+/* ---- tracks with a stack (asyncio tasks) ---- */
+
+int mxp_track_open(const char *name, size_t name_len, uint32_t *tid_out) {
+    mxp_init();
+    if (tid_out == NULL || (name == NULL && name_len)) return MXP_E_INVALID;
+    mxpi_thread *t = mxpi_thread_new(0);
+    if (t == NULL) return MXP_E_NOMEM;
+    mxpi_track_register(t);
+    *tid_out = t->tid;
+    return mxp_thread_name_set(t->tid, name, name_len);
 }

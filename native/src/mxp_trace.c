@@ -41,6 +41,12 @@ static struct {
     char *process_name, *top_json, *other_json;
     size_t process_name_len, top_json_len, other_json_len;
     mxp_counts base; /* tallies when the profile began */
+    /* ranges closed on behalf of other threads (mxpi_trace_add_cut) */
+    struct cut_rec {
+        mxpi_rec r;
+        uint32_t tid;
+    } *cuts;
+    uint32_t ncuts, cuts_cap;
     /* names_lock */
     tinfo *threads;
     uint32_t nthreads;
@@ -208,6 +214,29 @@ static void commit_cursor(mxpi_thread *t, cursor c) {
     if (c.consumed) atomic_fetch_add_explicit(&mxpi_g.budget, c.consumed, MXPI_RELAXED);
 }
 
+void mxpi_trace_add_cut(const mxpi_rec *r, uint32_t tid) {
+    if (W.ncuts == W.cuts_cap) {
+        uint32_t cap = W.cuts_cap ? W.cuts_cap * 2 : 64;
+        struct cut_rec *p = realloc(W.cuts, cap * sizeof *p);
+        if (p == NULL) return; /* out of memory: this cut range is not written */
+        W.cuts = p;
+        W.cuts_cap = cap;
+    }
+    W.cuts[W.ncuts].r = *r;
+    W.cuts[W.ncuts].tid = tid;
+    W.ncuts++;
+}
+
+/* Hand the cut ranges to fmt (NULL: discard them). */
+static bool walk_cuts(const mxpi_format *fmt) {
+    for (uint32_t i = 0; fmt != NULL && i < W.ncuts; i++) {
+        if (W.cuts[i].r.ts < W.o.epoch_ticks) continue;
+        mark_used(W.cuts[i].tid, true);
+        if (!fmt->record(&W.o, &W.cuts[i].r, W.cuts[i].tid)) return false;
+    }
+    return true;
+}
+
 /* Read every buffered record with fmt (NULL: discard them); commit only if
  * all went well.  Returns false on the format's failure. */
 static bool drain(const mxpi_format *fmt, uint64_t *written) {
@@ -227,9 +256,11 @@ static bool drain(const mxpi_format *fmt, uint64_t *written) {
         ok = walk(&cs[i], ts[i]->tid, fmt, &any);
         if (any) mark_used(ts[i]->tid, true);
     }
+    if (ok) ok = walk_cuts(fmt);
     if (ok && fmt != NULL) ok = fmt->end(&W.o);
     if (ok) {
-        uint64_t total = 0;
+        uint64_t total = W.ncuts;
+        W.ncuts = 0;
         for (uint32_t i = 0; i < n; i++) {
             total += cs[i].consumed;
             commit_cursor(ts[i], cs[i]);
@@ -242,7 +273,10 @@ static bool drain(const mxpi_format *fmt, uint64_t *written) {
     return ok;
 }
 
-static void discard_locked(void) { drain(NULL, NULL); }
+static void discard_locked(void) {
+    drain(NULL, NULL);
+    W.ncuts = 0;
+}
 
 /* ---- files ---- */
 
@@ -260,6 +294,7 @@ static void tallies_now(void) {
     W.o.tallies.non_lifo_stops = c.non_lifo_stops - W.base.non_lifo_stops;
     W.o.tallies.ignored_calls = c.ignored_calls - W.base.ignored_calls;
     W.o.tallies.unknown_frees = c.unknown_frees - W.base.unknown_frees;
+    W.o.tallies.cut_ranges = c.cut_ranges - W.base.cut_ranges;
 }
 
 static void meta_into_out(void) {
@@ -384,6 +419,35 @@ int mxp_trace_flush(int finish) {
     mxp_init();
     pthread_mutex_lock(&mxpi_g.out_lock);
     int rc = flush_locked(finish != 0);
+    pthread_mutex_unlock(&mxpi_g.out_lock);
+    return rc;
+}
+
+uint64_t mxp_trace_pending(void) {
+    mxp_init();
+    pthread_mutex_lock(&mxpi_g.out_lock);
+    uint64_t n = mxpi_buffered_records() + W.ncuts;
+    pthread_mutex_unlock(&mxpi_g.out_lock);
+    return n;
+}
+
+int mxp_trace_continue(const char *path, size_t path_len) {
+    mxp_init();
+    if (path == NULL || path_len == 0 || memchr(path, '\0', path_len) != NULL) return MXP_E_INVALID;
+    const mxpi_format *fmt = format_of(path, path_len);
+    if (fmt == NULL) return MXP_E_INVALID;
+    int rc = MXP_E_STATE;
+    pthread_mutex_lock(&mxpi_g.out_lock);
+    if (W.profile_open && W.finished) {
+        close_file();
+        if (set_str(&W.path, NULL, path, path_len)) {
+            W.fmt = fmt;
+            W.finished = false;
+            rc = MXP_OK;
+        } else {
+            rc = MXP_E_NOMEM;
+        }
+    }
     pthread_mutex_unlock(&mxpi_g.out_lock);
     return rc;
 }

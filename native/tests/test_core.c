@@ -7,6 +7,7 @@
 #include "mxp_internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #ifdef MXPI_HAVE_ZLIB
 #include <zlib.h>
@@ -433,6 +434,92 @@ static void test_threads_record_while_draining(void) {
     CHECK(flushes == 20);
 }
 
+/* ---- ranges closed by other threads: cuts racing with owners, handoffs ---- */
+
+#define RACERS 3
+#define RACE_RANGES 20000
+static uint32_t race_range;
+static _Atomic int racers_done;
+
+static void *racer(void *arg) {
+    (void)arg;
+    for (int i = 0; i < RACE_RANGES; i++) {
+        mxp_range_begin(race_range);
+        mxp_range_end(race_range);
+    }
+    atomic_fetch_add(&racers_done, 1);
+    return NULL;
+}
+
+/* Cuts race with owners ending the same ranges: each range is recorded
+ * exactly once, by its owner or by a cut, and no end is misuse. */
+static void test_cuts_race_with_owners(void) {
+    fresh();
+    race_range = reg(MXP_KIND_TASK, "race", "r");
+    atomic_store(&racers_done, 0);
+    pthread_t th[RACERS];
+    for (int i = 0; i < RACERS; i++) pthread_create(&th[i], NULL, racer, NULL);
+    int cuts = 0;
+    while (atomic_load(&racers_done) < RACERS) {
+        CHECK(mxp_ranges_cut() >= 0);
+        cuts++;
+    }
+    for (int i = 0; i < RACERS; i++) pthread_join(th[i], NULL);
+    mxp_counts c;
+    mxp_counts_get(&c);
+    CHECK_EQ(stat_of(race_range).count, RACERS * RACE_RANGES);
+    CHECK_EQ(c.unmatched_stops, 0);
+    CHECK_EQ(c.non_lifo_stops, 0);
+    CHECK(cuts > 0);
+}
+
+static _Atomic int handoff_turn;
+
+static void *handoff_consumer(void *arg) {
+    int n = *(int *)arg;
+    for (int i = 0; i < n; i++) {
+        while (atomic_load(&handoff_turn) != 1) sched_yield();
+        mxp_range_end(race_range);
+        atomic_store(&handoff_turn, 0);
+    }
+    return NULL;
+}
+
+/* A range begun on one thread and ended on another is recorded once, as
+ * an async range of the thread that ended it. */
+static void test_end_on_another_thread(void) {
+    fresh();
+    mxp_profile_begin();
+    char path[512];
+    set_path("handoff.json", path, sizeof path);
+    race_range = reg(MXP_KIND_TASK, "race", "handoff");
+    int n = 500;
+    atomic_store(&handoff_turn, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, handoff_consumer, &n);
+    for (int i = 0; i < n; i++) {
+        mxp_range_begin(race_range);
+        atomic_store(&handoff_turn, 1);
+        while (atomic_load(&handoff_turn) != 0) sched_yield();
+    }
+    pthread_join(th, NULL);
+    mxp_counts c;
+    mxp_counts_get(&c);
+    CHECK_EQ(stat_of(race_range).count, n);
+    CHECK_EQ(c.unmatched_stops, 0);
+    mxp_range_end(race_range); /* each begin was ended already */
+    mxp_counts_get(&c);
+    CHECK_EQ(c.unmatched_stops, 1);
+    CHECK_EQ(mxp_trace_flush(1), MXP_OK);
+    size_t len = 0;
+    char *text = read_file(path, &len);
+    CHECK(text && complete_json(text));
+    CHECK_EQ(text ? count_of(text, "\"ph\":\"b\"") : 0, n);
+    CHECK_EQ(text ? count_of(text, "\"ph\":\"e\"") : 0, n);
+    CHECK_EQ(text ? count_of(text, "\"ph\":\"X\"") : 0, 0);
+    free(text);
+}
+
 /* ---- the other formats: gzip JSON and Perfetto, flushed while threads record ---- */
 
 static void *format_recorder(void *arg) {
@@ -763,6 +850,8 @@ int main(void) {
     test_new_cap_with_idle_threads();
     test_failed_write_keeps_records();
     test_threads_record_while_draining();
+    test_cuts_race_with_owners();
+    test_end_on_another_thread();
     test_other_formats();
     test_memory_accounting();
     test_memory_table();
