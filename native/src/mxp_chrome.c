@@ -49,6 +49,7 @@ typedef struct chrome {
     bool member_open;     /* gz: an events member has data not yet finished */
     char pid_tid[48];     /* ,"pid":P,"tid": */
     size_t pid_tid_len;
+    uint64_t async_ids;   /* ids given to async ranges (never reused in the file) */
 #ifdef MXPI_HAVE_ZLIB
     z_stream z;
     bool z_ready;
@@ -231,6 +232,8 @@ static void tail_text(const mxpi_out *o, mxpi_buf *b) {
     mxpi_buf_u64(b, c->ignored_calls);
     mxpi_buf_puts(b, ",\"unknown_frees\":");
     mxpi_buf_u64(b, c->unknown_frees);
+    mxpi_buf_puts(b, ",\"cut_ranges\":");
+    mxpi_buf_u64(b, c->cut_ranges);
     mxpi_buf_puts(b, "}}\n");
 }
 
@@ -288,10 +291,49 @@ static char *put(char *p, const char *s, size_t n) {
 
 #define PUT_LIT(p, lit) put((p), (lit), sizeof(lit) - 1)
 
+/* A range's args, if it has any: its frame index, whether a stop cut it. */
+static char *range_args(char *p, const mxpi_rec *r, const mxpi_object *obj) {
+    bool frame = obj->kind == MXP_KIND_FRAME, cut = (r->aux & MXPI_AUX_CUT) != 0;
+    if (!frame && !cut) return p;
+    p = PUT_LIT(p, ",\"args\":{");
+    if (frame) {
+        p = PUT_LIT(p, "\"frame\":");
+        p = mxpi_fmt_u64(p, r->aux & MXPI_AUX_INDEX);
+    }
+    if (cut) p = frame ? PUT_LIT(p, ",\"cut_short\":true") : PUT_LIT(p, "\"cut_short\":true");
+    *p++ = '}';
+    return p;
+}
+
+/* A range that ended on another thread or task than it began: a pair of
+ * async events ("b" and "e") with an id of their own, which viewers draw
+ * on a track of their own instead of nesting them with the thread's ranges. */
+static char *async_range(chrome *c, const mxpi_out *o, const mxpi_rec *r, uint32_t tid,
+                         const mxpi_object *obj, char *p) {
+    uint64_t id = ++c->async_ids;
+    for (int end = 0; end < 2; end++) {
+        char *ph = p + obj->frag_len - 8; /* the phase letter of the prefix ("X") */
+        p = put(p, obj->frag, obj->frag_len);
+        *ph = end ? 'e' : 'b';
+        p = mxpi_fmt_us(p, mxpi_tb_span(&o->tb, r->ts + (end ? r->val : 0) - o->epoch_ticks));
+        p = put(p, c->pid_tid, c->pid_tid_len);
+        p = mxpi_fmt_u64(p, tid);
+        p = PUT_LIT(p, ",\"id\":");
+        p = mxpi_fmt_u64(p, id);
+        if (!end) p = range_args(p, r, obj);
+        p = PUT_LIT(p, "},\n");
+    }
+    return p;
+}
+
 static void format_rec(chrome *c, const mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
     mxpi_buf *b = &c->text;
     mxpi_object *obj = mxpi_obj(r->id);
-    if (!mxpi_buf_reserve(b, obj->frag_len + obj->key_len + REC_ROOM)) return;
+    if (!mxpi_buf_reserve(b, 2 * (obj->frag_len + REC_ROOM) + obj->key_len)) return;
+    if ((r->aux & MXPI_AUX_ASYNC) && obj->kind != MXP_KIND_MARKER && obj->kind != MXP_KIND_COUNTER) {
+        b->len = (size_t)(async_range(c, o, r, tid, obj, b->data + b->len) - b->data);
+        return;
+    }
     char *p = put(b->data + b->len, obj->frag, obj->frag_len);
     p = mxpi_fmt_us(p, mxpi_tb_span(&o->tb, r->ts - o->epoch_ticks));
     switch (obj->kind) {
@@ -321,11 +363,7 @@ static void format_rec(chrome *c, const mxpi_out *o, const mxpi_rec *r, uint32_t
         p = mxpi_fmt_us(p, mxpi_tb_span(&o->tb, r->val));
         p = put(p, c->pid_tid, c->pid_tid_len);
         p = mxpi_fmt_u64(p, tid);
-        if (obj->kind == MXP_KIND_FRAME) {
-            p = PUT_LIT(p, ",\"args\":{\"frame\":");
-            p = mxpi_fmt_u64(p, r->aux);
-            *p++ = '}';
-        }
+        p = range_args(p, r, obj);
         p = PUT_LIT(p, "},\n");
     }
     b->len = (size_t)(p - b->data);

@@ -76,6 +76,8 @@ typedef struct item {
     uint32_t aux;
     uint32_t seq; /* arrival order in the batch (records come in end order) */
     uint32_t what; /* TYPE_* or EV_ZERO */
+    uint32_t lane; /* async ranges: the number of their own track */
+    uint32_t unused;
 } item;
 
 typedef struct thr {
@@ -98,6 +100,7 @@ typedef struct perfetto {
     item *items;       /* the batch: records of thread tid */
     size_t n, cap;
     uint32_t tid;
+    uint32_t lanes;    /* tracks given to async ranges (never reused in the file) */
 } perfetto;
 
 /* ---- protobuf encoding (mxpi_buf records an allocation failure) ---- */
@@ -157,7 +160,7 @@ static uint64_t uuid_of(const mxpi_out *o, uint64_t kind, uint32_t n) {
     return z ? z : 1; /* 0 is the implicit global track */
 }
 
-enum { UUID_PROCESS, UUID_THREAD, UUID_COUNTER };
+enum { UUID_PROCESS, UUID_THREAD, UUID_COUNTER, UUID_ASYNC };
 
 /* ts < 0: a packet without a timestamp. */
 static size_t packet_open(perfetto *s, int64_t ts, uint32_t flags) {
@@ -198,7 +201,8 @@ static void clock_snapshot(perfetto *s, const mxpi_out *o) {
 }
 
 /* A track: what is TD_PROCESS (the one that clears the incremental
- * state), TD_THREAD (the trace tid's) or TD_COUNTER. */
+ * state), TD_THREAD (the trace tid's), TD_COUNTER, or 0: a named track of
+ * the process (an async range's). */
 static void track_put(perfetto *s, const mxpi_out *o, uint32_t what, uint64_t uuid, uint32_t tid,
                       const char *name, size_t len) {
     mxpi_buf *b = &s->text;
@@ -206,12 +210,14 @@ static void track_put(perfetto *s, const mxpi_out *o, uint32_t what, uint64_t uu
     size_t t = msg_open(b, PK_TRACK_DESCRIPTOR);
     put_uint(b, TD_UUID, uuid);
     if (what != TD_PROCESS) put_uint(b, TD_PARENT_UUID, s->proc_uuid);
-    if (what == TD_COUNTER) put_bytes(b, TD_NAME, name, len);
-    size_t d = msg_open(b, what); /* CounterDescriptor stays empty */
-    if (what != TD_COUNTER) put_uint(b, DESC_PID, (uint64_t)(int64_t)o->pid);
-    if (what == TD_THREAD) put_uint(b, THD_TID, tid);
-    if (what != TD_COUNTER) put_bytes(b, what == TD_THREAD ? THD_THREAD_NAME : PD_PROCESS_NAME, name, len);
-    msg_close(b, d);
+    if (what == TD_COUNTER || what == 0) put_bytes(b, TD_NAME, name, len);
+    if (what != 0) {
+        size_t d = msg_open(b, what); /* CounterDescriptor stays empty */
+        if (what != TD_COUNTER) put_uint(b, DESC_PID, (uint64_t)(int64_t)o->pid);
+        if (what == TD_THREAD) put_uint(b, THD_TID, tid);
+        if (what != TD_COUNTER) put_bytes(b, what == TD_THREAD ? THD_THREAD_NAME : PD_PROCESS_NAME, name, len);
+        msg_close(b, d);
+    }
     msg_close(b, t);
     msg_close(b, p);
 }
@@ -257,7 +263,15 @@ static bool first_use(perfetto *s, uint32_t id, uint8_t bit) {
 static void event_put(perfetto *s, const mxpi_out *o, const item *it, uint32_t type) {
     mxpi_buf *b = &s->text;
     uint64_t track = uuid_of(o, UUID_THREAD, s->tid);
-    if (type == TYPE_COUNTER) {
+    bool range = type == TYPE_SLICE_BEGIN || type == TYPE_SLICE_END;
+    if (range && (it->aux & MXPI_AUX_ASYNC)) {
+        track = uuid_of(o, UUID_ASYNC, it->lane);
+        if (type == TYPE_SLICE_BEGIN) {
+            size_t len;
+            const char *title = mxpi_object_title(mxpi_obj(it->id), &len);
+            track_put(s, o, 0, track, 0, title, len);
+        }
+    } else if (type == TYPE_COUNTER) {
         track = uuid_of(o, UUID_COUNTER, it->id);
         const mxpi_object *obj = mxpi_obj(it->id);
         if (first_use(s, it->id, OBJ_TRACK)) track_put(s, o, TD_COUNTER, track, 0, obj->name, obj->name_len);
@@ -290,7 +304,9 @@ static void event_put(perfetto *s, const mxpi_out *o, const item *it, uint32_t t
         annotation(b, "scope", DA_STRING_VALUE, scope, strlen(scope), 0);
     }
     if (type == TYPE_SLICE_BEGIN && obj->kind == MXP_KIND_FRAME)
-        annotation(b, "frame", DA_UINT_VALUE, NULL, 0, it->aux);
+        annotation(b, "frame", DA_UINT_VALUE, NULL, 0, it->aux & MXPI_AUX_INDEX);
+    if (type == TYPE_SLICE_BEGIN && (it->aux & MXPI_AUX_CUT))
+        annotation(b, "cut_short", DA_UINT_VALUE, NULL, 0, 1);
     msg_close(b, e);
     msg_close(b, p);
 }
@@ -459,7 +475,7 @@ static bool record(mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
         s->cap = cap;
     }
     int64_t ts = o->base_mono_ns + mxpi_tb_span(&o->tb, r->ts - o->epoch_ticks);
-    item it = {ts, r->val, r->id, r->aux, (uint32_t)s->n, TYPE_COUNTER};
+    item it = {ts, r->val, r->id, r->aux, (uint32_t)s->n, TYPE_COUNTER, 0, 0};
     uint32_t kind = mxpi_obj(r->id)->kind;
     if (kind == MXP_KIND_MARKER || is_memory(kind)) {
         it.what = TYPE_INSTANT;
@@ -467,6 +483,7 @@ static bool record(mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
         int64_t dur = mxpi_tb_span(&o->tb, r->val);
         it.v = dur > 0 ? dur : 0;
         it.what = dur > 0 ? TYPE_SLICE_BEGIN : EV_ZERO;
+        if (r->aux & MXPI_AUX_ASYNC) it.lane = ++s->lanes;
         if (dur > 0) { /* the begin here, the end below */
             s->items[s->n++] = it;
             it.ts += dur;
