@@ -8,9 +8,13 @@ Each works three ways, all recording the same thing::
     def f(): ...
 
 Each begin and each end is one call into the core with a cached integer id
-(DESIGN.md §2.2).  The end of ``with`` and of a decorated call runs in a
-``finally``, so a raising body still closes its range.  Ranges of one thread
-nest; a stop on another thread than its start is tallied, never raised.
+(DESIGN.md §2.2), after one check that no asyncio event loop runs on the
+thread.  Inside an asyncio task a range goes to the task's own track
+(``_tasks``), where begins and ends pair per task.  The end of ``with`` and
+of a decorated call runs in a ``finally``, so a raising body still closes
+its range.  Ranges of one thread (or task) nest; a stop on another thread
+(or task) than its start closes the range there and records it as an async
+range; a stop with no start anywhere is tallied, never raised.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import functools
 import inspect
 from typing import Any, Callable, TypeVar
 
-from . import _native
+from . import _native, _tasks
 from ._native import lib
+from ._tasks import running_loop as _loop
 from ._threads import register_current
 from .domain import Domain, Named, check_domain
 
@@ -31,6 +36,8 @@ _frame_begin = lib.mxp_frame_begin
 _end = lib.mxp_range_end
 _begin_token = lib.mxp_range_begin_token
 _end_token = lib.mxp_range_end_token
+_track_begin = lib.mxp_track_begin
+_track_end = lib.mxp_track_end
 
 
 class _Range(Named):
@@ -40,30 +47,48 @@ class _Range(Named):
     _kind = _native.KIND_TASK
 
     def start(self) -> None:
-        """Begin the range on the calling thread."""
-        if _begin(self._id):
+        """Begin the range on the calling thread (or asyncio task)."""
+        loop = _loop()
+        if loop is None:
+            if _begin(self._id):
+                register_current()
+        elif _tasks.begin(self._id, loop, _begin):
             register_current()
 
     def stop(self) -> None:
-        """End the innermost open range of this object on the calling thread."""
-        if _end(self._id):
+        """End the innermost open range of this object on the calling thread
+        (or asyncio task); with none open there, the one begun last elsewhere."""
+        loop = _loop()
+        if loop is None:
+            if _end(self._id):
+                register_current()
+        elif _tasks.end(self._id, loop):
             register_current()
 
     def __enter__(self) -> _Range:
-        if _begin(self._id):
+        loop = _loop()
+        if loop is None:
+            if _begin(self._id):
+                register_current()
+        elif _tasks.begin(self._id, loop, _begin):
             register_current()
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         # Named parameters, not *exc: no tuple is built on every exit.
-        if _end(self._id):
+        loop = _loop()
+        if loop is None:
+            if _end(self._id):
+                register_current()
+        elif _tasks.end(self._id, loop):
             register_current()
 
     def __call__(self, fn: F) -> F:
         """Decorate fn so that every call of it is one range.
 
         Coroutine functions are timed until they return (each call its own
-        range, even when many run interleaved on one event loop).
+        range, on the track of the asyncio task that runs it; driven without
+        an event loop, each call still pairs with its own end).
         """
         if not callable(fn):
             raise TypeError(f"{type(self).__name__} decorates a callable, got {fn!r}")
@@ -73,6 +98,14 @@ class _Range(Named):
 
             @functools.wraps(fn)
             async def timed_coroutine(*args: Any, **kwargs: Any) -> Any:
+                loop = _loop()
+                tid = _tasks.track_of(loop, True) if loop is not None else 0
+                if tid:
+                    _track_begin(tid, rid)
+                    try:
+                        return await fn(*args, **kwargs)
+                    finally:
+                        _track_end(tid, rid)
                 token = _begin_token(rid)
                 if token & 1:
                     register_current()
@@ -85,12 +118,20 @@ class _Range(Named):
 
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if begin(rid):
+            loop = _loop()
+            if loop is None:
+                if begin(rid):
+                    register_current()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    _end(rid)
+            if _tasks.begin(rid, loop, begin):
                 register_current()
             try:
                 return fn(*args, **kwargs)
             finally:
-                _end(rid)
+                _tasks.end(rid, loop)
 
         return timed  # type: ignore[return-value]
 
@@ -153,12 +194,20 @@ class Frame(_Range):
         super().__init__(check_domain(domain, "Frame"), name)
 
     def start(self) -> None:
-        """Begin the next frame on the calling thread."""
-        if _frame_begin(self._id):
+        """Begin the next frame on the calling thread (or asyncio task)."""
+        loop = _loop()
+        if loop is None:
+            if _frame_begin(self._id):
+                register_current()
+        elif _tasks.begin(self._id, loop, _frame_begin):
             register_current()
 
     def __enter__(self) -> Frame:
-        if _frame_begin(self._id):
+        loop = _loop()
+        if loop is None:
+            if _frame_begin(self._id):
+                register_current()
+        elif _tasks.begin(self._id, loop, _frame_begin):
             register_current()
         return self
 
