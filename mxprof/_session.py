@@ -143,10 +143,20 @@ class Session:
         self.inherited_base: str | None = None
         self.flusher: _Flusher | None = None
         self.pending: OutputError | None = None  # a failed background write
+        # dump(finished=True) while recording: the finished file's name, until
+        # the events recorded since get a file of their own (<stem>-<n><ext>).
+        self.continuation: str | None = None
+        self.segments = 0
         self.baseline = dict.fromkeys(COUNT_FIELDS, 0)
         self.applied_max_events = -1
         self.meta = (b"python", b"")
         self._flush_task: Any = None
+
+    @property
+    def writing(self) -> bool:
+        """Whether recorded events are buffered for a trace file: the open
+        profile's, or a continuation's after dump(finished=True) while running."""
+        return (self.profile_open or self.continuation is not None) and self.traced
 
     # ---- keeping the core in step ----
 
@@ -155,7 +165,7 @@ class Session:
         recording = self.state == "run" and not self.paused
         want = (
             (FLAG_RECORD if recording else 0)
-            | (FLAG_TRACE if self.profile_open and self.traced else 0)
+            | (FLAG_TRACE if self.writing else 0)
             | (FLAG_AGGREGATE if self.config["aggregate_stats"] else 0)
         )
         # Memory is kept from run to stop, paused or not, so that a free seen
@@ -168,7 +178,7 @@ class Session:
             lib.mxp_max_events_set(self.config["max_events"])
             self.applied_max_events = self.config["max_events"]
         period = self.config["dump_period"]
-        wanted = self.profile_open and self.traced and self.config["continuous_dump"]
+        wanted = self.writing and self.config["continuous_dump"]
         if self.flusher is not None and (not wanted or self.flusher.period != period):
             self.flusher.stop()
             self.flusher = None
@@ -185,6 +195,7 @@ class Session:
             _children.withdraw()
 
     def begin_profile(self) -> None:
+        self.close_continuation()
         lib.mxp_profile_begin()
         argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
         process = utf8(argv0 if argv0 not in ("", "-c", "-m") else "python", "process name")
@@ -227,13 +238,52 @@ class Session:
 
     # ---- writing ----
 
+    def end_profile_running(self) -> None:
+        """dump(finished=True) while recording: the profile's file is complete;
+        what is recorded from now on stays buffered for a continuation file,
+        which the first write that has something for it creates."""
+        if self.continuation is None:
+            self.continuation = str(self.config["filename"])
+        self.end_profile()
+
+    def close_continuation(self) -> None:
+        """Before a new profile: write what waits for a continuation file."""
+        if self.continuation is not None and self.traced:
+            try:
+                self.flush(finish=True, explicit=False)
+            finally:
+                self.continuation = None
+                self.profile_open = False
+        self.continuation = None
+
+    def _open_continuation(self) -> bool:
+        """Before a write while continuing: open the next file, named after
+        the finished one; False when nothing waits to be written."""
+        assert self.continuation is not None
+        if lib.mxp_trace_pending() == 0:
+            return False
+        self.segments += 1
+        path = _children.with_infix(self.continuation, f"-{self.segments}")
+        data = utf8(path, "filename")
+        lib.mxp_trace_continue(data, len(data))
+        warn(
+            f"mxprof: events were recorded after dump(finished=True) completed "
+            f"{self.continuation!r} while still running; they go to {path!r}"
+        )
+        self.continuation = None
+        self.profile_open = True  # the same profile, in its next file
+        return True
+
     def flush(self, finish: bool, explicit: bool) -> None:
         """Write the buffered events; on failure raise (explicit) or keep the error."""
         _threads.sync_names()
         run_sync_hooks(finish)
+        if self.continuation is not None and not self._open_continuation():
+            return
         task = None
         recording = self.state == "run" and not self.paused
-        if recording and config.source_enabled(self.config, "profile_api"):
+        # A finishing write times nothing: its range would end after the file.
+        if recording and not finish and config.source_enabled(self.config, "profile_api"):
             if self._flush_task is None:
                 from .domain import Domain
 
@@ -276,7 +326,7 @@ class Session:
             if stop.is_set():
                 return
         try:
-            if not stop.is_set() and self.profile_open and self.traced:
+            if not stop.is_set() and self.writing:
                 self.flush(finish=False, explicit=False)
         finally:
             self.lock.release()
@@ -285,8 +335,13 @@ class Session:
         """Write everything buffered (from a signal handler: never raises),
         unless flush_on_signal has been turned off since the handler went in."""
         with self.lock:
-            if self.profile_open and self.traced and self.config["flush_on_signal"]:
+            if self.writing and self.config["flush_on_signal"]:
                 self.flush(finish=False, explicit=False)
+
+    def cut_open_ranges(self) -> None:
+        """Close every range open on any thread or task as ending now, cut short."""
+        lib.mxp_ranges_cut()
+        _threads.register_current()  # the cut may be this thread's first call
 
     def end_profile(self) -> None:
         self.profile_open = False
@@ -310,8 +365,10 @@ class Session:
             if self.flusher is not None:
                 self.flusher.stop()
                 self.flusher = None
-            if not self.profile_open:
+            if not self.profile_open and self.continuation is None:
                 return
+            if self.state == "run" and self.profile_open:
+                self.cut_open_ranges()
             try:
                 if self.traced:
                     self.flush(finish=True, explicit=True)
@@ -331,6 +388,7 @@ class Session:
             self.paused = False
             self.sync()
             return
+        self.continuation = None  # the parent's to write
         self.inherited_base = self.inherited_base or self.config["filename"]
         self.start_child(self.paused)
 

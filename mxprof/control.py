@@ -56,7 +56,10 @@ def set_state(state: str = "stop", profile_process: str = "worker") -> None:
 
     The first ``'run'`` of a profile sets the trace's time zero; a ``'run'``
     after ``dump(finished=True)`` begins a new profile that rewrites the file.
-    ``'stop'`` keeps the profile open, so ``dump()`` still writes it.
+    ``'stop'`` keeps the profile open, so ``dump()`` still writes it; the
+    ranges still open on any thread end there, cut short (``"cut_short"`` in
+    their trace args, counted in ``dumps()``), and their own stops later
+    record nothing.
 
     Raises:
         ConfigError: a state other than 'run' / 'stop', or a bad process.
@@ -72,12 +75,15 @@ def set_state(state: str = "stop", profile_process: str = "worker") -> None:
         remote("set_state", {"state": state})
         return
     with SESSION.lock:
+        was = SESSION.state
         if state == "run":
             if not SESSION.profile_open:
                 SESSION.begin_profile()
             SESSION.paused = False
         SESSION.state = state
         SESSION.sync()
+        if was == "run" and state == "stop":
+            SESSION.cut_open_ranges()
 
 
 def pause(profile_process: str = "worker") -> None:
@@ -114,8 +120,14 @@ def dump(finished: bool = True, profile_process: str = "worker") -> None:
     """Write everything recorded so far to the trace file.
 
     The file is complete JSON afterwards either way.  ``finished=True`` also
-    ends output until the next ``set_state('run')``; a ``dump()`` after that
-    does nothing.  With ``profile_memory``, once GPU allocations have been
+    ends the file, and the ranges still open end there, cut short.  Output
+    then ends until the next ``set_state('run')`` (a new profile, which
+    rewrites the file), and a ``dump()`` until then writes nothing new --
+    except that, if the state is still ``'run'``, what is recorded afterwards
+    is never lost: the next write that has events for it (a background write,
+    ``dump()``, the new profile's start, exit) puts them in a continuation
+    file, ``<stem>-1<ext>`` (then ``-2``, ...), and warns naming it.  With
+    ``profile_memory``, once GPU allocations have been
     recorded, it also (re)writes MXNet's GPU memory CSV,
     ``<gpu_memory_profile_filename_prefix>-pid_<pid>.csv`` (see
     :func:`mxprof.memory.write_gpu_csv`).
@@ -141,11 +153,15 @@ def dump(finished: bool = True, profile_process: str = "worker") -> None:
                 "dump() needs a profile, and the profiler has never run: "
                 "call mxprof.set_state('run') first"
             )
-        if not SESSION.profile_open:
+        if not SESSION.profile_open and SESSION.continuation is None:
             return
+        if finished and SESSION.state == "run" and SESSION.profile_open:
+            SESSION.cut_open_ranges()  # the profile ends here, and so do its ranges
         if SESSION.traced:
             SESSION.flush(finish=finished, explicit=True)
-        if finished:
+        if finished and SESSION.state == "run" and SESSION.traced:
+            SESSION.end_profile_running()  # recording goes on: never into nowhere
+        elif finished:
             SESSION.end_profile()
         if config.source_enabled(SESSION.config, "profile_memory"):
             _write_gpu_csv(SESSION.config["gpu_memory_profile_filename_prefix"])

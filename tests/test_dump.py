@@ -60,9 +60,11 @@ def test_finished_ends_output_until_next_run(trace_file, tmp_path):
     mxprof.set_state("run")
     run_ranges(t, 2)
     mxprof.dump(finished=True)
-    run_ranges(t, 5)  # still 'run', but this profile's output has ended
-    mxprof.dump()
+    run_ranges(t, 5)  # still 'run': these go to a continuation file, not nowhere
+    with pytest.warns(RuntimeWarning, match="trace-1.json"):
+        mxprof.dump()
     assert count(trace_file) == 2
+    assert count(str(tmp_path / "trace-1.json")) == 5
     before = _testing.load_trace(trace_file)["baseTimeNanoseconds"]
     time.sleep(0.01)
     mxprof.set_state("run")  # a new profile rewrites the file
@@ -280,9 +282,11 @@ def test_exit_after_finished_dump_leaves_file_alone(tmp_path):
     script = EXIT_SCRIPT.format(path=path, cont=True, tail="mxprof.dump()\nmxprof.set_state('run')")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True)
     assert proc.returncode == 0, proc.stderr
-    # The second run began a new, empty profile, which exit completes.
+    # The second run began a new, empty profile, which exit completes; nothing
+    # was recorded between the two, so there is no continuation file.
     assert count(path) == 0
     assert _testing.load_trace(path)["traceEvents"]
+    assert sorted(os.listdir(tmp_path)) == ["exit.json"]
 
 
 def test_exit_with_unwritable_path_warns_not_crashes(tmp_path):
