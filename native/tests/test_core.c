@@ -181,13 +181,15 @@ static void test_json_backslashes(void) {
         for (size_t i = 0; i < n; i++) total *= sizeof alphabet;
         for (size_t code = 0; code < total; code++) {
             size_t c = code;
-            for (size_t i = 0; i < n; i++, c /= sizeof alphabet) in[i] = alphabet[c % sizeof alphabet];
+            for (size_t i = 0; i < n; i++, c /= sizeof alphabet)
+                in[i] = alphabet[c % sizeof alphabet];
             mxpi_buf b = {0};
             mxpi_buf_json_str(&b, in, n);
             CHECK(!b.failed);
             const char *why = misread(in, n, &b);
             int doubled = 0;
-            for (size_t i = 1; i < b.len; i++) doubled |= b.data[i - 1] == '\\' && b.data[i] == '\\';
+            for (size_t i = 1; i < b.len; i++)
+                doubled |= b.data[i - 1] == '\\' && b.data[i] == '\\';
             if (*why || doubled) {
                 fprintf(stderr, "escaping %.*s (%zu bytes) gave %.*s: %s%s\n", (int)n, in, n,
                         (int)b.len, b.data, why, doubled ? " (has \\\\)" : "");
