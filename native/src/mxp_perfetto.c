@@ -15,7 +15,11 @@
  * sorted so that begins and ends nest in file order.  Ranges become
  * SLICE_BEGIN/SLICE_END pairs (Perfetto has no complete event), counter
  * samples COUNTER events on a track per counter (written before its first
- * sample), markers INSTANT events on the process or the thread track.  An
+ * sample), markers INSTANT events on the track their scope names: global
+ * ones on the implicit trace-global track (uuid 0, which needs no
+ * descriptor and is shared by every process loaded with this one, as
+ * Chrome JSON's "s":"g" instants share Perfetto's one global track),
+ * process ones on the process track, the others on the thread's.  An
  * object's name and category are both interned under its id, by the packet
  * that first uses them.
  *
@@ -160,6 +164,10 @@ static uint64_t uuid_of(const mxpi_out *o, uint64_t kind, uint32_t n) {
     return z ? z : 1; /* 0 is the implicit global track */
 }
 
+/* The implicit trace-global track.  An event must name it explicitly: one
+ * without a track_uuid goes to a thread track in trace processor. */
+#define GLOBAL_TRACK 0u
+
 enum { UUID_PROCESS, UUID_THREAD, UUID_COUNTER, UUID_ASYNC };
 
 /* ts < 0: a packet without a timestamp. */
@@ -275,9 +283,9 @@ static void event_put(perfetto *s, const mxpi_out *o, const item *it, uint32_t t
         track = uuid_of(o, UUID_COUNTER, it->id);
         const mxpi_object *obj = mxpi_obj(it->id);
         if (first_use(s, it->id, OBJ_TRACK)) track_put(s, o, TD_COUNTER, track, 0, obj->name, obj->name_len);
-    } else if (type == TYPE_INSTANT && mxpi_obj(it->id)->kind == MXP_KIND_MARKER &&
-               (it->aux == MXP_SCOPE_GLOBAL || it->aux == MXP_SCOPE_PROCESS)) {
-        track = s->proc_uuid;
+    } else if (type == TYPE_INSTANT && mxpi_obj(it->id)->kind == MXP_KIND_MARKER) {
+        if (it->aux == MXP_SCOPE_GLOBAL) track = GLOBAL_TRACK;
+        if (it->aux == MXP_SCOPE_PROCESS) track = s->proc_uuid;
     }
     bool named = type != TYPE_SLICE_END && type != TYPE_COUNTER;
     size_t p = packet_open(s, it->ts, named ? SEQ_NEEDS_INCREMENTAL_STATE : 0);

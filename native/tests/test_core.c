@@ -121,7 +121,7 @@ static void test_json_escaping(void) {
     CHECK(strstr(b.data, "\\u0000\\u0001") == b.data + 1);
     CHECK(strstr(b.data, "\\b\\t\\n\\u000b\\f\\r") != NULL);
     CHECK(strstr(b.data, "\\u001f !\\\"#") != NULL);
-    CHECK(strstr(b.data, "[\\\\]") != NULL);
+    CHECK(strstr(b.data, "[\\u005c]") != NULL);
     for (const char *p = b.data; *p; p++) CHECK((unsigned char)*p >= 0x20);
     mxpi_buf_free(&b);
 
@@ -134,6 +134,78 @@ static void test_json_escaping(void) {
     mxpi_buf_putc(&n, '\0');
     CHECK(strcmp(n.data, "1234.567 -0.005 -9223372036854775808") == 0);
     mxpi_buf_free(&n);
+}
+
+/* What a reader makes of one escaped string: "" on success, else why not.
+ * The end is found the way Perfetto v52's JSON importer finds it -- the first
+ * quote not right after a backslash -- and must be the string's real end;
+ * then the escapes are undone (\uXXXX only below 0x80, all the writer uses
+ * for these inputs) and must give back the input. */
+static const char *misread(const char *in, size_t n, const mxpi_buf *b) {
+    if (b->len < 2 || b->data[0] != '"') return "no opening quote";
+    size_t end = 1;
+    while (end < b->len && !(b->data[end] == '"' && b->data[end - 1] != '\\')) end++;
+    if (end != b->len - 1) return "a quote-after-backslash scan ends elsewhere";
+    char out[64];
+    size_t k = 0;
+    for (size_t i = 1; i < end; i++) {
+        char c = b->data[i];
+        if (c == '\\') {
+            c = b->data[++i];
+            if (c == 'u') {
+                unsigned v = 0;
+                for (int j = 0; j < 4; j++) {
+                    char h = b->data[++i];
+                    v = v * 16 + (unsigned)(h <= '9' ? h - '0' : h - 'a' + 10);
+                }
+                c = (char)v;
+            } else if (c == 'n') {
+                c = '\n';
+            } else if (c != '"') {
+                return "an unexpected escape";
+            }
+        }
+        if (k == sizeof out) return "too long";
+        out[k++] = c;
+    }
+    return k == n && memcmp(out, in, n) == 0 ? "" : "decodes to something else";
+}
+
+/* Every string of up to 6 characters from a hostile alphabet: backslashes
+ * alone, doubled, last, before a quote.  None may leave "\\" in the output
+ * (Perfetto v52 then misplaced the string's end and refused the trace). */
+static void test_json_backslashes(void) {
+    static const char alphabet[] = {'\\', '"', 'a', '\n'};
+    char in[6];
+    for (size_t n = 0; n <= sizeof in; n++) {
+        size_t total = 1;
+        for (size_t i = 0; i < n; i++) total *= sizeof alphabet;
+        for (size_t code = 0; code < total; code++) {
+            size_t c = code;
+            for (size_t i = 0; i < n; i++, c /= sizeof alphabet)
+                in[i] = alphabet[c % sizeof alphabet];
+            mxpi_buf b = {0};
+            mxpi_buf_json_str(&b, in, n);
+            CHECK(!b.failed);
+            const char *why = misread(in, n, &b);
+            int doubled = 0;
+            for (size_t i = 1; i < b.len; i++)
+                doubled |= b.data[i - 1] == '\\' && b.data[i] == '\\';
+            if (*why || doubled) {
+                fprintf(stderr, "escaping %.*s (%zu bytes) gave %.*s: %s%s\n", (int)n, in, n,
+                        (int)b.len, b.data, why, doubled ? " (has \\\\)" : "");
+                failures++;
+                mxpi_buf_free(&b);
+                return;
+            }
+            mxpi_buf_free(&b);
+        }
+    }
+    /* The exported function gives the same bytes. */
+    char out[32];
+    size_t needed = 0;
+    CHECK_EQ(mxp_json_escape("a\\", 2, out, sizeof out, &needed), MXP_OK);
+    CHECK(needed == 9 && memcmp(out, "\"a\\u005c\"", 9) == 0);
 }
 
 static void test_registry(void) {
@@ -839,6 +911,7 @@ int main(void) {
     }
     mxp_init();
     test_json_escaping();
+    test_json_backslashes();
     test_registry();
     test_self_time_and_nesting();
     test_tokens();
