@@ -96,6 +96,8 @@ def _moved(event: dict[str, Any], move: _Move) -> dict[str, Any]:
 def merge(
     paths: Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],
+    *,
+    sources: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Write one trace holding every input's events, aligned by wall clock.
 
@@ -105,6 +107,10 @@ def merge(
     Args:
         paths: the traces to merge (any form ``mxprof.load`` reads).
         output: the merged file (object form, like mxprof's own).
+        sources: what the merged file's ``otherData.merged_from`` names for
+            each input, in order (default: the paths as given).
+            ``distributed.collect`` merges temporary copies and passes each
+            process's label and file name instead.
 
     Returns:
         A summary: ``{"events": n, "inputs": [{"path", "pids", "shift_us",
@@ -112,12 +118,15 @@ def merge(
 
     Raises:
         TraceFormatError: fewer than one input, or an input is not a trace.
+        ValueError: sources does not name every input.
 
     Example:
         >>> merge(["worker.json", "server.json"], "job.json")  # doctest: +SKIP
     """
     if not paths:
         raise TraceFormatError("merge: no input traces")
+    if sources is not None and len(sources) != len(paths):
+        raise ValueError(f"merge: {len(sources)} sources named for {len(paths)} inputs")
     inputs = [(os.fspath(p), *read_raw(p)) for p in paths]
     dist = [_distributed(path, meta) for path, _, meta, _ in inputs]
     bases = [base_time_ns(meta) for _, _, meta, _ in inputs]
@@ -209,7 +218,10 @@ def merge(
                 ranks, key=lambda r: (_ROLE_ORDER.get(str(r.get("role")), 2), r.get("rank"))
             ),
         }
-    doc["otherData"] = {"mxprof_version": __version__, "merged_from": [s["path"] for s in summary]}
+    doc["otherData"] = {
+        "mxprof_version": __version__,
+        "merged_from": list(sources) if sources is not None else [s["path"] for s in summary],
+    }
     with open(os.fspath(output), "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False)
     return {"events": len(merged), "inputs": summary}

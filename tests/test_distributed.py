@@ -337,6 +337,14 @@ def test_collect_puts_every_process_on_one_timeline(job, tmp_path):
     summary = distributed.collect(tmp_path / "merged.json")
     assert summary["missing"] == []
     merged = _testing.load_trace(tmp_path / "merged.json")
+    # merged_from names each process and its own file, not the temporary
+    # copies collect merged (deleted by now).
+    assert merged["otherData"]["merged_from"] == [
+        f"{item['process']}: {item['path']}" for item in summary["inputs"]
+    ]
+    assert sorted(item["path"] for item in summary["inputs"]) == [
+        "rank0_trace.json", "rank1_trace.json", "trace.json", "worker1_trace.json"
+    ]  # fmt: skip
     names = {e["pid"]: e["args"]["name"] for e in _testing.events(merged, "M", "process_name")}
     host, me = socket.gethostname(), os.getpid()
     labels = sorted(names.values())
@@ -538,6 +546,12 @@ def test_a_process_that_left_early_still_makes_the_timeline(job, tmp_path):
         e for e in _testing.events(merged, "X", "tick") if names[e["pid"]].startswith("worker 1")
     ]
     assert len(left) == len(ticks(tmp_path / "worker1_trace.json")) > 10
+    # Its trace came as a deposit in a temporary folder, gone now: the
+    # merged file names the process and its own file.
+    assert merged["otherData"]["merged_from"] == [
+        f"{summary['inputs'][0]['process']}: trace.json",
+        f"{summary['inputs'][1]['process']}: worker1_trace.json",
+    ]
     (rank,) = [r for r in merged["distributedInfo"]["ranks"] if r["rank"] == 1]
     assert len(rank["clock"]["estimates"]) == 2  # measured again as it left
 

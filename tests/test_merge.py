@@ -253,6 +253,18 @@ def test_merged_base_time_is_an_exact_integer(tmp_path, clock):
     assert drifts == [0.0, pytest.approx(clock[0] / SPAN if clock is FAST else 0.0)]
 
 
+def test_merged_from_names_the_inputs_as_given_or_as_the_caller_says(tmp_path):
+    paths = job_files(tmp_path, NOISY)
+    merge([str(p) for p in paths], tmp_path / "a.json")
+    other = _testing.load_trace(tmp_path / "a.json")["otherData"]
+    assert other["merged_from"] == [str(p) for p in paths]
+    merge(paths, tmp_path / "b.json", sources=["worker 0: hub.json", "server 0: peer.json"])
+    other = _testing.load_trace(tmp_path / "b.json")["otherData"]
+    assert other["merged_from"] == ["worker 0: hub.json", "server 0: peer.json"]
+    with pytest.raises(ValueError, match="1 sources named for 2 inputs"):
+        merge(paths, tmp_path / "c.json", sources=["one"])
+
+
 def test_a_clock_with_an_impossible_drift_is_a_trace_format_error(tmp_path):
     # Offsets 120 ms apart over a 60 ms span: the clock would run backwards.
     paths = job_files(tmp_path, (-120_000_000, 0))
