@@ -6,11 +6,18 @@ input's, so events line up by wall-clock time; each input keeps its own
 process tracks (pids that two inputs share are renumbered).
 
 Inputs from a distributed job (``mxprof.distributed``) carry
-``distributedInfo`` with their clock's offset to the rank-0 worker, an
-error bound and a drift: their events are moved onto the rank-0 worker's
-clock (the offset interpolated at each event's time), their processes are
-named by role, rank, host and pid, and the merged file's
-``distributedInfo`` lists every process with its clock.
+``distributedInfo`` with their clock's offset estimates: their events are
+moved onto the rank-0 worker's clock (``ClockModel.offset_at``; a drift is
+applied only where it exceeds its error bound), their processes are named
+by role, rank, host and pid, and the merged file's ``distributedInfo``
+lists every process with its clock.
+
+Times are moved in integer ns, both ends of a range: an event's start and
+its end (``ts + dur``, rounded from the exact values in the file, as
+``mxprof.load`` does) each go through the input's mapping, which never
+decreases.  So on every thread track, ranges nested in an input stay
+nested, back-to-back ranges do not overlap, and instants, counters, async
+and flow events keep their order and stay inside the ranges they fell in.
 """
 
 from __future__ import annotations
@@ -18,12 +25,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ._version import __version__
-from .distributed._clock import ClockModel
+from .distributed._clock import IDENTITY, ClockModel
 from .errors import TraceFormatError
 from .trace import base_time_ns, read_raw
+from .trace.model import _ns_ratio, _round
 
 _ROLE_ORDER = {"worker": 0, "server": 1}
 
@@ -54,8 +63,41 @@ def _fresh_pid(pid: Any, used: set[Any]) -> Any:
     return candidate
 
 
+@dataclass(frozen=True)
+class _Move:
+    """One input's time mapping: ns on its own axis to ns on the merged one."""
+
+    base: int | None  # the input's ts 0 on its wall clock; None: taken as it is
+    clock: ClockModel  # its wall clock to the reference clock
+    ref: int  # the merged file's ts 0 on the reference clock
+
+    def __call__(self, t_ns: int) -> int:
+        if self.base is None:
+            return t_ns
+        wall = self.base + t_ns
+        return wall + self.clock.offset_at(wall) - self.ref
+
+
+def _moved(event: dict[str, Any], move: _Move) -> dict[str, Any]:
+    """A copy of event with its start and, if it has a length, its end moved."""
+    out = dict(event)
+    ts = _ns_ratio(event.get("ts"))
+    if ts is None or event.get("ph") == "M":
+        return out
+    start = move(_round(*ts))
+    out["ts"] = start / 1000
+    length = _ns_ratio(event["dur"]) if "dur" in event else None
+    if length is not None:
+        end = _round(ts[0] * length[1] + length[0] * ts[1], ts[1] * length[1])
+        out["dur"] = (move(end) - start) / 1000
+    return out
+
+
 def merge(
-    paths: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str]
+    paths: Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    *,
+    sources: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Write one trace holding every input's events, aligned by wall clock.
 
@@ -65,6 +107,10 @@ def merge(
     Args:
         paths: the traces to merge (any form ``mxprof.load`` reads).
         output: the merged file (object form, like mxprof's own).
+        sources: what the merged file's ``otherData.merged_from`` names for
+            each input, in order (default: the paths as given).
+            ``distributed.collect`` merges temporary copies and passes each
+            process's label and file name instead.
 
     Returns:
         A summary: ``{"events": n, "inputs": [{"path", "pids", "shift_us",
@@ -72,31 +118,29 @@ def merge(
 
     Raises:
         TraceFormatError: fewer than one input, or an input is not a trace.
+        ValueError: sources does not name every input.
 
     Example:
         >>> merge(["worker.json", "server.json"], "job.json")  # doctest: +SKIP
     """
     if not paths:
         raise TraceFormatError("merge: no input traces")
+    if sources is not None and len(sources) != len(paths):
+        raise ValueError(f"merge: {len(sources)} sources named for {len(paths)} inputs")
     inputs = [(os.fspath(p), *read_raw(p)) for p in paths]
     dist = [_distributed(path, meta) for path, _, meta, _ in inputs]
     bases = [base_time_ns(meta) for _, _, meta, _ in inputs]
+    clocks = [d[1] if d is not None else IDENTITY for d in dist]
     # Each base on the reference clock: the rank-0 worker's for distributed inputs.
-    corrected = [
-        None if b is None else b + (d[1].offset_at(b) if d else 0) for b, d in zip(bases, dist)
-    ]
+    corrected = [None if b is None else b + c.offset_at(b) for b, c in zip(bases, clocks)]
     known = [b for b in corrected if b is not None]
     ref = min(known) if known else 0
     used: set[Any] = set()
     merged: list[dict[str, Any]] = []
     summary: list[dict[str, Any]] = []
     ranks: list[dict[str, Any]] = []
-    for (path, events, _meta, truncated), base, d in zip(inputs, bases, dist):
-        shift_us = (base - ref) / 1000 if base is not None else 0.0
-        clock = d[1] if d is not None and base is not None else None
-        if clock is not None and len(clock.estimates) < 2:  # one offset for every event
-            shift_us += clock.offset_at(0) / 1000
-            clock = None
+    for (path, events, _meta, truncated), base, clock, d in zip(inputs, bases, clocks, dist):
+        move = _Move(base, clock, ref)
         pids: dict[Any, Any] = {}
         named: set[Any] = set()
         for ev in events:
@@ -104,13 +148,8 @@ def merge(
             if pid not in pids:
                 pids[pid] = _fresh_pid(pid, used)
                 used.add(pids[pid])
-            out = dict(ev)
+            out = _moved(ev, move)
             out["pid"] = pids[pid]
-            if "ts" in out and isinstance(out["ts"], (int, float)) and out.get("ph") != "M":
-                ts = out["ts"] + shift_us
-                if clock is not None:  # the offset where this event happened
-                    ts += clock.offset_at(base + out["ts"] * 1000) / 1000  # type: ignore[operator]
-                out["ts"] = round(ts, 3)
             if out.get("ph") == "M" and out.get("name") == "process_name":
                 named.add(pid)
                 args = dict(out.get("args") or {})
@@ -150,14 +189,15 @@ def merge(
                     }
                 )
             ranks.append(
-                {k: info.get(k) for k in ("role", "rank", "host", "pid", "clock") if k in info}
-                | {"file": os.path.basename(path)}
+                {k: info.get(k) for k in ("role", "rank", "host", "pid") if k in info}
+                # The clock as this merge applied it, derived again from the estimates.
+                | {"clock": d[1].to_json(), "file": os.path.basename(path)}
             )
         summary.append(
             {
                 "path": path,
                 "pids": sorted(map(str, pids.values())),
-                "shift_us": shift_us,
+                "shift_us": move(0) / 1000,
                 "truncated": truncated,
                 "clock": d[1].to_json() if d is not None else None,
             }
@@ -178,7 +218,10 @@ def merge(
                 ranks, key=lambda r: (_ROLE_ORDER.get(str(r.get("role")), 2), r.get("rank"))
             ),
         }
-    doc["otherData"] = {"mxprof_version": __version__, "merged_from": [s["path"] for s in summary]}
+    doc["otherData"] = {
+        "mxprof_version": __version__,
+        "merged_from": list(sources) if sources is not None else [s["path"] for s in summary],
+    }
     with open(os.fspath(output), "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False)
     return {"events": len(merged), "inputs": summary}

@@ -132,14 +132,15 @@ def write_trace(path, base_ns, events, info=None):
 
 
 def test_merge_moves_each_process_onto_the_reference_clock(tmp_path):
-    """Synthetic per-rank files: the server's clock is 5 s ahead and drifts 1 µs per ms."""
+    """Synthetic per-rank files: the server's clock is 5 s ahead and drifts 1 µs per ms,
+    measured well enough (±0.5 µs per ms) to be applied; tests/test_merge.py has the rest."""
     base = 1_700_000_000_000_000_000
     hub_info = {"role": "worker", "rank": 0, "host": "h0", "pid": 10, "world_size": 2,
                 "num_workers": 1, "num_servers": 1, "backend": "zmq",
                 "clock": {"estimates": []}}  # fmt: skip
     est = [
-        {"at_ns": base + 5_000_000_000, "offset_ns": -5_000_000_000, "error_ns": 50_000},
-        {"at_ns": base + 5_010_000_000, "offset_ns": -5_000_010_000, "error_ns": 70_000},
+        {"at_ns": base + 5_000_000_000, "offset_ns": -5_000_000_000, "error_ns": 2_000},
+        {"at_ns": base + 5_010_000_000, "offset_ns": -5_000_010_000, "error_ns": 3_000},
     ]
     for e in est:
         e["samples"] = 16
@@ -336,6 +337,14 @@ def test_collect_puts_every_process_on_one_timeline(job, tmp_path):
     summary = distributed.collect(tmp_path / "merged.json")
     assert summary["missing"] == []
     merged = _testing.load_trace(tmp_path / "merged.json")
+    # merged_from names each process and its own file, not the temporary
+    # copies collect merged (deleted by now).
+    assert merged["otherData"]["merged_from"] == [
+        f"{item['process']}: {item['path']}" for item in summary["inputs"]
+    ]
+    assert sorted(item["path"] for item in summary["inputs"]) == [
+        "rank0_trace.json", "rank1_trace.json", "trace.json", "worker1_trace.json"
+    ]  # fmt: skip
     names = {e["pid"]: e["args"]["name"] for e in _testing.events(merged, "M", "process_name")}
     host, me = socket.gethostname(), os.getpid()
     labels = sorted(names.values())
@@ -537,6 +546,12 @@ def test_a_process_that_left_early_still_makes_the_timeline(job, tmp_path):
         e for e in _testing.events(merged, "X", "tick") if names[e["pid"]].startswith("worker 1")
     ]
     assert len(left) == len(ticks(tmp_path / "worker1_trace.json")) > 10
+    # Its trace came as a deposit in a temporary folder, gone now: the
+    # merged file names the process and its own file.
+    assert merged["otherData"]["merged_from"] == [
+        f"{summary['inputs'][0]['process']}: trace.json",
+        f"{summary['inputs'][1]['process']}: worker1_trace.json",
+    ]
     (rank,) = [r for r in merged["distributedInfo"]["ranks"] if r["rank"] == 1]
     assert len(rank["clock"]["estimates"]) == 2  # measured again as it left
 

@@ -9,10 +9,28 @@ two directions, the true offset lies within ``delay / 2`` of the estimate,
 so the sample of least delay out of several is kept and its ``delay / 2``
 is the error bound.
 
-Two estimates (at ``init`` and at ``collect``) give a drift: the offset at
-time t is interpolated linearly between them (and held at the nearer one
-outside them).
-All times are ns of ``mxp_clock_wall_ns``, the clock traces are placed on.
+Two estimates (the earliest and the latest, at ``init`` and at ``collect``)
+measure a drift, ``(offset_b - offset_a) / (at_b - at_a)``.  Each offset
+may be wrong by up to its own error bound, so the drift may be wrong by up
+to ``(error_a + error_b) / (at_b - at_a)``: its error bound.  A drift no
+larger than that bound is not told apart from none (two estimates 60 ms
+apart with 150 µs bounds cannot see less than 5,000 ppm, while clocks
+drift by tens of ppm), and applying it would only stretch or squeeze one
+process's timeline by noise.  So:
+
+- a drift larger than its error bound is applied: the offset is
+  interpolated linearly between the two estimates and held at the nearer
+  one outside them;
+- otherwise the offset is one constant: the middle of the range that both
+  estimates allow (their intervals ``offset ± error`` overlap exactly when
+  the drift is within its bound).
+
+Either way, ``t + offset_at(t)`` never decreases as t grows (the applied
+drift is above -1, see ``from_json``), so moving both ends of every event
+with it keeps ranges nested and back-to-back ranges apart.
+
+All times are integer ns of ``mxp_clock_wall_ns``, the clock traces are
+placed on.
 """
 
 from __future__ import annotations
@@ -70,6 +88,11 @@ def best(samples: list[tuple[int, int, int, int]]) -> Estimate:
     return Estimate((t0 + t3) // 2, offset, (delay + 1) // 2, len(samples))
 
 
+def _round_div(num: int, den: int) -> int:
+    """num / den (den > 0) rounded to the nearest integer, halves up: monotonic in num."""
+    return (2 * num + den) // (2 * den)
+
+
 @dataclass(frozen=True)
 class ClockModel:
     """A process's offset to the rank-0 worker over time."""
@@ -77,45 +100,101 @@ class ClockModel:
     estimates: tuple[Estimate, ...]
 
     @functools.cached_property
-    def drift(self) -> float:
-        """Offset change per ns of the process's clock (0 with one estimate)."""
-        if len(self.estimates) < 2:
+    def _span(self) -> tuple[Estimate, Estimate] | None:
+        """The earliest and the latest estimate (None without estimates)."""
+        if not self.estimates:
+            return None
+        ordered = sorted(self.estimates, key=lambda e: e.at_ns)
+        return ordered[0], ordered[-1]
+
+    @functools.cached_property
+    def measured_drift(self) -> float:
+        """Offset change per ns between the earliest and the latest estimate
+        (0 when they are fewer than two or taken at one instant)."""
+        if self._span is None or self._span[1].at_ns == self._span[0].at_ns:
             return 0.0
-        a, b = self.estimates[0], self.estimates[-1]
-        if b.at_ns == a.at_ns:
-            return 0.0
+        a, b = self._span
         return (b.offset_ns - a.offset_ns) / (b.at_ns - a.at_ns)
+
+    @functools.cached_property
+    def drift_error(self) -> float:
+        """Bound on the error of measured_drift: the two estimates' error
+        bounds over the time between them (0 when no drift is measured)."""
+        if self._span is None or self._span[1].at_ns == self._span[0].at_ns:
+            return 0.0
+        a, b = self._span
+        return (a.error_ns + b.error_ns) / (b.at_ns - a.at_ns)
+
+    @functools.cached_property
+    def drift_applied(self) -> bool:
+        """Whether the measured drift exceeds its error bound (compared in
+        integers: the offsets differ by more than their two bounds)."""
+        if self._span is None or self._span[1].at_ns == self._span[0].at_ns:
+            return False
+        a, b = self._span
+        return abs(b.offset_ns - a.offset_ns) > a.error_ns + b.error_ns
+
+    @property
+    def drift(self) -> float:
+        """The drift offset_at applies: the measured one, or 0 within its error bound."""
+        return self.measured_drift if self.drift_applied else 0.0
+
+    @functools.cached_property
+    def _constant(self) -> int:
+        """The offset when no drift is applied: the middle of what both
+        estimates allow (with one estimate, its offset)."""
+        if self._span is None:
+            return 0
+        a, b = self._span
+        low = max(a.offset_ns - a.error_ns, b.offset_ns - b.error_ns)
+        high = min(a.offset_ns + a.error_ns, b.offset_ns + b.error_ns)
+        return (low + high) // 2
+
+    def offset_at(self, t_ns: int) -> int:
+        """What to add to the process's clock reading t_ns (integer ns)."""
+        if not self.drift_applied or self._span is None:
+            return self._constant
+        a, b = self._span
+        t = min(max(t_ns, a.at_ns), b.at_ns)
+        step = _round_div((b.offset_ns - a.offset_ns) * (t - a.at_ns), b.at_ns - a.at_ns)
+        return a.offset_ns + step
 
     @property
     def error_ns(self) -> int:
-        """Bound on the error of offset_at between (and at) the estimates."""
-        return max((e.error_ns for e in self.estimates), default=0)
-
-    def offset_at(self, t_ns: float) -> float:
-        """What to add to the process's clock reading t_ns: interpolated
-        between the estimates; before the first or after the last, that
-        estimate's offset (a drift measured over a short span is mostly
-        noise, and extending it would multiply the noise)."""
-        if not self.estimates:
-            return 0.0
-        a, b = self.estimates[0], self.estimates[-1]
-        t = min(max(t_ns, a.at_ns), b.at_ns)
-        return a.offset_ns + self.drift * (t - a.at_ns)
+        """Bound on the error of offset_at at the estimates (and, for a true
+        offset that changes linearly, between them): each estimate's bound
+        plus how far offset_at lies from that estimate."""
+        return max(
+            (abs(self.offset_at(e.at_ns) - e.offset_ns) + e.error_ns for e in self._span or ()),
+            default=0,
+        )
 
     def to_json(self) -> dict[str, Any]:
-        first = self.estimates[0] if self.estimates else None
         return {
-            "offset_ns": first.offset_ns if first else 0,
+            "offset_ns": self.offset_at(self._span[0].at_ns) if self._span else 0,
             "error_ns": self.error_ns,
             "drift": self.drift,
+            "measured_drift": self.measured_drift,
+            "drift_error": self.drift_error,
             "estimates": [e.to_json() for e in self.estimates],
         }
 
     @classmethod
     def from_json(cls, data: Any) -> ClockModel:
+        """The model of a trace's ``distributedInfo.clock`` (only its
+        ``estimates`` are read; the rest is derived from them again).
+
+        Raises:
+            ValueError: malformed estimates, or an applied drift of
+                magnitude 1 or more (against the rank-0 worker's, the clock
+                would stand still, run backwards or run twice as fast).
+        """
         if not isinstance(data, dict) or not isinstance(data.get("estimates"), list):
             raise ValueError("clock metadata needs a list 'estimates'")
-        return cls(tuple(Estimate.from_json(e) for e in data["estimates"]))
+        model = cls(tuple(Estimate.from_json(e) for e in data["estimates"]))
+        if abs(model.drift) >= 1:
+            raise ValueError(f"the estimates give an impossible drift of {model.drift:g}")
+        return model
 
 
 IDENTITY = ClockModel(())  # the rank-0 worker's own clock

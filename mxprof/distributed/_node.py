@@ -533,7 +533,10 @@ class Hub(Node):
                     got = self._deposited(slot, synced.get(known.src) if known else None)
                 inputs.append(got)
                 who.append(self._label_of(slot, known))
-            summary = merge(inputs, path)
+            # The inputs are temporary copies, gone once merged: the merged
+            # file names each process and its own file's name instead.
+            sources = [f"{label}: {os.path.basename(p)}" for label, p in zip(who, inputs)]
+            summary = merge(inputs, path, sources=sources)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         for item, label in zip(summary["inputs"], who):
