@@ -13,7 +13,6 @@ reads the core's flags, which this module keeps in step with the state.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import socket
 import sys
@@ -34,6 +33,7 @@ from ._native import (
     strerror,
     utf8,
 )
+from ._tracejson import dumps as trace_json
 from ._version import __version__
 from .errors import ConfigError, OutputError, ProfilerError, StateError
 
@@ -200,7 +200,7 @@ class Session:
         argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
         process = utf8(argv0 if argv0 not in ("", "-c", "-m") else "python", "process name")
         other = (
-            f'"mxprof_version":{json.dumps(__version__)},"host":{json.dumps(socket.gethostname())}'
+            f'"mxprof_version":{trace_json(__version__)},"host":{trace_json(socket.gethostname())}'
         ).encode()
         self.meta = (process, other)
         self.push_meta()

@@ -22,12 +22,12 @@ and flow events keep their order and stay inside the ranges they fell in.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._tracejson import dumps as trace_json
 from ._version import __version__
 from .distributed._clock import IDENTITY, ClockModel
 from .errors import TraceFormatError
@@ -223,5 +223,5 @@ def merge(
         "merged_from": list(sources) if sources is not None else [s["path"] for s in summary],
     }
     with open(os.fspath(output), "w", encoding="utf-8") as f:
-        json.dump(doc, f, ensure_ascii=False)
+        f.write(trace_json(doc))
     return {"events": len(merged), "inputs": summary}

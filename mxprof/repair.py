@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import tempfile
 from typing import Any
 
 from ._native import lib
+from ._tracejson import dumps as trace_json
 from .trace import read_raw
 
 
@@ -98,6 +98,6 @@ def repair(
         other = doc.setdefault("otherData", {})
         if isinstance(other, dict):
             other["repaired"] = True  # the trailer with the final tallies was lost
-    payload = json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    payload = trace_json(doc).encode("utf-8")
     _write_atomically(target, gzip.compress(payload, 6) if target.endswith(".gz") else payload)
     return {"events": len(events), "truncated": truncated}

@@ -669,3 +669,37 @@ def test_merged_distributed_job(engine, tmp_path):
         ("apply_push", None): 32,
         ("serve_pull", None): 32,
     }
+
+
+def test_ranges_ended_elsewhere_and_cut_at_stop(engine, path, fmt, clock):
+    """Ranges stopped on another thread are whole and apart from the thread's
+    nesting; a range still open at the stop ends there, on its thread."""
+    ms = 1_000_000
+    d = mxprof.Domain("moved")
+    item, outer = d.new_task("item"), d.new_task("outer")
+
+    def body():
+        outer.start()
+        for _ in range(3):  # begun at 0, 1 and 2 ms
+            item.start()
+            clock(ms)
+
+        def consumer():  # each stop ends the one begun last: at 4, 5 and 6 ms
+            for _ in range(3):
+                clock(ms)
+                item.stop()
+
+        t = threading.Thread(target=consumer)
+        t.start()
+        t.join(WAIT_S)
+        clock(ms)  # the stop comes at 7 ms
+
+    record(path, body)
+    view = View(engine, path)
+    on_thread = collections.Counter(
+        (r["name"], r["dur"], r["track"] == "thread") for r in view.ranges
+    )
+    assert on_thread == collections.Counter(
+        [("item", 2 * ms, False), ("item", 4 * ms, False), ("item", 6 * ms, False)]
+        + [("outer", 7 * ms, True)]
+    )

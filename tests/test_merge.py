@@ -283,3 +283,24 @@ def test_plain_inputs_keep_their_nesting_and_lengths(tmp_path):
         old = points(thread_events(pid))
         new = points([e for e in merged["traceEvents"] if e["pid"] == pid])
         assert new == {k: v + shift for k, v in old.items()}
+
+
+def test_merged_and_repaired_files_write_backslashes_as_the_core_does(tmp_path):
+    """A name ending in a backslash must not end in an escaped backslash,
+    which Perfetto reads as an escaped quote; readers get the name back."""
+    from mxprof.repair import repair
+
+    trace = str(tmp_path / "t.json")
+    _testing.start(trace)
+    with mxprof.Domain("dom\\").new_task("ends\\"):
+        pass
+    _testing.finish(trace)
+    merged, repaired = str(tmp_path / "m.json"), str(tmp_path / "r.json")
+    merge([trace], merged)
+    repair(trace, repaired)
+    for path in (merged, repaired):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        assert "\\\\" not in text and '"ends\\u005c"' in text
+        (e,) = _testing.events(json.loads(text), "X", "ends\\")
+        assert e["cat"] == "dom\\"

@@ -8,7 +8,6 @@ measurement and the upload of its trace (everyone, at ``collect``).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -21,6 +20,7 @@ from typing import Any
 from .. import _session, control
 from .._native import lib
 from .._session import SESSION
+from .._tracejson import dumps as trace_json
 from .._version import __version__
 from ..errors import ConfigError, ProfilerError
 from . import _clock, _wire
@@ -123,7 +123,7 @@ class Node:
     def publish(self) -> None:
         """Put distributedInfo into this process's trace metadata."""
         with SESSION.lock:
-            SESSION.set_top_json('"distributedInfo":' + json.dumps(self.info()))
+            SESSION.set_top_json('"distributedInfo":' + trace_json(self.info()))
 
     def _current_trace(self) -> str | None:
         """This process's trace file, written up to now; None if it never ran."""
