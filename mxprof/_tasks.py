@@ -8,20 +8,31 @@ and nest as they would on a thread.  The track opens at the task's first
 range and closes when the task is done (its ranges still open end then,
 cut short).
 
-Outside a running event loop nothing here runs: ``ranges`` checks
-``running_loop()`` (a C function reading the thread state) and takes the
-thread's path when it is None.
+Threads that run no event loop pay nothing for this.  Every event loop
+announces itself through ``asyncio.events._set_running_loop`` when it starts
+and stops running on a thread; mxprof wraps that function (``install``) to
+tell the core, per thread.  Range objects begin and end with the checked
+calls (``mxp_range_enter``/``exit``), which answer ``MXP_IN_LOOP`` on such a
+thread without recording; only then does Python look for the running task
+(``begun``/``ended``).  A loop that bypasses ``_set_running_loop`` (or was
+captured before mxprof was imported) leaves its ranges on the thread, as
+before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import asyncio.events
 from asyncio.events import _get_running_loop as running_loop
-from typing import Any
+from typing import Any, Callable
 
 from ._native import ffi, lib
+from ._threads import register_current
 
-__all__ = ["running_loop", "track_of"]
+__all__ = ["begun", "ended", "install", "running_loop", "track_of"]
+
+IN_LOOP = lib.MXP_IN_LOOP
+NEW_THREAD = lib.MXP_NEW_THREAD
 
 _current_task = asyncio.current_task
 _tracks: dict[asyncio.Task[Any], int] = {}
@@ -64,20 +75,51 @@ def _close(task: asyncio.Task[Any]) -> None:
         lib.mxp_track_close(tid)
 
 
-def begin(rid: int, loop: asyncio.AbstractEventLoop, thread_begin: Any) -> int:
-    """Begin range rid in the running task's track, or on the thread
-    (thread_begin, returning its rc) where no task runs."""
-    tid = track_of(loop, True)
-    if tid:
-        lib.mxp_track_begin(tid, rid)
-        return 0
-    return int(thread_begin(rid))
+def _task_track(create: bool) -> int:
+    loop = running_loop()
+    return track_of(loop, create) if loop is not None else 0
 
 
-def end(rid: int, loop: asyncio.AbstractEventLoop) -> int:
-    """End range rid in the running task's track, or on the thread."""
-    tid = track_of(loop, False)
-    if tid:
-        lib.mxp_track_end(tid, rid)
-        return 0
-    return int(lib.mxp_range_end(rid))
+def begun(rc: int, rid: int) -> None:
+    """After a checked begin of range rid returned rc (not 0): begin it in
+    the running task's track (or on the thread, where no task runs)."""
+    if rc & IN_LOOP:
+        rc = lib.mxp_track_begin(_task_track(True), rid)
+    if rc == NEW_THREAD:
+        register_current()
+
+
+def ended(rc: int, rid: int) -> None:
+    """After a checked end of range rid returned rc (not 0): likewise."""
+    if rc & IN_LOOP:
+        rc = lib.mxp_track_end(_task_track(False), rid)
+    if rc == NEW_THREAD:
+        register_current()
+
+
+def _announce(running: bool) -> None:
+    if lib.mxp_thread_loop_set(1 if running else 0) == NEW_THREAD:
+        register_current()
+
+
+def install() -> None:
+    """Wrap asyncio's _set_running_loop so the core learns which threads
+    run an event loop (idempotent), and tell it about one running here now."""
+    original: Callable[[Any], None] = asyncio.events._set_running_loop
+    if getattr(original, "_mxprof", False):
+        return
+
+    def _set_running_loop(loop: Any) -> None:
+        original(loop)
+        _announce(loop is not None)
+
+    _set_running_loop._mxprof = True  # type: ignore[attr-defined]
+    _set_running_loop.__doc__ = original.__doc__
+    asyncio.events._set_running_loop = _set_running_loop
+    if getattr(asyncio, "_set_running_loop", None) is original:
+        asyncio._set_running_loop = _set_running_loop
+    if running_loop() is not None:
+        _announce(True)
+
+
+install()

@@ -8,9 +8,9 @@ Each works three ways, all recording the same thing::
     def f(): ...
 
 Each begin and each end is one call into the core with a cached integer id
-(DESIGN.md §2.2), after one check that no asyncio event loop runs on the
-thread.  Inside an asyncio task a range goes to the task's own track
-(``_tasks``), where begins and ends pair per task.  The end of ``with`` and
+(DESIGN.md §2.2).  On a thread that runs an asyncio event loop the core
+answers MXP_IN_LOOP instead, and the range goes to the running task's own
+track (``_tasks``), where begins and ends pair per task.  The end of ``with`` and
 of a decorated call runs in a ``finally``, so a raising body still closes
 its range.  Ranges of one thread (or task) nest; a stop on another thread
 (or task) than its start closes the range there and records it as an async
@@ -25,15 +25,17 @@ from typing import Any, Callable, TypeVar
 
 from . import _native, _tasks
 from ._native import lib
+from ._tasks import begun as _begun
+from ._tasks import ended as _ended
 from ._tasks import running_loop as _loop
 from ._threads import register_current
 from .domain import Domain, Named, check_domain
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_begin = lib.mxp_range_begin
-_frame_begin = lib.mxp_frame_begin
-_end = lib.mxp_range_end
+_begin = lib.mxp_range_enter
+_frame_begin = lib.mxp_frame_enter
+_end = lib.mxp_range_exit
 _begin_token = lib.mxp_range_begin_token
 _end_token = lib.mxp_range_end_token
 _track_begin = lib.mxp_track_begin
@@ -48,40 +50,28 @@ class _Range(Named):
 
     def start(self) -> None:
         """Begin the range on the calling thread (or asyncio task)."""
-        loop = _loop()
-        if loop is None:
-            if _begin(self._id):
-                register_current()
-        elif _tasks.begin(self._id, loop, _begin):
-            register_current()
+        rc = _begin(self._id)
+        if rc:
+            _begun(rc, self._id)
 
     def stop(self) -> None:
         """End the innermost open range of this object on the calling thread
         (or asyncio task); with none open there, the one begun last elsewhere."""
-        loop = _loop()
-        if loop is None:
-            if _end(self._id):
-                register_current()
-        elif _tasks.end(self._id, loop):
-            register_current()
+        rc = _end(self._id)
+        if rc:
+            _ended(rc, self._id)
 
     def __enter__(self) -> _Range:
-        loop = _loop()
-        if loop is None:
-            if _begin(self._id):
-                register_current()
-        elif _tasks.begin(self._id, loop, _begin):
-            register_current()
+        rc = _begin(self._id)
+        if rc:
+            _begun(rc, self._id)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         # Named parameters, not *exc: no tuple is built on every exit.
-        loop = _loop()
-        if loop is None:
-            if _end(self._id):
-                register_current()
-        elif _tasks.end(self._id, loop):
-            register_current()
+        rc = _end(self._id)
+        if rc:
+            _ended(rc, self._id)
 
     def __call__(self, fn: F) -> F:
         """Decorate fn so that every call of it is one range.
@@ -118,20 +108,15 @@ class _Range(Named):
 
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            loop = _loop()
-            if loop is None:
-                if begin(rid):
-                    register_current()
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    _end(rid)
-            if _tasks.begin(rid, loop, begin):
-                register_current()
+            rc = begin(rid)
+            if rc:
+                _begun(rc, rid)
             try:
                 return fn(*args, **kwargs)
             finally:
-                _tasks.end(rid, loop)
+                rc = _end(rid)
+                if rc:
+                    _ended(rc, rid)
 
         return timed  # type: ignore[return-value]
 
@@ -195,20 +180,14 @@ class Frame(_Range):
 
     def start(self) -> None:
         """Begin the next frame on the calling thread (or asyncio task)."""
-        loop = _loop()
-        if loop is None:
-            if _frame_begin(self._id):
-                register_current()
-        elif _tasks.begin(self._id, loop, _frame_begin):
-            register_current()
+        rc = _frame_begin(self._id)
+        if rc:
+            _begun(rc, self._id)
 
     def __enter__(self) -> Frame:
-        loop = _loop()
-        if loop is None:
-            if _frame_begin(self._id):
-                register_current()
-        elif _tasks.begin(self._id, loop, _frame_begin):
-            register_current()
+        rc = _frame_begin(self._id)
+        if rc:
+            _begun(rc, self._id)
         return self
 
 

@@ -308,3 +308,56 @@ def test_a_finishing_dump_with_nothing_after_it_makes_no_second_file(trace_file,
     mxprof.dump()
     mxprof._session.SESSION.at_exit()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]
+
+
+def test_a_loop_on_another_thread_and_after_it_ends(trace_file, clock):
+    """Each thread's loop is known to the core while it runs, and only then."""
+    t = mxprof.Domain("a").new_task("r")
+    start(trace_file)
+
+    async def in_task():
+        with t:
+            clock(MS)
+
+    def worker():
+        asyncio.run(in_task())
+        with t:  # the loop has ended: the thread's own stack again
+            clock(2 * MS)
+
+    w = threading.Thread(target=worker, name="looper")
+    w.start()
+    w.join(30)
+    trace = finish(trace_file)
+    names = thread_names(trace)
+    got = {names[e["tid"]].split("-")[0]: e["dur"] for e in _testing.events(trace, "X", "r")}
+    assert got == {"Task": 1_000.0, "looper": 2_000.0}  # asyncio numbers its tasks: Task-N
+
+
+def test_import_inside_a_running_loop(tmp_path):
+    """mxprof imported by code already running in a loop still pairs per task."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "late.json"
+    script = f"""
+import asyncio
+async def main():
+    import mxprof
+    mxprof.set_config(filename={str(path)!r}, profile_api=False)
+    mxprof.set_state("run")
+    f = mxprof.Domain("a").new_task("f")
+    async def req(d):
+        with f:
+            await asyncio.sleep(d)
+    await asyncio.gather(req(0.02), req(0.01))
+    mxprof.set_state("stop")
+    mxprof.dump()
+asyncio.run(main())
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    trace = _testing.load_trace(path)
+    spans = _testing.events(trace, "X", "f")
+    assert len({e["tid"] for e in spans}) == 2
+    assert sorted(e["dur"] >= 10_000.0 for e in spans) == [True, True]
+    assert_nested_per_track(trace)

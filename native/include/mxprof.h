@@ -35,6 +35,7 @@ extern "C" {
 /* Return codes. */
 #define MXP_OK 0
 #define MXP_NEW_THREAD 1       /* hot call: first call on this thread */
+#define MXP_IN_LOOP 2          /* mxp_range_enter/exit: an asyncio loop runs here */
 #define MXP_E_INVALID -1       /* an argument is out of range */
 #define MXP_E_NOMEM -2         /* allocation failed */
 #define MXP_E_IO -3            /* a file operation failed; see mxp_trace_errno */
@@ -244,6 +245,19 @@ int mxp_frame_begin(uint32_t id);
  * range even when several ranges of the same id are open (coroutines). */
 int64_t mxp_range_begin_token(uint32_t id);
 
+/* mxp_range_begin, mxp_frame_begin and mxp_range_end for bindings whose
+ * ranges may run inside asyncio tasks: while the calling thread runs an
+ * event loop (mxp_thread_loop_set), they do nothing and return MXP_IN_LOOP,
+ * and the binding decides where the range goes (mxp_track_begin/end).
+ * Elsewhere they are the plain calls, at the cost of one more load. */
+int mxp_range_enter(uint32_t id);
+int mxp_frame_enter(uint32_t id);
+int mxp_range_exit(uint32_t id);
+
+/* Whether an asyncio event loop runs on the calling thread (a binding sets
+ * it when the loop starts and stops). */
+int mxp_thread_loop_set(int running);
+
 /* Close the range named by token (from mxp_range_begin_token). */
 int mxp_range_end_token(uint32_t id, int64_t token);
 
@@ -264,7 +278,8 @@ int mxp_ranges_cut(void);
 int mxp_track_open(const char *name, size_t name_len, uint32_t *tid_out);
 
 /* mxp_range_begin / mxp_range_end (mxp_frame_begin for a frame) on track
- * tid.  MXP_E_INVALID for a tid that is not an open track. */
+ * tid, or with tid 0 on the calling thread's own stack (even while it runs
+ * an event loop).  MXP_E_INVALID for a tid that is not an open track. */
 int mxp_track_begin(uint32_t tid, uint32_t id);
 int mxp_track_end(uint32_t tid, uint32_t id);
 

@@ -211,20 +211,63 @@ int mxp_range_end_token(uint32_t id, int64_t token) {
     return rc;
 }
 
+/* ---- ranges that may be in asyncio tasks ---- */
+
+int mxp_range_enter(uint32_t id) {
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    if (MXPI_UNLIKELY(t == NULL)) return rc;
+    if (MXPI_UNLIKELY(t->in_loop)) return MXP_IN_LOOP;
+    begin_on(t, id, false);
+    return rc;
+}
+
+int mxp_frame_enter(uint32_t id) {
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    if (MXPI_UNLIKELY(t == NULL)) return rc;
+    if (MXPI_UNLIKELY(t->in_loop)) return MXP_IN_LOOP;
+    begin_on(t, id, true);
+    return rc;
+}
+
+int mxp_range_exit(uint32_t id) {
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    if (MXPI_UNLIKELY(t == NULL)) return rc;
+    if (MXPI_UNLIKELY(t->in_loop)) return MXP_IN_LOOP;
+    end_on(t, id);
+    return rc;
+}
+
+int mxp_thread_loop_set(int running) {
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    if (t != NULL) t->in_loop = running != 0;
+    return rc;
+}
+
 /* ---- ranges on tracks (asyncio tasks) ---- */
 
+/* Track tid's state, or with tid 0 the calling thread's (*rc as mxpi_self). */
+static inline mxpi_thread *stack_of(uint32_t tid, int *rc) {
+    return tid ? mxpi_track_of(tid) : mxpi_self(rc);
+}
+
 int mxp_track_begin(uint32_t tid, uint32_t id) {
-    mxpi_thread *t = mxpi_track_of(tid);
-    if (MXPI_UNLIKELY(t == NULL)) return MXP_E_INVALID;
+    int rc = MXP_OK;
+    mxpi_thread *t = stack_of(tid, &rc);
+    if (MXPI_UNLIKELY(t == NULL)) return tid ? MXP_E_INVALID : rc;
     begin_on(t, id, known(id) && is_frame(id));
-    return MXP_OK;
+    return rc;
 }
 
 int mxp_track_end(uint32_t tid, uint32_t id) {
-    mxpi_thread *t = mxpi_track_of(tid);
-    if (MXPI_UNLIKELY(t == NULL)) return MXP_E_INVALID;
+    int rc = MXP_OK;
+    mxpi_thread *t = stack_of(tid, &rc);
+    if (MXPI_UNLIKELY(t == NULL)) return tid ? MXP_E_INVALID : rc;
     end_on(t, id);
-    return MXP_OK;
+    return rc;
 }
 
 int mxp_track_close(uint32_t tid) {

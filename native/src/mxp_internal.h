@@ -203,6 +203,7 @@ typedef struct mxpi_thread {
     uint32_t stack_cap;
     uint64_t seq;
     _Atomic uint32_t edits; /* odd while the owner changes its stack */
+    uint32_t in_loop;       /* an asyncio event loop runs on the thread */
     uint32_t scope;
     uint32_t tid;
     int64_t os_tid;
