@@ -354,7 +354,9 @@ async def main():
     mxprof.dump()
 asyncio.run(main())
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     trace = _testing.load_trace(path)
     spans = _testing.events(trace, "X", "f")
