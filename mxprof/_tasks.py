@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import asyncio.events
 from asyncio.events import _get_running_loop as running_loop
+from threading import get_ident
 from typing import Any, Callable
 
 from ._native import ffi, lib
@@ -35,7 +36,13 @@ IN_LOOP = lib.MXP_IN_LOOP
 NEW_THREAD = lib.MXP_NEW_THREAD
 
 _current_task = asyncio.current_task
+_track_begin = lib.mxp_track_begin
+_track_end = lib.mxp_track_end
 _tracks: dict[asyncio.Task[Any], int] = {}
+# The loop running on each thread (by thread ident), as _set_running_loop
+# was told: cheaper to look up than asking asyncio (which, in Python 3.11,
+# makes a getpid system call each time).
+_loops: dict[int, Any] = {}
 
 
 def track_of(loop: asyncio.AbstractEventLoop, create: bool) -> int:
@@ -75,16 +82,16 @@ def _close(task: asyncio.Task[Any]) -> None:
         lib.mxp_track_close(tid)
 
 
-def _task_track(create: bool) -> int:
-    loop = running_loop()
-    return track_of(loop, create) if loop is not None else 0
-
-
 def begun(rc: int, rid: int) -> None:
     """After a checked begin of range rid returned rc (not 0): begin it in
     the running task's track (or on the thread, where no task runs)."""
     if rc & IN_LOOP:
-        rc = lib.mxp_track_begin(_task_track(True), rid)
+        tid = 0
+        loop = _loops.get(get_ident())
+        task = _current_task(loop) if loop is not None else None
+        if task is not None:
+            tid = _tracks.get(task) or _open(task)
+        rc = _track_begin(tid, rid)
     if rc == NEW_THREAD:
         register_current()
 
@@ -92,13 +99,19 @@ def begun(rc: int, rid: int) -> None:
 def ended(rc: int, rid: int) -> None:
     """After a checked end of range rid returned rc (not 0): likewise."""
     if rc & IN_LOOP:
-        rc = lib.mxp_track_end(_task_track(False), rid)
+        loop = _loops.get(get_ident())
+        task = _current_task(loop) if loop is not None else None
+        rc = _track_end(_tracks.get(task, 0) if task is not None else 0, rid)
     if rc == NEW_THREAD:
         register_current()
 
 
-def _announce(running: bool) -> None:
-    if lib.mxp_thread_loop_set(1 if running else 0) == NEW_THREAD:
+def _announce(loop: Any) -> None:
+    if loop is None:
+        _loops.pop(get_ident(), None)
+    else:
+        _loops[get_ident()] = loop
+    if lib.mxp_thread_loop_set(0 if loop is None else 1) == NEW_THREAD:
         register_current()
 
 
@@ -111,15 +124,16 @@ def install() -> None:
 
     def _set_running_loop(loop: Any) -> None:
         original(loop)
-        _announce(loop is not None)
+        _announce(loop)
 
     _set_running_loop._mxprof = True  # type: ignore[attr-defined]
     _set_running_loop.__doc__ = original.__doc__
     asyncio.events._set_running_loop = _set_running_loop
     if getattr(asyncio, "_set_running_loop", None) is original:
         asyncio._set_running_loop = _set_running_loop
-    if running_loop() is not None:
-        _announce(True)
+    loop = running_loop()
+    if loop is not None:
+        _announce(loop)
 
 
 install()
