@@ -197,6 +197,7 @@ COUNT_FIELDS = (
     "non_lifo_stops",
     "ignored_calls",
     "unknown_frees",
+    "saturated_values",
 )
 
 

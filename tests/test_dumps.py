@@ -148,7 +148,8 @@ EXPECTED_JSON_HEAD = """{
         "unmatched_stops": 0,
         "non_lifo_stops": 0,
         "ignored_calls": 0,
-        "unknown_frees": 0
+        "unknown_frees": 0,
+        "saturated_values": 0
     }
 ,
     "Unit": {
