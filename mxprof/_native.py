@@ -198,6 +198,7 @@ COUNT_FIELDS = (
     "ignored_calls",
     "unknown_frees",
     "cut_ranges",
+    "saturated_values",
 )
 
 

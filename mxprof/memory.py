@@ -53,6 +53,7 @@ _slots: dict[Device, int] = {}  # what callers pass -> the core's device slot
 _names: dict[int, str] = {}  # slot -> "gpu/0"
 _gpu_slots: set[int] = set()
 _state = {"gpu_used": False}  # a GPU allocation was recorded (the CSV is due)
+_ORDINALS = 2**32  # the core keeps a device's ordinal as a uint32
 
 
 def _parse(device: Device) -> tuple[int, int]:
@@ -64,17 +65,20 @@ def _parse(device: Device) -> tuple[int, int]:
     if isinstance(device, int):
         if device < 0:
             raise ValueError(f"device ordinal must be >= 0, got {device}")
-        return lib.MXP_DEVICE_GPU, device
-    m = _DEVICE_RE.match(device.strip().lower())
-    if m is None:
-        raise ValueError(
-            f"device must be 'cpu', 'cpu:N', 'gpu:N', 'cuda:N' (or '/' for ':') or an int GPU "
-            f"ordinal, got {device!r}"
-        )
-    ordinal = int(m.group(2) or 0)
-    if ordinal >= 2**32:
-        raise ValueError(f"device ordinal too large: {device!r}")
-    return (lib.MXP_DEVICE_CPU if m.group(1) == "cpu" else lib.MXP_DEVICE_GPU), ordinal
+        kind, ordinal = lib.MXP_DEVICE_GPU, device
+    else:
+        m = _DEVICE_RE.match(device.strip().lower())
+        if m is None:
+            raise ValueError(
+                f"device must be 'cpu', 'cpu:N', 'gpu:N', 'cuda:N' (or '/' for ':') or an int "
+                f"GPU ordinal, got {device!r}"
+            )
+        kind = lib.MXP_DEVICE_CPU if m.group(1) == "cpu" else lib.MXP_DEVICE_GPU
+        ordinal = int(m.group(2) or 0)
+    if ordinal >= _ORDINALS:
+        where = "" if isinstance(device, int) else f" in {device!r}"
+        raise ValueError(f"device ordinal must be within 0 .. 2**32 - 1, got {ordinal}{where}")
+    return kind, ordinal
 
 
 def _slot(device: Device) -> int:
@@ -154,7 +158,7 @@ def record_alloc(
     Args:
         nbytes: bytes requested.
         device: ``'cpu'``, ``'gpu:N'`` / ``'cuda:N'`` / ``'gpu/N'``, or an int
-            GPU ordinal.
+            GPU ordinal (N within 0 .. 2**32 - 1).
         ptr: the allocation's address, to free it by; without one a handle
             is made and returned.  An address still live is first freed
             (its free was missed).

@@ -53,14 +53,14 @@ def test_decrement_below_zero_is_negative_and_add_saturates():
 
 
 def test_counter_type_errors_are_ordinary():
+    # More on values (floats, numpy, saturation, NaN) in test_counter_values.py.
     c = mxprof.Domain("d").new_counter("c", 0)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="counter 'c'"):
         c.set_value("3")
-    with pytest.raises(TypeError):
-        c.increment(1.5)
-    with pytest.raises(OverflowError):
-        c.set_value(2**63)
-    assert c.value == 0
+    c.increment(1.5)
+    assert c.value == 1
+    c.set_value(2**63)
+    assert c.value == 2**63 - 1
 
 
 def test_counter_value_changes_in_every_state(trace_file):

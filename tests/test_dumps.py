@@ -149,7 +149,8 @@ EXPECTED_JSON_HEAD = """{
         "non_lifo_stops": 0,
         "ignored_calls": 0,
         "unknown_frees": 0,
-        "cut_ranges": 0
+        "cut_ranges": 0,
+        "saturated_values": 0
     }
 ,
     "Unit": {

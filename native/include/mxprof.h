@@ -120,6 +120,7 @@ typedef struct mxp_counts {
     uint64_t unknown_frees;     /* frees of pointers with no live allocation */
     uint64_t written_events;    /* trace records written to files */
     uint64_t cut_ranges;        /* ranges closed by mxp_ranges_cut, not by their end */
+    uint64_t saturated_values;  /* counter results beyond int64, held at the limit */
 } mxp_counts;
 
 /* One live allocation (mxp_memory_live). */
@@ -296,8 +297,24 @@ int mxp_counter_set(uint32_t id, int64_t value);
  * only stores the value (creating a counter is not a hot call to tally). */
 int mxp_counter_init(uint32_t id, int64_t value);
 
-/* Add delta (may be negative) to a counter; saturates at the int64 limits. */
+/* Add delta (may be negative) to a counter; saturates at the int64 limits.
+ * A saturated result is tallied in saturated_values, in every state. */
 int mxp_counter_add(uint32_t id, int64_t delta);
+
+/* Subtract delta from a counter: mxp_counter_add of -delta, exact for
+ * INT64_MIN too; a binding need not negate (numpy's unsigned ints wrap). */
+int mxp_counter_sub(uint32_t id, int64_t delta);
+
+/* mxp_counter_add for a delta beyond int64 (a binding's unbounded integers):
+ * adds magnitude (0 .. 2**64 - 1), or subtracts it when negative is nonzero,
+ * atomically, saturating and tallying as mxp_counter_add.  A delta of 2**64
+ * or more saturates whatever the value was: use mxp_counter_saturate. */
+int mxp_counter_add_wide(uint32_t id, int negative, uint64_t magnitude);
+
+/* Set a counter to its limit, INT64_MAX (INT64_MIN when negative is nonzero),
+ * for a value asked for beyond it: as mxp_counter_init when init is nonzero,
+ * else as mxp_counter_set, and tallied in saturated_values in every state. */
+int mxp_counter_saturate(uint32_t id, int negative, int init);
 
 /* Current value of a counter (0 for a never-set counter or a non-counter). */
 int64_t mxp_counter_value(uint32_t id);

@@ -335,16 +335,56 @@ int mxp_counter_init(uint32_t id, int64_t value) {
     return MXP_OK;
 }
 
+/* Saturation is rare: one process-wide atomic, kept in every state (as the
+ * value is). */
+static void saturated(void) { atomic_fetch_add_explicit(&mxpi_g.saturated, 1, MXPI_RELAXED); }
+
 int mxp_counter_add(uint32_t id, int64_t delta) {
     int rc = MXP_OK;
     mxpi_thread *t = mxpi_self(&rc);
     mxpi_object *o = counter_of(id);
     if (MXPI_UNLIKELY(o == NULL)) return MXP_E_INVALID;
     int64_t cur = atomic_load_explicit(&o->value, MXPI_RELAXED), next;
+    bool over;
     do {
-        if (__builtin_add_overflow(cur, delta, &next)) next = delta > 0 ? INT64_MAX : INT64_MIN;
+        over = __builtin_add_overflow(cur, delta, &next);
+        if (MXPI_UNLIKELY(over)) next = delta > 0 ? INT64_MAX : INT64_MIN;
     } while (!atomic_compare_exchange_weak_explicit(&o->value, &cur, next, MXPI_RELAXED, MXPI_RELAXED));
+    if (MXPI_UNLIKELY(over)) saturated();
     if (MXPI_LIKELY(t != NULL)) sample(t, id, next);
+    return rc;
+}
+
+int mxp_counter_sub(uint32_t id, int64_t delta) {
+    if (MXPI_UNLIKELY(delta == INT64_MIN)) return mxp_counter_add_wide(id, 0, (uint64_t)1 << 63);
+    return mxp_counter_add(id, -delta);
+}
+
+/* As mxp_counter_add (kept apart so that the hot one stays as lean).  The
+ * builtins compute in infinite precision, so mixing int64 and uint64 is
+ * exact. */
+int mxp_counter_add_wide(uint32_t id, int negative, uint64_t magnitude) {
+    int rc = MXP_OK;
+    mxpi_thread *t = mxpi_self(&rc);
+    mxpi_object *o = counter_of(id);
+    if (MXPI_UNLIKELY(o == NULL)) return MXP_E_INVALID;
+    int64_t cur = atomic_load_explicit(&o->value, MXPI_RELAXED), next;
+    bool over;
+    do {
+        over = negative ? __builtin_sub_overflow(cur, magnitude, &next)
+                        : __builtin_add_overflow(cur, magnitude, &next);
+        if (over) next = negative ? INT64_MIN : INT64_MAX;
+    } while (!atomic_compare_exchange_weak_explicit(&o->value, &cur, next, MXPI_RELAXED, MXPI_RELAXED));
+    if (over) saturated();
+    if (MXPI_LIKELY(t != NULL)) sample(t, id, next);
+    return rc;
+}
+
+int mxp_counter_saturate(uint32_t id, int negative, int init) {
+    if (counter_of(id) == NULL) return MXP_E_INVALID;
+    int64_t limit = negative ? INT64_MIN : INT64_MAX;
+    int rc = init ? mxp_counter_init(id, limit) : mxp_counter_set(id, limit);
+    saturated();
     return rc;
 }
 

@@ -82,6 +82,7 @@ static void fork_child(void) {
     mxpi_trace_after_fork();
     mxpi_memory_after_fork();
     MXPI_STORE(mxpi_g.unknown_frees, 0);
+    MXPI_STORE(mxpi_g.saturated, 0);
     mxp_stats_reset(); /* the parent's statistics are not the child's */
 }
 
@@ -226,6 +227,7 @@ void mxp_counts_get(mxp_counts *out) {
     pthread_mutex_unlock(&mxpi_g.reg_lock);
     out->written_events = MXPI_LOAD(mxpi_g.written);
     out->unknown_frees = MXPI_LOAD(mxpi_g.unknown_frees);
+    out->saturated_values = MXPI_LOAD(mxpi_g.saturated);
 }
 
 void mxp_reset(void) {
@@ -239,6 +241,7 @@ void mxp_reset(void) {
     mxp_max_events_set(0);
     MXPI_STORE(mxpi_g.written, 0);
     MXPI_STORE(mxpi_g.unknown_frees, 0);
+    MXPI_STORE(mxpi_g.saturated, 0);
     mxpi_memory_reset();
     mxp_stats_reset();
     pthread_mutex_lock(&mxpi_g.reg_lock);

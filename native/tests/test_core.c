@@ -294,6 +294,90 @@ static void test_counters(void) {
     CHECK_EQ(mxp_counter_set(reg(MXP_KIND_TASK, "m", "not a counter"), 1), MXP_E_INVALID);
 }
 
+static uint64_t saturated_now(void) {
+    mxp_counts c;
+    mxp_counts_get(&c);
+    return c.saturated_values;
+}
+
+/* Results beyond int64 are held at the limit and tallied once each, in every
+ * state; wide deltas are exact up to the limit (no tally when it is reached
+ * exactly). */
+static void test_counter_saturation(void) {
+    fresh();
+    uint32_t c = reg(MXP_KIND_COUNTER, "m", "sat");
+    const uint64_t two63 = (uint64_t)1 << 63;
+    mxp_counter_set(c, INT64_MAX - 1);
+    mxp_counter_add(c, 1);
+    CHECK_EQ(saturated_now(), 0); /* exactly the limit */
+    mxp_counter_add(c, 1);
+    CHECK_EQ(mxp_counter_value(c), INT64_MAX);
+    CHECK_EQ(saturated_now(), 1);
+    mxp_counter_set(c, INT64_MIN + 1);
+    mxp_counter_add(c, -2);
+    CHECK_EQ(mxp_counter_value(c), INT64_MIN);
+    CHECK_EQ(saturated_now(), 2);
+    /* Wide deltas: exact where the result fits. */
+    mxp_counter_set(c, -5);
+    CHECK_EQ(mxp_counter_add_wide(c, 0, two63), MXP_OK);
+    CHECK_EQ(mxp_counter_value(c), INT64_MAX - 4);
+    CHECK_EQ(saturated_now(), 2);
+    mxp_counter_add_wide(c, 0, two63);
+    CHECK_EQ(mxp_counter_value(c), INT64_MAX);
+    CHECK_EQ(saturated_now(), 3);
+    mxp_counter_add_wide(c, 1, UINT64_MAX); /* INT64_MAX - (2**64 - 1) == INT64_MIN */
+    CHECK_EQ(mxp_counter_value(c), INT64_MIN);
+    mxp_counter_add_wide(c, 0, UINT64_MAX);
+    CHECK_EQ(mxp_counter_value(c), INT64_MAX);
+    CHECK_EQ(saturated_now(), 3);
+    mxp_counter_add_wide(c, 1, two63 + 1);
+    CHECK_EQ(mxp_counter_value(c), -2);
+    mxp_counter_add_wide(c, 1, two63);
+    CHECK_EQ(mxp_counter_value(c), INT64_MIN);
+    CHECK_EQ(saturated_now(), 4);
+    /* Subtracting INT64_MIN: no negation overflows. */
+    mxp_counter_set(c, -1);
+    CHECK_EQ(mxp_counter_sub(c, INT64_MIN), MXP_OK);
+    CHECK_EQ(mxp_counter_value(c), INT64_MAX);
+    CHECK_EQ(saturated_now(), 4);
+    mxp_counter_set(c, 0);
+    mxp_counter_sub(c, INT64_MIN);
+    CHECK_EQ(mxp_counter_value(c), INT64_MAX);
+    mxp_counter_sub(c, 7);
+    CHECK_EQ(mxp_counter_value(c), INT64_MAX - 7);
+    CHECK_EQ(saturated_now(), 5);
+    /* A value beyond the limit, set. */
+    CHECK_EQ(mxp_counter_saturate(c, 0, 0), MXP_OK);
+    CHECK_EQ(mxp_counter_value(c), INT64_MAX);
+    CHECK_EQ(mxp_counter_saturate(c, 1, 0), MXP_OK);
+    CHECK_EQ(mxp_counter_value(c), INT64_MIN);
+    CHECK_EQ(saturated_now(), 7);
+    mxp_stat s = stat_of(c);
+    CHECK_EQ(s.count, 19); /* every update was a sample */
+    CHECK_EQ(s.max, INT64_MAX);
+    CHECK_EQ(s.last, INT64_MIN);
+    /* Not recording: the value and the tally still change; no sample, and an
+     * initial value is not an ignored call. */
+    mxp_flags_update(0, MXP_FLAG_RECORD);
+    mxp_counts before;
+    mxp_counts_get(&before);
+    CHECK_EQ(mxp_counter_saturate(c, 0, 1), MXP_OK);
+    CHECK_EQ(mxp_counter_value(c), INT64_MAX);
+    mxp_counter_add(c, 1);
+    mxp_counts after;
+    mxp_counts_get(&after);
+    CHECK_EQ(after.saturated_values, 9);
+    CHECK_EQ(after.ignored_calls - before.ignored_calls, 1); /* the add only */
+    CHECK_EQ(stat_of(c).count, 19);
+    /* Not a counter: refused, nothing tallied. */
+    uint32_t task = reg(MXP_KIND_TASK, "m", "not a counter");
+    CHECK_EQ(mxp_counter_saturate(task, 0, 0), MXP_E_INVALID);
+    CHECK_EQ(mxp_counter_add_wide(task, 0, two63), MXP_E_INVALID);
+    CHECK_EQ(saturated_now(), 9);
+    mxp_reset();
+    CHECK_EQ(saturated_now(), 0);
+}
+
 /* A reset snapshot that does not fit reports how many it needs and resets
  * nothing: the same statistics are there for the retry. */
 static void test_snapshot_too_small_keeps_everything(void) {
@@ -918,6 +1002,7 @@ int main(void) {
     test_histogram_buckets();
     test_percentiles_and_recorded_time();
     test_counters();
+    test_counter_saturation();
     test_snapshot_too_small_keeps_everything();
     test_flush_and_cap();
     test_new_cap_with_idle_threads();
