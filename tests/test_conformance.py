@@ -34,7 +34,7 @@ import time
 import pytest
 
 import mxprof
-from mxprof import _testing, memory
+from mxprof import _native, _testing, memory
 from mxprof.merge import merge
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -400,12 +400,10 @@ def test_memory(engine, path, fmt, clock):
     assert view.ranges == []
 
 
-def wait_for_growth(path, size):
-    deadline = time.monotonic() + WAIT_S
-    while not os.path.exists(path) or os.path.getsize(path) <= size:
-        assert time.monotonic() < deadline, f"no background write to {path} in {WAIT_S} s"
-        time.sleep(0.005)
-    return os.path.getsize(path)
+def written_events():
+    counts = _native.ffi.new("mxp_counts *")
+    _native.lib.mxp_counts_get(counts)
+    return counts.written_events
 
 
 def test_continuous_dump(engine, path, fmt):
@@ -414,13 +412,18 @@ def test_continuous_dump(engine, path, fmt):
     task, ctr = d.new_task("work"), d.new_counter("done")
     mxprof.set_config(filename=os.fspath(path), profile_api=True, dump_period=0.02)
     mxprof.set_state("run")
-    size, n = 0, 0
+    n = 0
     for _ in range(5):
         for _ in range(20):
             with task:
                 n += 1
                 ctr.set_value(n)
-        size = wait_for_growth(path, size)  # a background write took this batch
+        # A background write commits after this batch (a file's size can grow
+        # more than once in one write, so it is no count of writes).
+        before, deadline = written_events(), time.monotonic() + WAIT_S
+        while written_events() == before:
+            assert time.monotonic() < deadline, f"no background write in {WAIT_S} s"
+            time.sleep(0.005)
     mxprof.set_state("stop")
     mxprof.dump()
     view = View(engine, path)
