@@ -43,6 +43,7 @@ static inline mxpi_open *push(mxpi_thread *t, uint32_t id, bool frame) {
             o->aux = atomic_fetch_add_explicit(&mxpi_obj(id)->frame_next, 1, MXPI_RELAXED) & MXPI_AUX_INDEX;
     } else {
         o->flags = 0;
+        o->start = o->credit = o->child = 0; /* read by claimers comparing starts */
         mxpi_tally(&t->ignored);
     }
     t->depth++;

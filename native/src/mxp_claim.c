@@ -217,7 +217,9 @@ bool mxpi_end_elsewhere(mxpi_thread *t, uint32_t id, int64_t now) {
         for (uint32_t i = s.n; i-- > 0;) {
             const mxpi_open *e = &s.e[i];
             if (e->id != id || snap_claimed(&s, i)) continue;
-            if (owner == NULL || e->start > best.start) {
+            /* Prefer a recorded range; among those, the one begun last. */
+            bool live = (e->flags & MXPI_OPEN_LIVE) != 0, best_live = (best.flags & MXPI_OPEN_LIVE) != 0;
+            if (owner == NULL || live > best_live || (live == best_live && e->start > best.start)) {
                 owner = u;
                 best = *e;
             }
