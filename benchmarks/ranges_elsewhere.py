@@ -57,50 +57,37 @@ def main() -> None:
 
         asyncio.run(body())
 
-    def handoff(k: int) -> None:
+    def handoff(k: int, there: bool) -> None:
+        """Start here, hand over to a thread; stop there (or back here)."""
         ready, done = threading.Semaphore(0), threading.Semaphore(0)
 
         def consumer() -> None:
             for _ in range(k):
                 ready.acquire()
+                if there:
+                    task.stop()
+                done.release()
+
+        c = threading.Thread(target=consumer)
+        c.start()
+        for _ in range(k):
+            task.start()
+            ready.release()
+            done.acquire()
+            if not there:
                 task.stop()
-                done.release()
-
-        c = threading.Thread(target=consumer)
-        c.start()
-        for _ in range(k):
-            task.start()
-            ready.release()
-            done.acquire()
-        c.join()
-
-    def hand_baseline(k: int) -> None:  # the same hand-off, stopped on the starting thread
-        ready, done = threading.Semaphore(0), threading.Semaphore(0)
-
-        def consumer() -> None:
-            for _ in range(k):
-                ready.acquire()
-                done.release()
-
-        c = threading.Thread(target=consumer)
-        c.start()
-        for _ in range(k):
-            task.start()
-            ready.release()
-            done.acquire()
-            task.stop()
         c.join()
 
     def cut(k: int) -> None:
         for _ in range(k):
             started, release = threading.Barrier(5), threading.Event()
 
-            def worker() -> None:
+            def worker(started: threading.Barrier, release: threading.Event) -> None:
                 with task:
                     started.wait()
                     release.wait()
 
-            ws = [threading.Thread(target=worker) for _ in range(4)]
+            ws = [threading.Thread(target=worker, args=(started, release)) for _ in range(4)]
             for w in ws:
                 w.start()
             started.wait()
@@ -117,8 +104,8 @@ def main() -> None:
     cases = {
         "with task, no event loop": (plain, n),
         "with task, inside an asyncio task": (in_task, n),
-        "hand-off, stopped on the starting thread": (hand_baseline, handoffs),
-        "hand-off, stopped on the other thread": (handoff, handoffs),
+        "hand-off, stopped on the starting thread": (lambda k: handoff(k, False), handoffs),
+        "hand-off, stopped on the other thread": (lambda k: handoff(k, True), handoffs),
     }
     for _ in range(args.repeats):
         for name, (fn, k) in cases.items():

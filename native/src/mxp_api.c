@@ -214,30 +214,35 @@ int mxp_range_end_token(uint32_t id, int64_t token) {
 
 /* ---- ranges that may be in asyncio tasks ---- */
 
+/* The calling thread's state for a checked call: NULL when it has none, or
+ * (with *rc = MXP_IN_LOOP) when it runs an event loop. */
+static inline mxpi_thread *outside_loop(int *rc) {
+    mxpi_thread *t = mxpi_self(rc);
+    if (MXPI_UNLIKELY(t != NULL && t->in_loop)) {
+        *rc = MXP_IN_LOOP;
+        return NULL;
+    }
+    return t;
+}
+
 int mxp_range_enter(uint32_t id) {
     int rc = MXP_OK;
-    mxpi_thread *t = mxpi_self(&rc);
-    if (MXPI_UNLIKELY(t == NULL)) return rc;
-    if (MXPI_UNLIKELY(t->in_loop)) return MXP_IN_LOOP;
-    begin_on(t, id, false);
+    mxpi_thread *t = outside_loop(&rc);
+    if (MXPI_LIKELY(t != NULL)) begin_on(t, id, false);
     return rc;
 }
 
 int mxp_frame_enter(uint32_t id) {
     int rc = MXP_OK;
-    mxpi_thread *t = mxpi_self(&rc);
-    if (MXPI_UNLIKELY(t == NULL)) return rc;
-    if (MXPI_UNLIKELY(t->in_loop)) return MXP_IN_LOOP;
-    begin_on(t, id, true);
+    mxpi_thread *t = outside_loop(&rc);
+    if (MXPI_LIKELY(t != NULL)) begin_on(t, id, true);
     return rc;
 }
 
 int mxp_range_exit(uint32_t id) {
     int rc = MXP_OK;
-    mxpi_thread *t = mxpi_self(&rc);
-    if (MXPI_UNLIKELY(t == NULL)) return rc;
-    if (MXPI_UNLIKELY(t->in_loop)) return MXP_IN_LOOP;
-    end_on(t, id);
+    mxpi_thread *t = outside_loop(&rc);
+    if (MXPI_LIKELY(t != NULL)) end_on(t, id);
     return rc;
 }
 

@@ -396,10 +396,15 @@ int mxp_trace_meta_set(const char *process_name, size_t process_name_len, const 
     return ok ? MXP_OK : MXP_E_NOMEM;
 }
 
+/* The format of a path the core can write (not empty, no NUL), else NULL. */
+static const mxpi_format *path_format(const char *path, size_t path_len) {
+    if (path == NULL || path_len == 0 || memchr(path, '\0', path_len) != NULL) return NULL;
+    return format_of(path, path_len);
+}
+
 int mxp_trace_path_set(const char *path, size_t path_len) {
     mxp_init();
-    if (path == NULL || path_len == 0 || memchr(path, '\0', path_len) != NULL) return MXP_E_INVALID;
-    const mxpi_format *fmt = format_of(path, path_len);
+    const mxpi_format *fmt = path_format(path, path_len);
     if (fmt == NULL) return MXP_E_INVALID;
     int rc = MXP_OK;
     pthread_mutex_lock(&mxpi_g.out_lock);
@@ -434,8 +439,7 @@ uint64_t mxp_trace_pending(void) {
 
 int mxp_trace_continue(const char *path, size_t path_len) {
     mxp_init();
-    if (path == NULL || path_len == 0 || memchr(path, '\0', path_len) != NULL) return MXP_E_INVALID;
-    const mxpi_format *fmt = format_of(path, path_len);
+    const mxpi_format *fmt = path_format(path, path_len);
     if (fmt == NULL) return MXP_E_INVALID;
     int rc = MXP_E_STATE;
     pthread_mutex_lock(&mxpi_g.out_lock);
