@@ -497,3 +497,41 @@ def test_no_gpu_column_without_gpu_ranges(clock):
     scenario(clock)
     assert "GPU" not in mxprof.dumps()
     assert '"GPU"' not in mxprof.dumps(format="json")
+
+
+def core_info(oid):
+    """What the core itself stores for an id (not the Python-side cache)."""
+    from mxprof._native import ffi, lib
+
+    kind, name, name_len = ffi.new("int *"), ffi.new("const char **"), ffi.new("size_t *")
+    dom, dom_len = ffi.new("const char **"), ffi.new("size_t *")
+    assert lib.mxp_object_info(oid, kind, name, name_len, dom, dom_len) == 0
+    return (
+        kind[0],
+        ffi.unpack(dom[0], dom_len[0]).decode(),
+        ffi.unpack(name[0], name_len[0]).decode(),
+    )
+
+
+def test_names_are_known_from_creation_on():
+    # dumps() over many names used to ask the core for each name the first
+    # time it rendered it (about 10 us a name); creating an object now
+    # remembers its kind, category and name, exactly as the core keeps them.
+    from mxprof import _native
+
+    d = mxprof.Domain("créer 漢")
+    made = [
+        d.new_task("t 🚀"),
+        d.new_frame("f"),
+        mxprof.Event("ev"),
+        d.new_counter("c"),
+        d.new_marker("m"),
+        mxprof.Task(d, "direct"),
+    ]
+    from mxprof.scope import scope_id
+
+    ids = [o._id for o in made] + [scope_id("sc:créé:")]
+    for oid in ids:
+        assert tuple(_native._info_cache[oid]) == core_info(oid)
+    assert _native.object_info(made[2]._id).domain == ""  # events have no domain
+
