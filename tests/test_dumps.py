@@ -535,3 +535,24 @@ def test_names_are_known_from_creation_on():
         assert tuple(_native._info_cache[oid]) == core_info(oid)
     assert _native.object_info(made[2]._id).domain == ""  # events have no domain
 
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_many_names_render_every_row(clock, fmt):
+    mxprof.set_config(aggregate_stats=True, profile_api=False, write_trace=False)
+    d = mxprof.Domain("many")
+    tasks = [d.new_task(f"n{i:04d}") for i in range(2000)]
+    mxprof.set_state("run")
+    for i, t in enumerate(tasks):
+        t.start()
+        clock((i % 7 + 1) * 1000)
+        t.stop()
+    text = mxprof.dumps(format=fmt, sort_by="avg")
+    if fmt == "json":
+        rows = json.loads(text)["Time"]["many"]
+        names = list(rows)
+        assert rows["n0006"]["Avg"] == 0.007 and rows["n0007"]["Avg"] == 0.001
+    else:
+        names = [ln.split()[0] for ln in text.splitlines() if ln.startswith("n")]
+    assert len(names) == 2000
+    # by average descending (7 us .. 1 us), ties by name ascending
+    assert names[:3] == ["n0006", "n0013", "n0020"] and names[-1] == "n1995"
