@@ -1,27 +1,29 @@
 """dumps(): statistics as MXNet's table or JSON, from the core's aggregates.
 
 Layouts follow MXNet's ``AggregateStats`` (research/mxnet.md §2) so existing
-parsers keep working, with these fixes: counters report their real values in
-their own section (``Counter``: Count, Last, Min, Max, Avg = mean of the
-samples), markers are counted (``Marker``), long names widen the name column,
+parsers keep working: table blocks in MXNet's order (by title, byte-wise, as
+its ``std::map`` sorts them), and in every block and JSON entry MXNet's
+columns first, in MXNet's order.  Fixes over MXNet: counters report their
+real values in their own blocks (``<domain>,counter``; JSON section
+``Counter``: Count, Last, Min, Max, Avg = mean of the samples), markers are
+counted (``<domain>,marker``; ``Marker``), long names widen the name column,
 rows sort by ``sort_by`` with ties by name ascending, and JSON numbers keep
 nanosecond precision instead of 4 significant digits.  The core's tallies of
-events it could not record as asked are a ``Profiler`` section.
+events it could not record as asked are a ``Profiler`` block, last.
 
 Memory (``Memory`` section, MXNet's layout): one row per device in
 ``Device Storage`` (``Memory: gpu/0``) and one per scope in ``Scope
 Storage``, from the samples of their bytes-in-use counters: Count, Min, Max
-and Avg (mean of the samples) in kB (bytes / 1000), plus ``Peak``, the most
+and Avg (mean of the samples) in kB (bytes / 1000), then ``Peak``, the most
 bytes in use at once since the statistics began, paused time included.
 
-Ranges timed on a GPU (``mxprof.cuda``) add a ``GPU (ms)`` column to the row
-of the task of the same domain and name: the GPU time of its ranges in all.
-
-Additions for ranges: self (exclusive) time, its share of the wall time the
-statistics cover (``%``), and the 50th/90th/99th percentiles of the
-durations.  In the table they stand between ``Max`` and ``Avg``, so parsers
-that read MXNet's columns from the left, or the average as the last column,
-keep working; in JSON they follow ``Avg``.
+Additions for ranges, after MXNet's columns (after ``Avg`` in the table and
+in JSON): self (exclusive) time, its share of the wall time the statistics
+cover (``%``), the 50th/90th/99th percentiles of the durations, and for
+ranges timed on a GPU (``mxprof.cuda``) ``GPU (ms)``: the GPU time of the
+ranges of the same domain and name, in all.  Parsers that read MXNet's
+columns by position from the left keep working; the average is no longer
+the last column when there are additions.
 
 Rendering costs a few microseconds per row: names come from the cache that
 registration fills, rows are plain tuples, and each table row or JSON entry
@@ -137,7 +139,8 @@ def collect(stats: Iterable[Stat], wall_ns: int, peaks: dict[int, int]) -> Secti
         elif kind == KIND_COUNTER and domain in MEMORY_DOMAINS:
             cats, row = memory, (name, s.count, _memory_values(s, peaks.get(s.id)))
         elif kind == KIND_COUNTER:
-            cats, row = counter, (name, s.count, (s.last, s.min, s.max, s.sum / s.count))
+            avg = round(s.sum / s.count, 6)
+            cats, row = counter, (name, s.count, (s.last, s.min, s.max, avg))
         elif kind == KIND_MARKER:
             cats, row = marker, (name, s.count, ())
         else:
@@ -217,19 +220,19 @@ _TABLE_COLUMNS = {
         ("Time (ms)", "Total", ".4f"),
         ("Min Time (ms)", "Min", ".4f"),
         ("Max Time (ms)", "Max", ".4f"),
+        ("Avg Time (ms)", "Avg", ".4f"),
         ("Self (ms)", "Self", ".4f"),
         ("%", "%", ".2f"),
         ("P50 (ms)", "P50", ".4f"),
         ("P90 (ms)", "P90", ".4f"),
         ("P99 (ms)", "P99", ".4f"),
         ("GPU (ms)", "GPU", ".4f"),
-        ("Avg Time (ms)", "Avg", ".4f"),
     ),
     "Memory": (
         ("Min Use  (kB)", "Min", ".4f"),
         ("Max Use  (kB)", "Max", ".4f"),
-        ("Peak Use  (kB)", "Peak", ".4f"),
         ("Avg Use  (kB)", "Avg", ".4f"),
+        ("Peak Use  (kB)", "Peak", ".4f"),
     ),
     "Counter": (
         ("Last", "Last", "d"),
@@ -284,9 +287,15 @@ def _table_block(section: str, category: str, rows: list[Row], percentiles: bool
 
 def render_table(sections: Sections, tallies: dict[str, int], percentiles: bool = False) -> str:
     lines = ["", "Profile Statistics:", "\tNote the difference in units for different entries."]
-    for section in SECTIONS:
-        for category in sorted(sections[section]):
-            lines += _table_block(section, category, sections[section][category], percentiles)
+    # One list of blocks in MXNet's order: by title (byte-wise, which for
+    # UTF-8 is code point order); equal titles keep the order of SECTIONS.
+    blocks = sorted(
+        (category + _TABLE_SUFFIX[section], n, section, category)
+        for n, section in enumerate(SECTIONS)
+        for category in sections[section]
+    )
+    for _, _, section, category in blocks:
+        lines += _table_block(section, category, sections[section][category], percentiles)
     problems = {k: v for k, v in tallies.items() if v}
     if problems:
         width = max([NAME_WIDTH] + [len(k) + 2 for k in problems])
