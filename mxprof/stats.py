@@ -51,7 +51,7 @@ from ._native import (
     Stat,
     lib,
 )
-from ._session import SESSION, run_sync_hooks
+from ._session import SESSION, run_sync_hooks, warn
 from .config import check_bool
 from .errors import ConfigError
 
@@ -381,7 +381,9 @@ def dumps(
 ) -> str:
     """Statistics of everything recorded since the last reset.
 
-    Returns '' unless ``set_config(aggregate_stats=True)``.  Statistics come
+    Statistics are kept while ``aggregate_stats`` is on (``profile_all=True``
+    turns it on too); with it off this returns '' and, the first time,
+    warns (RuntimeWarning) naming the key.  Statistics come
     from the core's per-thread aggregates, not from re-reading events.  For
     ranges they include self time (``Self``: total minus the time of ranges
     nested inside), ``%`` (self time as a percentage of the wall time spent
@@ -419,6 +421,7 @@ def dumps(
         raise ConfigError(f"sort_by must be one of {', '.join(SORT_KEYS)}; got {sort_by!r}")
     with SESSION.lock:
         if not SESSION.config["aggregate_stats"]:
+            _warn_statistics_off()
             return ""
         run_sync_hooks(False)
         wall_ns = lib.mxp_stats_recorded_ns()  # before a reset restarts it
@@ -436,6 +439,21 @@ def dumps(
         if reset:
             SESSION.baseline = now
         return text
+
+
+_warned_off = False
+
+
+def _warn_statistics_off() -> None:
+    """Say once per process why dumps() is empty (a bare '' looks like a bug)."""
+    global _warned_off
+    if not _warned_off:
+        _warned_off = True
+        warn(
+            "mxprof.dumps() returns '' because statistics are off: turn them on with "
+            "mxprof.set_config(aggregate_stats=True) (profile_all=True turns them on too) "
+            "before recording"
+        )
 
 
 def reset() -> None:

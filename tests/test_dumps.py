@@ -6,7 +6,7 @@ from collections import OrderedDict
 import pytest
 
 import mxprof
-from mxprof import _testing
+from mxprof import _testing, stats
 
 MS = 1_000_000
 
@@ -284,7 +284,8 @@ def test_reset_also_restarts_the_profiler_tallies():
     assert json.loads(mxprof.dumps(format="json"))["Profiler"]["unmatched_stops"] == 0
 
 
-def test_aggregate_off_and_on_again_starts_fresh(clock):
+def test_aggregate_off_and_on_again_starts_fresh(clock, monkeypatch):
+    monkeypatch.setattr(stats, "_warned_off", True)  # test_config checks the warning
     rows(clock, {"a": [1]})
     mxprof.set_config(aggregate_stats=False)
     assert mxprof.dumps() == ""
