@@ -93,29 +93,17 @@ class ObjectInfo(NamedTuple):
 _info_cache: dict[int, ObjectInfo] = {}
 
 
-_NO_DOMAIN = (lib.MXP_KIND_EVENT, lib.MXP_KIND_SCOPE)  # the core stores these without one
-
-
 def register(kind: int, domain: bytes, name: bytes) -> int:
     """Intern (kind, domain, name) and return its id.
 
     A full table is not an error for the caller: the id of a shared
-    ``<overflow>`` object comes back and the core tallies it.  A new id's
-    ``object_info`` is remembered here, from the names at hand, so that
-    ``dumps()`` over many names does not ask the core for each in turn.
+    ``<overflow>`` object comes back and the core tallies it.
     """
     out = ffi.new("uint32_t *")
     rc = lib.mxp_object_register(kind, domain, len(domain), name, len(name), out)
     if rc < 0 and rc != lib.MXP_E_FULL:
         check(rc, "registering an object")
-    oid = int(out[0])
-    if rc == lib.MXP_OK and oid not in _info_cache:
-        _info_cache[oid] = ObjectInfo(
-            kind,
-            "" if kind in _NO_DOMAIN else domain.decode("utf-8", "replace"),
-            name.decode("utf-8", "replace"),
-        )
-    return oid
+    return int(out[0])
 
 
 def new_track(name: str) -> int:

@@ -25,8 +25,8 @@ ranges of the same domain and name, in all.  Parsers that read MXNet's
 columns by position from the left keep working; the average is no longer
 the last column when there are additions.
 
-Rendering costs a few microseconds per row: names come from the cache that
-registration fills, rows are plain tuples, and each table row or JSON entry
+Rendering costs a few microseconds per row: each name is asked of the core
+once per process, rows are plain tuples, and each table row or JSON entry
 is one ``str.format`` call.
 """
 
@@ -49,6 +49,7 @@ from ._native import (
     KIND_MARKER,
     KIND_TASK,
     Stat,
+    ffi,
     lib,
 )
 from ._session import SESSION, run_sync_hooks, warn
@@ -118,7 +119,33 @@ def _peaks() -> dict[int, int]:
 Sections = dict[str, dict[str, list[Row]]]
 
 
-def collect(stats: Iterable[Stat], wall_ns: int, peaks: dict[int, int]) -> Sections:
+# The domain and name of every id rendered so far (ids and names never
+# change).  Plain dicts of strings: unlike a cache of tuples, nothing here is
+# a container the garbage collector has to scan again and again.
+_domains: dict[int, str] = {}
+_names: dict[int, str] = {}
+
+
+def _learn_names(ids: Iterable[int]) -> None:
+    """Ask the core for the domain and name of ids, reusing one set of
+    out-parameters for all of them (object_info allocates five per call,
+    which made the first dumps() over many names cost seconds)."""
+    name, name_len = ffi.new("const char **"), ffi.new("size_t *")
+    dom, dom_len = ffi.new("const char **"), ffi.new("size_t *")
+    decoded: dict[bytes, str] = {}  # the few domains, decoded once
+    for oid in ids:
+        _native.check(
+            lib.mxp_object_info(oid, ffi.NULL, name, name_len, dom, dom_len), f"object {oid}"
+        )
+        raw = ffi.unpack(dom[0], dom_len[0])
+        domain = decoded.get(raw)
+        if domain is None:
+            domain = decoded[raw] = raw.decode("utf-8", "replace")
+        _domains[oid] = domain
+        _names[oid] = ffi.unpack(name[0], name_len[0]).decode("utf-8", "replace")
+
+
+def collect(stats: list[Stat], wall_ns: int, peaks: dict[int, int]) -> Sections:
     """Group the core's statistics into sections and categories.
 
     wall_ns is the recorded wall time the statistics cover (for ``%``);
@@ -127,9 +154,10 @@ def collect(stats: Iterable[Stat], wall_ns: int, peaks: dict[int, int]) -> Secti
     sections: Sections = {section: {} for section in SECTIONS}
     time, memory, counter, marker = (sections[s] for s in SECTIONS)
     gpu: dict[tuple[str, str], Stat] = {}
-    info_of = _native.object_info
+    names, domains = _names, _domains
+    _learn_names([s.id for s in stats if s.id not in names])
     for s in stats:
-        kind, domain, name = info_of(s.id)
+        kind, domain, name = s.kind, domains[s.id], names[s.id]
         if kind in (KIND_TASK, KIND_FRAME, KIND_EVENT):
             cats, row = time, (name, s.count, _time_values(s, wall_ns))
             domain = _category(kind, domain)
