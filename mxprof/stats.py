@@ -134,9 +134,9 @@ def _learn_names(ids: Iterable[int]) -> None:
     dom, dom_len = ffi.new("const char **"), ffi.new("size_t *")
     decoded: dict[bytes, str] = {}  # the few domains, decoded once
     for oid in ids:
-        _native.check(
-            lib.mxp_object_info(oid, ffi.NULL, name, name_len, dom, dom_len), f"object {oid}"
-        )
+        rc = lib.mxp_object_info(oid, ffi.NULL, name, name_len, dom, dom_len)
+        if rc < 0:
+            _native.check(rc, f"object {oid}")
         raw = ffi.unpack(dom[0], dom_len[0])
         domain = decoded.get(raw)
         if domain is None:
