@@ -93,7 +93,15 @@ KEYS: dict[str, Key] = {
             "the trace file: Chrome JSON, gzip-compressed when it ends in .gz, Perfetto "
             "protobuf when it ends in .perfetto-trace or .pftrace",
         ),
-        Key("profile_all", False, check_bool, "turns on every profile_* source"),
+        Key(
+            "profile_all",
+            False,
+            check_bool,
+            "turns on every profile_* source, and statistics: a call with profile_all=True "
+            "that does not name aggregate_stats also sets aggregate_stats=True (MXNet's did "
+            "not, so its typical flow printed an empty dumps()); aggregate_stats named in the "
+            "same call or a later one wins",
+        ),
         Key(
             "profile_symbolic",
             True,
@@ -133,7 +141,13 @@ KEYS: dict[str, Key] = {
             "mxprof: also write in the background as soon as this many events wait in "
             "memory, so memory stays flat in long, busy runs (0: only every dump_period)",
         ),
-        Key("aggregate_stats", False, check_bool, "keep per-name statistics for dumps()"),
+        Key(
+            "aggregate_stats",
+            False,
+            check_bool,
+            "keep per-name statistics for dumps() (profile_all=True turns it on too); while "
+            "it is off, dumps() returns '' and warns once",
+        ),
         Key(
             "profile_process",
             "worker",
@@ -193,7 +207,14 @@ def defaults() -> dict[str, Any]:
 
 
 def validate(updates: dict[str, Any]) -> dict[str, Any]:
-    """Check every key and value; return the normalised values.
+    """Check every key and value; return the normalised values to apply.
+
+    ``profile_all=True`` brings ``aggregate_stats=True`` with it unless
+    updates names ``aggregate_stats`` (DESIGN.md §3: the typical flow
+    ``set_config(profile_all=True)`` ... ``print(dumps())`` prints a table).
+    It is a value applied like any other, once: a later call's
+    ``aggregate_stats=False`` turns statistics off, and ``profile_all=False``
+    leaves them as they are.
 
     Raises ConfigError naming the first unknown key (with the list of valid
     ones) or bad value.
@@ -203,7 +224,10 @@ def validate(updates: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(
             f"unknown config key {unknown[0]!r}; valid keys: {', '.join(sorted(KEYS))}"
         )
-    return {k: KEYS[k].check(k, v) for k, v in updates.items()}
+    values = {k: KEYS[k].check(k, v) for k, v in updates.items()}
+    if values.get("profile_all") and "aggregate_stats" not in values:
+        values["aggregate_stats"] = True
+    return values
 
 
 def source_enabled(config: dict[str, Any], key: str) -> bool:

@@ -1,35 +1,42 @@
 """dumps(): statistics as MXNet's table or JSON, from the core's aggregates.
 
 Layouts follow MXNet's ``AggregateStats`` (research/mxnet.md §2) so existing
-parsers keep working, with these fixes: counters report their real values in
-their own section (``Counter``: Count, Last, Min, Max, Avg = mean of the
-samples), markers are counted (``Marker``), long names widen the name column,
+parsers keep working: table blocks in MXNet's order (by title, byte-wise, as
+its ``std::map`` sorts them), and in every block and JSON entry MXNet's
+columns first, in MXNet's order.  Fixes over MXNet: counters report their
+real values in their own blocks (``<domain>,counter``; JSON section
+``Counter``: Count, Last, Min, Max, Avg = mean of the samples), markers are
+counted (``<domain>,marker``; ``Marker``), long names widen the name column,
 rows sort by ``sort_by`` with ties by name ascending, and JSON numbers keep
 nanosecond precision instead of 4 significant digits.  The core's tallies of
-events it could not record as asked are a ``Profiler`` section.
+events it could not record as asked are a ``Profiler`` block, last.
 
 Memory (``Memory`` section, MXNet's layout): one row per device in
 ``Device Storage`` (``Memory: gpu/0``) and one per scope in ``Scope
 Storage``, from the samples of their bytes-in-use counters: Count, Min, Max
-and Avg (mean of the samples) in kB (bytes / 1000), plus ``Peak``, the most
+and Avg (mean of the samples) in kB (bytes / 1000), then ``Peak``, the most
 bytes in use at once since the statistics began, paused time included.
 
-Ranges timed on a GPU (``mxprof.cuda``) add a ``GPU (ms)`` column to the row
-of the task of the same domain and name: the GPU time of its ranges in all.
+Additions for ranges, after MXNet's columns (after ``Avg`` in the table and
+in JSON): self (exclusive) time, its share of the wall time the statistics
+cover (``%``), the 50th/90th/99th percentiles of the durations, and for
+ranges timed on a GPU (``mxprof.cuda``) ``GPU (ms)``: the GPU time of the
+ranges of the same domain and name, in all.  Parsers that read MXNet's
+columns by position from the left keep working; the average is no longer
+the last column when there are additions.
 
-Additions for ranges: self (exclusive) time, its share of the wall time the
-statistics cover (``%``), and the 50th/90th/99th percentiles of the
-durations.  In the table they stand between ``Max`` and ``Avg``, so parsers
-that read MXNet's columns from the left, or the average as the last column,
-keep working; in JSON they follow ``Avg``.
+Rendering costs a few microseconds per row: each name is asked of the core
+once per process, rows are plain tuples, and each table row or JSON entry
+is one ``str.format`` call.
 """
 
 from __future__ import annotations
 
-import json
+import functools
+import json.encoder
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from . import _native
@@ -42,9 +49,10 @@ from ._native import (
     KIND_MARKER,
     KIND_TASK,
     Stat,
+    ffi,
     lib,
 )
-from ._session import SESSION, run_sync_hooks
+from ._session import SESSION, run_sync_hooks, warn
 from .config import check_bool
 from .errors import ConfigError
 
@@ -54,12 +62,19 @@ SORT_KEYS = ("total", "avg", "min", "max", "count", "self", "p50", "p90", "p99")
 NAME_WIDTH = 25  # MXNet's minimum; longer names widen the column
 COL_WIDTH = 16
 
+# A row: (name, count, values), values in display units, in the order of its
+# section's FIELDS (a Time row has a GPU value only when some range has one;
+# None: no value, shown as '-').
+Row = tuple[str, int, tuple[Any, ...]]
 
-@dataclass
-class Row:
-    name: str
-    count: int
-    values: dict[str, Any]  # already in display units (None: no value, shown as '-')
+SECTIONS = ("Time", "Memory", "Counter", "Marker")
+FIELDS = {
+    "Time": ("Total", "Min", "Max", "Avg", "Self", "%", "P50", "P90", "P99", "GPU"),
+    "Memory": ("Min", "Max", "Avg", "Peak"),
+    "Counter": ("Last", "Min", "Max", "Avg"),
+    "Marker": (),
+}
+MEMORY_DOMAINS = ("Device Storage", "Scope Storage")
 
 
 def _category(kind: int, domain: str) -> str:
@@ -70,51 +85,28 @@ def _category(kind: int, domain: str) -> str:
     return domain
 
 
-def _ms(ns: float) -> float:
-    return round(ns / 1e6, 6)  # ms, to the nanosecond
+# Integer nanoseconds and bytes are divided, not rounded: n / 1e6 is already
+# the double nearest to n / 10**6, which round(..., 6) would give back.
+# Quotients of two numbers (averages, shares) are rounded.
 
 
-def _time_row(s: Stat, name: str, wall_ns: int) -> Row:
-    return Row(
-        name,
-        s.count,
-        {
-            "Total": _ms(s.total),
-            "Min": _ms(s.min),
-            "Max": _ms(s.max),
-            "Avg": _ms(s.total / s.count),
-            "Self": _ms(s.self),
-            "%": round(100.0 * s.self / wall_ns, 4) if wall_ns > 0 else 0.0,
-            "P50": _ms(s.p50),
-            "P90": _ms(s.p90),
-            "P99": _ms(s.p99),
-        },
+def _time_values(s: Stat, wall_ns: int) -> tuple[Any, ...]:
+    return (
+        s.total / 1e6,
+        s.min / 1e6,
+        s.max / 1e6,
+        round(s.total / s.count / 1e6, 6),
+        s.self / 1e6,
+        round(100.0 * s.self / wall_ns, 4) if wall_ns > 0 else 0.0,
+        s.p50 / 1e6,
+        s.p90 / 1e6,
+        s.p99 / 1e6,
     )
 
 
-def _counter_row(s: Stat, name: str) -> Row:
-    return Row(name, s.count, {"Last": s.last, "Min": s.min, "Max": s.max, "Avg": s.sum / s.count})
-
-
-MEMORY_DOMAINS = ("Device Storage", "Scope Storage")
-
-
-def _kb(nbytes: float) -> float:
-    return round(nbytes / 1000.0, 6)
-
-
-def _memory_row(s: Stat, name: str, peak: int | None) -> Row:
-    return Row(
-        name,
-        s.count,
-        {
-            "Min": _kb(s.min),
-            "Max": _kb(s.max),
-            "Peak": _kb(s.max if peak is None else max(peak, s.max)),
-            "Avg": _kb(s.sum / s.count),
-            "Last": _kb(s.last),
-        },
-    )
+def _memory_values(s: Stat, peak: int | None) -> tuple[Any, ...]:
+    top = s.max if peak is None else max(peak, s.max)
+    return (s.min / 1000.0, s.max / 1000.0, round(s.sum / s.count / 1000.0, 6), top / 1000.0)
 
 
 def _peaks() -> dict[int, int]:
@@ -124,54 +116,69 @@ def _peaks() -> dict[int, int]:
     return {u.counter: u.peak for u in usage()}
 
 
-# sort_by -> the value it sorts on, per section; what a section lacks sorts
-# by its "total" (a counter's last value).
-_SORT_FIELDS = {
-    "Time": {"total": "Total", "avg": "Avg", "min": "Min", "max": "Max", "self": "Self"},
-    "Memory": {"total": "Peak", "avg": "Avg", "min": "Min", "max": "Max"},
-    "Counter": {"total": "Last", "avg": "Avg", "min": "Min", "max": "Max"},
-}
-
-
-def _sort_value(section: str, row: Row, sort_by: str) -> float:
-    if sort_by == "count" or section not in _SORT_FIELDS:
-        return row.count
-    fields = _SORT_FIELDS[section]
-    key = fields.get(sort_by)
-    if key is None:  # a percentile: ranges have it, the others sort by their "total"
-        key = sort_by.upper() if section == "Time" else fields["total"]
-    return float(row.values[key])
-
-
 Sections = dict[str, dict[str, list[Row]]]
 
 
-def collect(stats: Iterable[Stat], wall_ns: int, peaks: dict[int, int]) -> Sections:
+# The domain and name of every id rendered so far (ids and names never
+# change).  Plain dicts of strings: unlike a cache of tuples, nothing here is
+# a container the garbage collector has to scan again and again.
+_domains: dict[int, str] = {}
+_names: dict[int, str] = {}
+
+
+def _learn_names(ids: Iterable[int]) -> None:
+    """Ask the core for the domain and name of ids, reusing one set of
+    out-parameters for all of them (object_info allocates five per call,
+    which made the first dumps() over many names cost seconds)."""
+    name, name_len = ffi.new("const char **"), ffi.new("size_t *")
+    dom, dom_len = ffi.new("const char **"), ffi.new("size_t *")
+    decoded: dict[bytes, str] = {}  # the few domains, decoded once
+    for oid in ids:
+        rc = lib.mxp_object_info(oid, ffi.NULL, name, name_len, dom, dom_len)
+        if rc < 0:
+            _native.check(rc, f"object {oid}")
+        raw = ffi.unpack(dom[0], dom_len[0])
+        domain = decoded.get(raw)
+        if domain is None:
+            domain = decoded[raw] = raw.decode("utf-8", "replace")
+        _domains[oid] = domain
+        _names[oid] = ffi.unpack(name[0], name_len[0]).decode("utf-8", "replace")
+
+
+def collect(stats: list[Stat], wall_ns: int, peaks: dict[int, int]) -> Sections:
     """Group the core's statistics into sections and categories.
 
     wall_ns is the recorded wall time the statistics cover (for ``%``);
     peaks the peak bytes per memory counter.
     """
-    sections: Sections = {"Time": {}, "Memory": {}, "Counter": {}, "Marker": {}}
+    sections: Sections = {section: {} for section in SECTIONS}
+    time, memory, counter, marker = (sections[s] for s in SECTIONS)
     gpu: dict[tuple[str, str], Stat] = {}
+    names, domains = _names, _domains
+    _learn_names([s.id for s in stats if s.id not in names])
     for s in stats:
-        info = _native.object_info(s.id)
-        if s.kind in (KIND_TASK, KIND_FRAME, KIND_EVENT):
-            row, section = _time_row(s, info.name, wall_ns), "Time"
-        elif s.kind == KIND_GPU:
-            gpu[(info.domain, info.name)] = s
+        kind, domain, name = s.kind, domains[s.id], names[s.id]
+        if kind in (KIND_TASK, KIND_FRAME, KIND_EVENT):
+            cats, row = time, (name, s.count, _time_values(s, wall_ns))
+            domain = _category(kind, domain)
+        elif kind == KIND_GPU:
+            gpu[(domain, name)] = s
             continue
-        elif s.kind == KIND_COUNTER and info.domain in MEMORY_DOMAINS:
-            row, section = _memory_row(s, info.name, peaks.get(s.id)), "Memory"
-        elif s.kind == KIND_COUNTER:
-            row, section = _counter_row(s, info.name), "Counter"
-        elif s.kind == KIND_MARKER:
-            row, section = Row(info.name, s.count, {}), "Marker"
+        elif kind == KIND_COUNTER and domain in MEMORY_DOMAINS:
+            cats, row = memory, (name, s.count, _memory_values(s, peaks.get(s.id)))
+        elif kind == KIND_COUNTER:
+            avg = round(s.sum / s.count, 6)
+            cats, row = counter, (name, s.count, (s.last, s.min, s.max, avg))
+        elif kind == KIND_MARKER:
+            cats, row = marker, (name, s.count, ())
         else:
             continue
-        sections[section].setdefault(_category(s.kind, info.domain), []).append(row)
+        rows = cats.get(domain)
+        if rows is None:
+            rows = cats[domain] = []
+        rows.append(row)
     if gpu:
-        _add_gpu(sections["Time"], gpu, wall_ns)
+        _add_gpu(time, gpu, wall_ns)
     return sections
 
 
@@ -179,18 +186,38 @@ def _add_gpu(time: dict[str, list[Row]], gpu: dict[tuple[str, str], Stat], wall_
     """Put GPU time beside the CPU rows of the same domain and name; a GPU
     range without one gets a row of its own in ``<domain>,gpu``."""
     for cat, rows in time.items():
-        for row in rows:
-            s = gpu.pop((cat, row.name), None)
-            row.values["GPU"] = _ms(s.total) if s is not None else None
+        for i, (name, count, values) in enumerate(rows):
+            s = gpu.pop((cat, name), None)
+            rows[i] = (name, count, (*values, None if s is None else s.total / 1e6))
     for (domain, name), s in sorted(gpu.items()):
-        row = _time_row(s, name, wall_ns)
-        row.values["GPU"] = _ms(s.total)
+        row = (name, s.count, (*_time_values(s, wall_ns), s.total / 1e6))
         time.setdefault(f"{domain},gpu", []).append(row)
 
 
+# sort_by -> the field it sorts on, per section; what a section lacks sorts
+# by its "total" (a counter's last value, a memory row's peak); markers and
+# sort_by='count' sort by the count.
+_SORT_FIELDS = {
+    "Time": {"total": "Total", "avg": "Avg", "min": "Min", "max": "Max", "self": "Self",
+             "p50": "P50", "p90": "P90", "p99": "P99"},
+    "Memory": {"total": "Peak", "avg": "Avg", "min": "Min", "max": "Max"},
+    "Counter": {"total": "Last", "avg": "Avg", "min": "Min", "max": "Max"},
+}  # fmt: skip
+
+
 def _sorted(section: str, rows: list[Row], sort_by: str, ascending: bool) -> list[Row]:
-    sign = 1 if ascending else -1
-    return sorted(rows, key=lambda r: (sign * _sort_value(section, r, sort_by), r.name))
+    """rows by sort_by (descending unless ascending), ties by name ascending."""
+    fields = _SORT_FIELDS.get(section)
+    if sort_by == "count" or fields is None:
+        key = itemgetter(1)
+    else:
+        index = FIELDS[section].index(fields.get(sort_by, fields["total"]))
+        key = lambda row: row[2][index]  # noqa: E731
+    # Two stable sorts: by name, then by value (reverse keeps equal values in
+    # name order).
+    out = sorted(rows, key=itemgetter(0))
+    out.sort(key=key, reverse=not ascending)
+    return out
 
 
 # ---- table ----
@@ -204,6 +231,9 @@ def _display(name: str) -> str:
 
 
 def _width(text: str) -> int:
+    """Columns text takes on a terminal: East Asian wide characters take two."""
+    if text.isascii():
+        return len(text)
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
@@ -211,71 +241,89 @@ def _pad(text: str, width: int) -> str:
     return text + " " * max(0, width - _width(text))
 
 
+# Per section: (header, field, format spec) of the columns after Total Count;
+# MXNet's first.
 _TABLE_COLUMNS = {
     "Time": (
-        ("Time (ms)", "Total", "{:.4f}"),
-        ("Min Time (ms)", "Min", "{:.4f}"),
-        ("Max Time (ms)", "Max", "{:.4f}"),
-        ("Self (ms)", "Self", "{:.4f}"),
-        ("%", "%", "{:.2f}"),
-        ("P50 (ms)", "P50", "{:.4f}"),
-        ("P90 (ms)", "P90", "{:.4f}"),
-        ("P99 (ms)", "P99", "{:.4f}"),
-        ("Avg Time (ms)", "Avg", "{:.4f}"),
+        ("Time (ms)", "Total", ".4f"),
+        ("Min Time (ms)", "Min", ".4f"),
+        ("Max Time (ms)", "Max", ".4f"),
+        ("Avg Time (ms)", "Avg", ".4f"),
+        ("Self (ms)", "Self", ".4f"),
+        ("%", "%", ".2f"),
+        ("P50 (ms)", "P50", ".4f"),
+        ("P90 (ms)", "P90", ".4f"),
+        ("P99 (ms)", "P99", ".4f"),
+        ("GPU (ms)", "GPU", ".4f"),
     ),
     "Memory": (
-        ("Min Use  (kB)", "Min", "{:.4f}"),
-        ("Max Use  (kB)", "Max", "{:.4f}"),
-        ("Peak Use  (kB)", "Peak", "{:.4f}"),
-        ("Avg Use  (kB)", "Avg", "{:.4f}"),
+        ("Min Use  (kB)", "Min", ".4f"),
+        ("Max Use  (kB)", "Max", ".4f"),
+        ("Avg Use  (kB)", "Avg", ".4f"),
+        ("Peak Use  (kB)", "Peak", ".4f"),
     ),
     "Counter": (
-        ("Last", "Last", "{:d}"),
-        ("Min", "Min", "{:d}"),
-        ("Max", "Max", "{:d}"),
-        ("Avg", "Avg", "{:.4f}"),
+        ("Last", "Last", "d"),
+        ("Min", "Min", "d"),
+        ("Max", "Max", "d"),
+        ("Avg", "Avg", ".4f"),
     ),
     "Marker": (),
 }
 _TABLE_SUFFIX = {"Time": "", "Memory": "", "Counter": ",counter", "Marker": ",marker"}
-_GPU_COLUMN = ("GPU (ms)", "GPU", "{:.4f}")
-
-
-_PERCENTILE_COLUMNS = ("P50", "P90", "P99")
+_PERCENTILE_FIELDS = ("P50", "P90", "P99")
 
 
 def _table_block(section: str, category: str, rows: list[Row], percentiles: bool) -> list[str]:
-    cols = [c for c in _TABLE_COLUMNS[section] if percentiles or c[1] not in _PERCENTILE_COLUMNS]
-    if any(r.values.get("GPU") is not None for r in rows):
-        cols.insert(len(cols) - 1, _GPU_COLUMN)  # Avg stays the last column
-    names = [_display(r.name) for r in rows]
+    fields = FIELDS[section]
+    # GPU column: when _add_gpu gave the rows a GPU slot and one has a value.
+    gpu = len(rows[0][2]) == len(FIELDS["Time"]) and any(r[2][-1] is not None for r in rows)
+    cols = [
+        (head, fields.index(field), spec)
+        for head, field, spec in _TABLE_COLUMNS[section]
+        if (percentiles or field not in _PERCENTILE_FIELDS) and (gpu or field != "GPU")
+    ]
+    names = [_display(r[0]) for r in rows]
     width = max([NAME_WIDTH] + [_width(n) + 2 for n in names])
 
     def line(first: str, cells: list[str]) -> str:
-        return (
-            _pad(first, width)
-            + f"{cells[0]:>{COL_WIDTH}}"
-            + "".join(f" {c:>{COL_WIDTH}}" for c in cells[1:])
-        )
+        return _pad(first, width) + "".join(f" {c:>{COL_WIDTH}}" for c in cells)[1:]
 
-    heads = ["Total Count"] + [c[0] for c in cols]
+    heads = ["Total Count"] + [head for head, _, _ in cols]
     out = [_display(category) + _TABLE_SUFFIX[section], "=" * 17]
     out.append(line("Name", heads))
     out.append(line("----", ["-" * len(h) for h in heads]))
-    for row, name in zip(rows, names):
-        cells = [str(row.count)] + [
-            "-" if row.values[key] is None else fmt.format(row.values[key]) for _, key, fmt in cols
-        ]
-        out.append(line(name, cells))
+    # One format call per row.  The name cell pads by display width, which
+    # only names with non-ASCII characters need computed; a missing GPU time
+    # is '-'.
+    cells = f"{{:>{COL_WIDTH}}}" + "".join(f" {{:>{COL_WIDTH}{spec}}}" for _, _, spec in cols)
+    ascii_row = f"{{:<{width}}}" + cells
+    picks = [i for _, i, _ in cols]
+    take = (lambda v: v[: len(picks)]) if picks == list(range(len(picks))) else itemgetter(*picks)
+    for (_, count, values), name in zip(rows, names):
+        vals = take(values)
+        if gpu and None in vals:
+            text = ["-" if v is None else format(v, spec) for v, (_, _, spec) in zip(vals, cols)]
+            out.append(line(name, [str(count), *text]))
+        elif name.isascii():
+            out.append(ascii_row.format(name, count, *vals))
+        else:
+            out.append(_pad(name, width) + cells.format(count, *vals))
     out.append("")
     return out
 
 
 def render_table(sections: Sections, tallies: dict[str, int], percentiles: bool = False) -> str:
     lines = ["", "Profile Statistics:", "\tNote the difference in units for different entries."]
-    for section in ("Time", "Memory", "Counter", "Marker"):
-        for category in sorted(sections[section]):
-            lines += _table_block(section, category, sections[section][category], percentiles)
+    # One list of blocks in MXNet's order: by title (byte-wise, which for
+    # UTF-8 is code point order); equal titles keep the order of SECTIONS.
+    blocks = sorted(
+        (category + _TABLE_SUFFIX[section], n, section, category)
+        for n, section in enumerate(SECTIONS)
+        for category in sections[section]
+    )
+    for _, _, section, category in blocks:
+        lines += _table_block(section, category, sections[section][category], percentiles)
     problems = {k: v for k, v in tallies.items() if v}
     if problems:
         width = max([NAME_WIDTH] + [len(k) + 2 for k in problems])
@@ -288,9 +336,8 @@ def render_table(sections: Sections, tallies: dict[str, int], percentiles: bool 
 
 # ---- JSON ----
 
-
-def _num(value: Any) -> str:
-    return str(value) if isinstance(value, int) else repr(float(value))
+# A str as a JSON string literal, non-ASCII kept (json.dumps(s, ensure_ascii=False)).
+_quote = json.encoder.encode_basestring
 
 
 def _json_entries(indent: str, entries: list[tuple[str, list[str]]]) -> list[str]:
@@ -299,42 +346,45 @@ def _json_entries(indent: str, entries: list[tuple[str, list[str]]]) -> list[str
     for i, (key, body) in enumerate(entries):
         if i:
             out.append(indent + ",")
-        out.append(f"{indent}{json.dumps(key, ensure_ascii=False)}: {{")
+        out.append(f"{indent}{_quote(key)}: {{")
         out += body
         out.append(indent + "}")
     return out
 
 
-def _json_row(section: str, row: Row) -> list[str]:
-    pad = " " * 16
-    fields: list[tuple[str, Any]] = [("Count", row.count)]
-    if section == "Time":
-        keys = ("Total", "Min", "Max", "Avg", "Self", "%", "P50", "P90", "P99")
-        fields += [(k, row.values[k]) for k in keys]
-        if row.values.get("GPU") is not None:
-            fields.append(("GPU", row.values["GPU"]))
-    elif section == "Memory":
-        fields += [(k, row.values[k]) for k in ("Min", "Max", "Avg", "Peak")]
-    elif section == "Counter":
-        fields += [(k, row.values[k]) for k in ("Last", "Min", "Max", "Avg")]
-    return [
-        f'{pad}"{key}": {_num(value)}' + ("," if i < len(fields) - 1 else "")
-        for i, (key, value) in enumerate(fields)
-    ]
+@functools.cache
+def _json_template(fields: tuple[str, ...]) -> str:
+    """The format string of one JSON entry: its name (already quoted), then
+    one key per line.  repr() writes each number: ints as they are, floats
+    as the shortest text that reads back the same."""
+    indent, pad = " " * 12, " " * 16
+    keys = ",\n".join(f'{pad}"{f}": {{!r}}' for f in fields)
+    return f"{indent}{{}}: {{{{\n{keys}\n{indent}}}}}"
+
+
+def _json_rows(section: str, rows: list[Row]) -> list[str]:
+    """A category's entries, separated by lone comma lines, one format call each."""
+    fields = ("Count",) + FIELDS[section]
+    full = _json_template(fields)
+    # A Time row without GPU time has no GPU key.
+    no_gpu = _json_template(fields[:-1]) if section == "Time" else full
+    out: list[str] = []
+    for name, count, values in rows:
+        if out:
+            out.append(" " * 12 + ",")
+        if no_gpu is not full and (len(values) < len(FIELDS["Time"]) or values[-1] is None):
+            out.append(no_gpu.format(_quote(name), count, *values[: len(FIELDS["Time"]) - 1]))
+        else:
+            out.append(full.format(_quote(name), count, *values))
+    return out
 
 
 def render_json(sections: Sections, tallies: dict[str, int]) -> str:
     lines = ["{"]
     blocks: list[tuple[str, list[str]]] = []
-    for section in ("Time", "Memory", "Counter", "Marker"):
+    for section in SECTIONS:
         cats = sections[section]
-        body = _json_entries(
-            " " * 8,
-            [
-                (cat, _json_entries(" " * 12, [(r.name, _json_row(section, r)) for r in cats[cat]]))
-                for cat in sorted(cats)
-            ],
-        )
+        body = _json_entries(" " * 8, [(c, _json_rows(section, cats[c])) for c in sorted(cats)])
         blocks.append((section, body))
     blocks.append(
         (
@@ -359,7 +409,9 @@ def dumps(
 ) -> str:
     """Statistics of everything recorded since the last reset.
 
-    Returns '' unless ``set_config(aggregate_stats=True)``.  Statistics come
+    Statistics are kept while ``aggregate_stats`` is on (``profile_all=True``
+    turns it on too); with it off this returns '' and, the first time,
+    warns (RuntimeWarning) naming the key.  Statistics come
     from the core's per-thread aggregates, not from re-reading events.  For
     ranges they include self time (``Self``: total minus the time of ranges
     nested inside), ``%`` (self time as a percentage of the wall time spent
@@ -397,6 +449,7 @@ def dumps(
         raise ConfigError(f"sort_by must be one of {', '.join(SORT_KEYS)}; got {sort_by!r}")
     with SESSION.lock:
         if not SESSION.config["aggregate_stats"]:
+            _warn_statistics_off()
             return ""
         run_sync_hooks(False)
         wall_ns = lib.mxp_stats_recorded_ns()  # before a reset restarts it
@@ -414,6 +467,21 @@ def dumps(
         if reset:
             SESSION.baseline = now
         return text
+
+
+_warned_off = False
+
+
+def _warn_statistics_off() -> None:
+    """Say once per process why dumps() is empty (a bare '' looks like a bug)."""
+    global _warned_off
+    if not _warned_off:
+        _warned_off = True
+        warn(
+            "mxprof.dumps() returns '' because statistics are off: turn them on with "
+            "mxprof.set_config(aggregate_stats=True) (profile_all=True turns them on too) "
+            "before recording"
+        )
 
 
 def reset() -> None:

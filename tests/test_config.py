@@ -1,5 +1,6 @@
 """set_config / set_state / pause / dump argument handling and the MXNet keys."""
 
+import json
 import warnings
 
 import pytest
@@ -122,9 +123,66 @@ def test_dumps_arguments_validated_even_when_stats_off():
         mxprof.dumps(ascending=None)
 
 
-def test_dumps_is_empty_when_stats_off():
-    assert mxprof.dumps() == ""
-    assert mxprof.dumps(reset=True, format="json") == ""
+def test_dumps_is_empty_when_stats_off_and_says_why_once(monkeypatch):
+    from mxprof import stats
+
+    monkeypatch.setattr(stats, "_warned_off", False)
+    with pytest.warns(RuntimeWarning, match=r"aggregate_stats=True") as caught:
+        assert mxprof.dumps() == ""
+    assert caught[0].filename == __file__  # attributed to the caller
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: no second warning
+        assert mxprof.dumps(reset=True, format="json") == ""
+
+
+def record_one_task(clock, name="step"):
+    task = mxprof.Domain("d").new_task(name)
+    mxprof.set_state("run")
+    with task:
+        clock(2_000_000)
+    mxprof.set_state("stop")
+
+
+def test_profile_all_turns_statistics_on(tmp_path, clock):
+    # The typical flow printed an empty line: aggregate_stats defaults off.
+    mxprof.set_config(profile_all=True, filename=str(tmp_path / "t.json"))
+    assert SESSION.config["aggregate_stats"] is True
+    record_one_task(clock)
+    table = mxprof.dumps(sort_by="avg")
+    row = next(ln for ln in table.splitlines() if ln.startswith("step "))
+    assert row.split()[1:6] == ["1", "2.0000", "2.0000", "2.0000", "2.0000"]
+
+
+@pytest.mark.parametrize(
+    "calls, on",
+    [
+        ([{"profile_all": True, "aggregate_stats": False}], False),  # the same call: named wins
+        ([{"aggregate_stats": False, "profile_all": True}], False),  # in any order
+        ([{"profile_all": True}, {"aggregate_stats": False}], False),  # a later call wins
+        ([{"profile_all": True}, {"profile_all": False}], True),  # turning all off: kept
+        ([{"aggregate_stats": False}, {"profile_all": True}], True),  # the later call asks all
+        ([{"profile_all": False}], False),  # MXNet's default
+    ],
+)
+def test_an_explicit_aggregate_stats_wins_over_profile_all(clock, monkeypatch, calls, on):
+    from mxprof import stats
+
+    monkeypatch.setattr(stats, "_warned_off", True)
+    for kwargs in calls:
+        mxprof.set_config(write_trace=False, **kwargs)
+    assert SESSION.config["aggregate_stats"] is on
+    record_one_task(clock)
+    text = mxprof.dumps(format="json")
+    assert (text != "") is on
+    if on:
+        assert json.loads(text)["Time"]["d"]["step"]["Count"] == 1
+
+
+def test_profile_all_with_a_bad_value_elsewhere_applies_nothing():
+    with pytest.raises(mxprof.ConfigError, match="dump_period"):
+        mxprof.set_config(profile_all=True, dump_period=0)
+    assert SESSION.config["aggregate_stats"] is False
+    assert SESSION.config["profile_all"] is False
 
 
 def test_dump_before_ever_running_is_a_state_error():

@@ -6,7 +6,7 @@ from collections import OrderedDict
 import pytest
 
 import mxprof
-from mxprof import _testing
+from mxprof import _testing, stats
 
 MS = 1_000_000
 
@@ -40,21 +40,9 @@ Profile Statistics:
 \tNote the difference in units for different entries.
 PythonDomain
 =================
-Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)        Self (ms)                %    Avg Time (ms)
-----                          -----------        ---------    -------------    -------------        ---------                -    -------------
-compute                                 2           4.0000           1.5000           2.5000           4.0000            48.58           2.0000
-
-PythonDomain,frame
-=================
-Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)        Self (ms)                %    Avg Time (ms)
-----                          -----------        ---------    -------------    -------------        ---------                -    -------------
-frame0                                  1           3.0000           3.0000           3.0000           3.0000            36.43           3.0000
-
-event
-=================
-Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)        Self (ms)                %    Avg Time (ms)
-----                          -----------        ---------    -------------    -------------        ---------                -    -------------
-myevent                                 1           1.2340           1.2340           1.2340           1.2340            14.99           1.2340
+Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)    Avg Time (ms)        Self (ms)                %
+----                          -----------        ---------    -------------    -------------    -------------        ---------                -
+compute                                 2           4.0000           1.5000           2.5000           2.0000           4.0000            48.58
 
 PythonDomain,counter
 =================
@@ -62,11 +50,23 @@ Name                          Total Count             Last              Min     
 ----                          -----------             ----              ---              ---              ---
 PythonCounter                           2                6                5                6           5.5000
 
+PythonDomain,frame
+=================
+Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)    Avg Time (ms)        Self (ms)                %
+----                          -----------        ---------    -------------    -------------    -------------        ---------                -
+frame0                                  1           3.0000           3.0000           3.0000           3.0000           3.0000            36.43
+
 PythonDomain,marker
 =================
 Name                          Total Count
 ----                          -----------
 mark                                    1
+
+event
+=================
+Name                          Total Count        Time (ms)    Min Time (ms)    Max Time (ms)    Avg Time (ms)        Self (ms)                %
+----                          -----------        ---------    -------------    -------------    -------------        ---------                -
+myevent                                 1           1.2340           1.2340           1.2340           1.2340           1.2340            14.99
 
 """
 
@@ -286,7 +286,8 @@ def test_reset_also_restarts_the_profiler_tallies():
     assert json.loads(mxprof.dumps(format="json"))["Profiler"]["unmatched_stops"] == 0
 
 
-def test_aggregate_off_and_on_again_starts_fresh(clock):
+def test_aggregate_off_and_on_again_starts_fresh(clock, monkeypatch):
+    monkeypatch.setattr(stats, "_warned_off", True)  # test_config checks the warning
     rows(clock, {"a": [1]})
     mxprof.set_config(aggregate_stats=False)
     assert mxprof.dumps() == ""
@@ -353,17 +354,99 @@ def test_dumps_writes_no_file(tmp_path, fmt):
     assert not (tmp_path / "t.json").exists()
 
 
-def test_table_keeps_mxnet_columns_left_and_average_last(clock):
+MXNET_TIME_COLUMNS = ["Total Count", "Time (ms)", "Min Time (ms)", "Max Time (ms)", "Avg Time (ms)"]
+
+
+def header_cells(line):
+    return [h.strip() for h in line.split("  ") if h.strip()]
+
+
+def test_table_has_mxnets_columns_first_then_ours(clock):
+    # Readers split a row on whitespace and take MXNet's columns by position
+    # from the left; mxprof's own columns used to stand between Max and Avg.
     scenario(clock)
     for pct in (False, True):
         lines = mxprof.dumps(percentiles=pct).splitlines()
-        header = next(ln for ln in lines if ln.startswith("Name")).split("  ")
-        header = [h.strip() for h in header if h.strip()]
-        assert header[:5] == ["Name", "Total Count", "Time (ms)", "Min Time (ms)", "Max Time (ms)"]
-        assert header[-1] == "Avg Time (ms)"
-        assert ("P50 (ms)" in header) == pct
+        header = header_cells(next(ln for ln in lines if ln.startswith("Name")))
+        ours = ["Self (ms)", "%"] + (["P50 (ms)", "P90 (ms)", "P99 (ms)"] if pct else [])
+        assert header == ["Name"] + MXNET_TIME_COLUMNS + ours
         row = next(ln for ln in lines if ln.startswith("compute")).split()
-        assert row[1:5] == ["2", "4.0000", "1.5000", "2.5000"] and row[-1] == "2.0000"
+        assert row[:6] == ["compute", "2", "4.0000", "1.5000", "2.5000", "2.0000"]
+        assert row[6:8] == ["4.0000", "48.58"]  # self, %
+
+
+def test_table_blocks_follow_mxnets_map_order(tmp_path, clock):
+    # MXNet prints one block per category in std::map order (byte-wise by
+    # title: upper case first); counter, marker and memory blocks take their
+    # place among them by title too, and the Profiler tallies come last.
+    from mxprof import memory
+
+    mxprof.set_config(aggregate_stats=True, profile_api=False, write_trace=False)
+    b, big_a = mxprof.Domain("b"), mxprof.Domain("A")
+    objs = [b.new_task("t"), big_a.new_task("t"), mxprof.Event("e"), b.new_frame("f")]
+    mxprof.set_state("run")
+    for obj in objs:
+        with obj:
+            clock(MS)
+    b.new_counter("c").set_value(1)
+    big_a.new_marker("m").mark()
+    memory.record_alloc(1000, device="cpu")
+    mxprof.Domain("z").new_task("never").stop()  # an unmatched stop: a Profiler tally
+    lines = mxprof.dumps().splitlines()
+    titles = [lines[i - 1] for i, ln in enumerate(lines) if ln == "=" * 17]
+    assert titles == [
+        "A",
+        "A,marker",
+        "Device Storage",
+        "Scope Storage",
+        "b",
+        "b,counter",
+        "b,frame",
+        "event",
+        "Profiler",
+    ]
+    assert sorted(titles[:-1]) == titles[:-1]  # code point order, as MXNet's byte-wise map
+
+
+def test_memory_block_has_mxnets_columns_first(tmp_path):
+    from mxprof import memory
+
+    mxprof.set_config(aggregate_stats=True, profile_api=False, write_trace=False)
+    mxprof.set_state("run")
+    handle = memory.record_alloc(3000, device="cpu")
+    memory.record_alloc(1000, device="cpu")
+    memory.record_free(handle)  # samples 3000, 4000, 1000 bytes
+    lines = mxprof.dumps().splitlines()
+    at = lines.index("Device Storage")
+    heads = ["Min Use  (kB)", "Max Use  (kB)", "Avg Use  (kB)", "Peak Use  (kB)"]
+    assert lines[at + 2].split()[:3] == ["Name", "Total", "Count"]
+    assert [lines[at + 2].index(h) for h in heads] == sorted(lines[at + 2].index(h) for h in heads)
+    assert lines[at + 4].split()[2:] == ["3", "1.0000", "4.0000", "2.6667", "4.0000"]
+    entry = json.loads(mxprof.dumps(format="json"))["Memory"]["Device Storage"]["Memory: cpu/0"]
+    assert list(entry) == ["Count", "Min", "Max", "Avg", "Peak"]  # MXNet's keys, then ours
+
+
+def test_counter_average_is_rounded_like_every_other_value(clock):
+    mxprof.set_config(aggregate_stats=True, profile_api=False, write_trace=False)
+    c = mxprof.Domain("d").new_counter("c")
+    mxprof.set_state("run")
+    for v in (1, 1, 2):
+        c.set_value(v)
+    text = mxprof.dumps(format="json")
+    assert '"Avg": 1.333333\n' in text  # 6 decimals, not 1.3333333333333333
+    assert json.loads(text)["Counter"]["d"]["c"]["Avg"] == 1.333333
+    row = next(ln for ln in mxprof.dumps().splitlines() if ln.startswith("c "))
+    assert row.split() == ["c", "3", "2", "1", "2", "1.3333"]
+
+
+def test_json_keeps_mxnets_keys_first_and_ours_after(clock):
+    scenario(clock)
+    data = json.loads(mxprof.dumps(format="json"), object_pairs_hook=OrderedDict)
+    top = list(data)
+    assert [k for k in top if k in ("Time", "Memory", "Unit")] == ["Time", "Memory", "Unit"]
+    for cat in data["Time"].values():
+        for entry in cat.values():
+            assert list(entry)[:5] == ["Count", "Total", "Min", "Max", "Avg"]
 
 
 def test_self_time_excludes_nested_ranges_and_sorts(clock):
@@ -469,12 +552,12 @@ def test_gpu_time_beside_the_task_of_the_same_name(tmp_path, clock):
     mxprof.set_state("stop")
     lines = mxprof.dumps().splitlines()
     head = lines[lines.index("net") + 2]
-    assert head.split()[-6:] == ["%", "GPU", "(ms)", "Avg", "Time", "(ms)"]  # Avg stays last
+    assert header_cells(head) == ["Name"] + MXNET_TIME_COLUMNS + ["Self (ms)", "%", "GPU (ms)"]
     rows = {ln.split()[0]: ln.split() for ln in lines if ln.startswith(("kernel", "host_only"))}
-    assert rows["kernel"][-2:] == ["4.0000", "1.0000"]  # GPU total, then the CPU average
-    assert rows["host_only"][-2:] == ["-", "1.0000"]
+    assert rows["kernel"][5] == "1.0000" and rows["kernel"][-1] == "4.0000"  # CPU avg, GPU total
+    assert rows["host_only"][5] == "1.0000" and rows["host_only"][-1] == "-"
     orphan = lines[lines.index("net,gpu") + 4].split()
-    assert orphan[:3] == ["orphan", "1", "0.2500"] and orphan[-2] == "0.2500"
+    assert orphan[:3] == ["orphan", "1", "0.2500"] and orphan[-1] == "0.2500"
     data = json.loads(mxprof.dumps(format="json"))
     assert data["Time"]["net"]["kernel"]["GPU"] == 4.0
     assert data["Time"]["net"]["kernel"]["Count"] == 2
@@ -499,3 +582,86 @@ def test_no_gpu_column_without_gpu_ranges(clock):
     scenario(clock)
     assert "GPU" not in mxprof.dumps()
     assert '"GPU"' not in mxprof.dumps(format="json")
+
+
+def core_info(oid):
+    """What the core itself stores for an id (not the Python-side cache)."""
+    from mxprof._native import ffi, lib
+
+    kind, name, name_len = ffi.new("int *"), ffi.new("const char **"), ffi.new("size_t *")
+    dom, dom_len = ffi.new("const char **"), ffi.new("size_t *")
+    assert lib.mxp_object_info(oid, kind, name, name_len, dom, dom_len) == 0
+    return (
+        kind[0],
+        ffi.unpack(dom[0], dom_len[0]).decode(),
+        ffi.unpack(name[0], name_len[0]).decode(),
+    )
+
+
+def test_names_are_read_from_the_core_as_it_keeps_them(clock):
+    # dumps() reads each id's domain and name from the core once per process
+    # (in bulk: the per-id object_info cost seconds over 100,000 names).
+    mxprof.set_config(aggregate_stats=True, profile_api=False, write_trace=False)
+    d = mxprof.Domain("créer 漢")
+    ranges = [d.new_task("t 🚀"), d.new_frame("f"), mxprof.Event("ev"), mxprof.Task(d, "x")]
+    counter, marker = d.new_counter("c"), d.new_marker("m")
+    mxprof.set_state("run")
+    for r in ranges:
+        with r:
+            clock(MS)
+    counter.set_value(3)
+    marker.mark()
+    data = json.loads(mxprof.dumps(format="json"))
+    assert sorted(data["Time"]["créer 漢"]) == ["t 🚀", "x"]
+    assert list(data["Time"]["créer 漢,frame"]) == ["f"]
+    assert list(data["Time"]["event"]) == ["ev"]
+    assert list(data["Counter"]["créer 漢"]) == ["c"] and list(data["Marker"]["créer 漢"]) == ["m"]
+    for obj in ranges + [counter, marker]:
+        kind, domain, name = core_info(obj._id)
+        assert (stats._domains[obj._id], stats._names[obj._id]) == (domain, name)
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_many_names_render_every_row(clock, fmt):
+    mxprof.set_config(aggregate_stats=True, profile_api=False, write_trace=False)
+    d = mxprof.Domain("many")
+    tasks = [d.new_task(f"n{i:04d}") for i in range(2000)]
+    mxprof.set_state("run")
+    for i, t in enumerate(tasks):
+        t.start()
+        clock((i % 7 + 1) * 1000)
+        t.stop()
+    text = mxprof.dumps(format=fmt, sort_by="avg")
+    if fmt == "json":
+        rows = json.loads(text)["Time"]["many"]
+        names = list(rows)
+        assert rows["n0006"]["Avg"] == 0.007 and rows["n0007"]["Avg"] == 0.001
+    else:
+        names = [ln.split()[0] for ln in text.splitlines() if ln.startswith("n")]
+    assert len(names) == 2000
+    # by average descending (7 us .. 1 us), ties by name ascending
+    assert names[:3] == ["n0006", "n0013", "n0020"] and names[-1] == "n1995"
+
+
+def test_dumps_benchmark_quick_mode_runs(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(root, "benchmarks", "dumps.py"), "--quick", "--json", out],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["names"] == 2000
+    cases = {"create", "table, first", "table", "table avg", "json"}
+    for kind in ("seconds", "cpu_seconds"):
+        assert set(doc[kind]) == cases and all(v > 0 for v in doc[kind].values())
+    targets = proc.stdout.split("\ntarget", 1)[1].splitlines()[1:]
+    assert {ln.split("  ")[0] for ln in targets} == cases

@@ -262,13 +262,13 @@ def test_dumps_memory_section(tmp_path, clock):
     assert lines[i + 1] == "=" * 17
     assert lines[i + 2].split() == [
         "Name", "Total", "Count", "Min", "Use", "(kB)", "Max", "Use", "(kB)",
-        "Peak", "Use", "(kB)", "Avg", "Use", "(kB)",
+        "Avg", "Use", "(kB)", "Peak", "Use", "(kB)",
     ]  # fmt: skip
     assert "  Min Use  (kB)" in lines[i + 2]  # MXNet's two spaces
-    # Samples 3000, 4000, 1000 bytes: min 1 kB, max 4 kB, peak 4 kB, mean 2.667 kB.
-    assert lines[i + 4].split() == ["Memory:", "gpu/0", "3", "1.0000", "4.0000", "4.0000", "2.6667"]
+    # Samples 3000, 4000, 1000 bytes: min 1 kB, max 4 kB, mean 2.667 kB, peak 4 kB.
+    assert lines[i + 4].split() == ["Memory:", "gpu/0", "3", "1.0000", "4.0000", "2.6667", "4.0000"]
     j = lines.index("Scope Storage")
-    assert lines[j + 4].split() == ["enc:", "3", "1.0000", "4.0000", "4.0000", "2.6667"]
+    assert lines[j + 4].split() == ["enc:", "3", "1.0000", "4.0000", "2.6667", "4.0000"]
     data = json.loads(mxprof.dumps(format="json"))
     assert data["Memory"]["Device Storage"]["Memory: gpu/0"] == {
         "Count": 3,

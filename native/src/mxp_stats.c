@@ -36,26 +36,33 @@ static const mxpi_agg *entry_of(mxpi_agg_dir *dir, uint32_t id) {
     return page ? &page[id & (MXPI_PAGE_SIZE - 1)] : NULL;
 }
 
-static void hist_add(uint64_t *buf, const mxpi_agg *e, uint32_t epoch) {
+/* Add e's histogram (of epoch) to buf, buckets first .. last only. */
+static void hist_add(uint64_t *buf, const mxpi_agg *e, uint32_t epoch, uint32_t first, uint32_t last) {
     if (e == NULL || atomic_load_explicit(&e->epoch, MXPI_ACQUIRE) != epoch) return;
     mxpi_hist *h = atomic_load_explicit(&e->hist, MXPI_ACQUIRE);
     if (h == NULL) return;
-    for (uint32_t i = 0; i < MXPI_HIST_BUCKETS; i++) buf[i] += MXPI_LOAD((*h)[i]);
+    for (uint32_t i = first; i <= last; i++) buf[i] += MXPI_LOAD((*h)[i]);
 }
 
 /* P50, P90, P99 of object id (ticks) by nearest rank over its merged
  * histogram; each reported at its bucket's midpoint, kept within [lo, hi].
- * Caller holds reg_lock; buf has MXPI_HIST_BUCKETS slots. */
+ * Every duration of the epoch lies in [lo, hi] (its min and max), so only
+ * the buckets from lo's to hi's are read: a histogram has 2,752 buckets,
+ * and reading them all for each of many names made this the largest cost
+ * of dumps().  Caller holds reg_lock; buf has MXPI_HIST_BUCKETS slots. */
 static void percentiles(uint32_t id, uint32_t epoch, uint64_t *buf, int64_t lo, int64_t hi,
                         int64_t out[3]) {
     static const double ps[3] = {0.50, 0.90, 0.99};
-    memset(buf, 0, MXPI_HIST_BUCKETS * sizeof *buf);
-    for (mxpi_thread *t = mxpi_g.threads; t; t = t->next) hist_add(buf, entry_of(t->aggs, id), epoch);
-    hist_add(buf, entry_of(mxpi_g.retired_aggs, id), epoch);
+    out[0] = out[1] = out[2] = lo;
+    if (lo > hi) return; /* no extremes of this epoch yet (a racing update) */
+    uint32_t first = mxpi_hist_index(lo), last = mxpi_hist_index(hi);
+    memset(buf + first, 0, (last - first + 1) * sizeof *buf);
+    for (mxpi_thread *t = mxpi_g.threads; t; t = t->next)
+        hist_add(buf, entry_of(t->aggs, id), epoch, first, last);
+    hist_add(buf, entry_of(mxpi_g.retired_aggs, id), epoch, first, last);
     uint64_t n = 0;
-    for (uint32_t i = 0; i < MXPI_HIST_BUCKETS; i++) n += buf[i];
+    for (uint32_t i = first; i <= last; i++) n += buf[i];
     for (int k = 0; k < 3; k++) {
-        out[k] = lo;
         if (n == 0) continue;
         uint64_t rank = (uint64_t)(ps[k] * (double)n);
         if ((double)rank < ps[k] * (double)n || rank == 0) rank++; /* ceil, at least 1 */
@@ -65,7 +72,7 @@ static void percentiles(uint32_t id, uint32_t epoch, uint64_t *buf, int64_t lo, 
         }
         if (rank == 1) continue; /* the smallest: lo */
         uint64_t seen = 0;
-        for (uint32_t i = 0; i < MXPI_HIST_BUCKETS; i++) {
+        for (uint32_t i = first; i <= last; i++) {
             seen += buf[i];
             if (seen >= rank) {
                 int64_t v = mxpi_hist_lower(i) + mxpi_hist_width(i) / 2;

@@ -277,6 +277,92 @@ static void test_tokens(void) {
     CHECK_EQ(c.non_lifo_stops, 1);
 }
 
+/* Durations of one range object, recorded on a thread that then exits
+ * (its statistics are retired) or on the calling thread. */
+typedef struct {
+    uint32_t id;
+    const int64_t *durs;
+    int n;
+} pct_job;
+
+static void *record_durations(void *arg) {
+    const pct_job *job = arg;
+    for (int i = 0; i < job->n; i++) {
+        mxp_range_begin(job->id);
+        mxp_clock_fake_advance(job->durs[i]);
+        mxp_range_end(job->id);
+    }
+    return NULL;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The percentiles mxp_stats_snapshot must report for these durations:
+ * nearest rank; the smallest and largest exactly, others at their
+ * bucket's midpoint kept within [min, max]. */
+static void expected_percentiles(int64_t *v, int n, int64_t out[3]) {
+    static const double ps[3] = {0.50, 0.90, 0.99};
+    qsort(v, (size_t)n, sizeof *v, cmp_i64);
+    for (int k = 0; k < 3; k++) {
+        uint64_t rank = (uint64_t)(ps[k] * n);
+        if ((double)rank < ps[k] * n || rank == 0) rank++;
+        if (rank >= (uint64_t)n) {
+            out[k] = v[n - 1];
+        } else if (rank == 1) {
+            out[k] = v[0];
+        } else {
+            uint32_t b = mxpi_hist_index(v[rank - 1]);
+            int64_t mid = mxpi_hist_lower(b) + mxpi_hist_width(b) / 2;
+            out[k] = mid < v[0] ? v[0] : mid > v[n - 1] ? v[n - 1] : mid;
+        }
+    }
+}
+
+/* Percentiles read only the buckets between min's and max's: the edges of
+ * that span (bucket boundaries, the last bucket) and histograms merged from
+ * a live and an exited thread, before and after a reset, give the same
+ * values as the nearest rank over the durations themselves. */
+static void test_percentiles_over_bucket_edges(void) {
+    fresh();
+    mxp_clock_fake(1, 0);
+    static const int64_t sets[][8] = {
+        {127, 128, 129, 191, 192, 255, 256, 257},
+        {1, 1, 1, 1, 1, 1, 1, 127},
+        {(1LL << 48) - 1, 1LL << 48, (1LL << 48) + 5, 1LL << 50, 3, 7, 1LL << 47, 100000},
+        {1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000},
+        {64, 4096, 262144, 16777216, 1073741824, 68719476736, 99, 5000},
+    };
+    char name[16];
+    for (int s = 0; s < (int)(sizeof sets / sizeof sets[0]); s++) {
+        snprintf(name, sizeof name, "edge%d", s);
+        uint32_t id = reg(MXP_KIND_TASK, "pct", name);
+        /* Something of the old epoch that the reset must hide. */
+        int64_t old[2] = {5, 1LL << 52};
+        pct_job before = {id, old, 2};
+        record_durations(&before);
+        mxp_stats_reset();
+        pct_job mine = {id, sets[s], 5}, theirs = {id, sets[s] + 5, 3};
+        pthread_t th;
+        pthread_create(&th, NULL, record_durations, &theirs);
+        pthread_join(th, NULL);
+        record_durations(&mine);
+        int64_t v[8], want[3];
+        memcpy(v, sets[s], sizeof v);
+        expected_percentiles(v, 8, want);
+        mxp_stat st = stat_of(id);
+        CHECK_EQ(st.count, 8);
+        CHECK_EQ(st.min, v[0]);
+        CHECK_EQ(st.max, v[7]);
+        CHECK_EQ(st.p50, want[0]);
+        CHECK_EQ(st.p90, want[1]);
+        CHECK_EQ(st.p99, want[2]);
+    }
+    mxp_clock_fake(0, 0);
+}
+
 static void test_counters(void) {
     fresh();
     uint32_t c = reg(MXP_KIND_COUNTER, "m", "c");
@@ -1001,6 +1087,7 @@ int main(void) {
     test_tokens();
     test_histogram_buckets();
     test_percentiles_and_recorded_time();
+    test_percentiles_over_bucket_edges();
     test_counters();
     test_counter_saturation();
     test_snapshot_too_small_keeps_everything();
