@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import json.encoder
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
@@ -208,6 +208,7 @@ _SORT_FIELDS = {
 def _sorted(section: str, rows: list[Row], sort_by: str, ascending: bool) -> list[Row]:
     """rows by sort_by (descending unless ascending), ties by name ascending."""
     fields = _SORT_FIELDS.get(section)
+    key: Callable[[Row], Any]
     if sort_by == "count" or fields is None:
         key = itemgetter(1)
     else:
