@@ -680,15 +680,21 @@ static void test_threads_record_while_draining(void) {
 
 #define RACERS 3
 #define RACE_RANGES 20000
+#define RACE_CUTS 50
 static uint32_t race_range;
-static _Atomic int racers_done;
+static _Atomic int racers_done, cuts_made;
+static _Atomic long race_begun;
 
+/* Each racer records until it has made RACE_RANGES ranges and the cutter
+ * RACE_CUTS cuts, so the two overlap however the threads are scheduled. */
 static void *racer(void *arg) {
     (void)arg;
-    for (int i = 0; i < RACE_RANGES; i++) {
+    long i = 0;
+    for (; i < RACE_RANGES || atomic_load(&cuts_made) < RACE_CUTS; i++) {
         mxp_range_begin(race_range);
         mxp_range_end(race_range);
     }
+    atomic_fetch_add(&race_begun, i);
     atomic_fetch_add(&racers_done, 1);
     return NULL;
 }
@@ -699,20 +705,21 @@ static void test_cuts_race_with_owners(void) {
     fresh();
     race_range = reg(MXP_KIND_TASK, "race", "r");
     atomic_store(&racers_done, 0);
+    atomic_store(&cuts_made, 0);
+    atomic_store(&race_begun, 0);
     pthread_t th[RACERS];
     for (int i = 0; i < RACERS; i++) pthread_create(&th[i], NULL, racer, NULL);
-    int cuts = 0;
     while (atomic_load(&racers_done) < RACERS) {
         CHECK(mxp_ranges_cut() >= 0);
-        cuts++;
+        atomic_fetch_add(&cuts_made, 1);
     }
     for (int i = 0; i < RACERS; i++) pthread_join(th[i], NULL);
     mxp_counts c;
     mxp_counts_get(&c);
-    CHECK_EQ(stat_of(race_range).count, RACERS * RACE_RANGES);
+    CHECK_EQ(stat_of(race_range).count, atomic_load(&race_begun));
     CHECK_EQ(c.unmatched_stops, 0);
     CHECK_EQ(c.non_lifo_stops, 0);
-    CHECK(cuts > 0);
+    CHECK(atomic_load(&cuts_made) >= RACE_CUTS);
 }
 
 static _Atomic int handoff_turn;
