@@ -156,7 +156,7 @@ def test_sigint_writes_the_trace_and_still_raises_keyboardinterrupt(tmp_path, wi
         "try:\n    print('ready', flush=True)\n    time.sleep(30)\n"
         "except KeyboardInterrupt:\n    print('caught', flush=True)\n"
         + ("for _ in range(5):\n    after.start(); after.stop()\n" if with_mxprof else "")
-        + "time.sleep(30)\n"
+        + "print('recorded', flush=True)\ntime.sleep(30)\n"
     )
     proc = control_run(tmp_path, SIGNAL_SCRIPT.format(setup=setup, body=body))
     assert proc.stdout.readline() == "ready\n"
@@ -165,6 +165,9 @@ def test_sigint_writes_the_trace_and_still_raises_keyboardinterrupt(tmp_path, wi
     if with_mxprof:
         # Written at the first signal, and still profiling after it.
         assert len(_testing.events(_testing.load_trace(path), "X", "before")) == 10
+    # The second signal only once the ranges after the first are recorded (on a
+    # busy machine the child may not have run them yet when "caught" arrives).
+    assert proc.stdout.readline() == "recorded\n"
     proc.send_signal(signal.SIGINT)  # uncaught this time
     assert proc.wait(timeout=30) == -signal.SIGINT  # Python's own exit status for it
     if with_mxprof:
@@ -288,3 +291,16 @@ def test_kill_9_perfetto_keeps_every_written_packet(tmp_path):
         ]
         assert values == list(range(1, len(values) + 1))
         assert len(values) >= promised
+
+
+def test_a_trace_file_never_exists_empty(tmp_path):
+    """The file appears with its beginning written (a temporary file beside
+    it takes its name), so a kill right after it appears leaves a trace; the
+    kill loops above are what catch an empty file."""
+    import os
+
+    path = tmp_path / "fresh.json"
+    _testing.start(path)
+    mxprof.dump(finished=False)
+    assert _testing.load_trace(path)["traceEvents"]
+    assert sorted(os.listdir(tmp_path)) == ["fresh.json"]  # no temporary file left

@@ -307,23 +307,49 @@ static void meta_into_out(void) {
     W.o.other_json_len = W.other_json_len;
 }
 
+/* Create (or replace) the trace file so that it never exists empty: its
+ * beginning is written to a temporary file beside it, which then takes its
+ * name.  A path that is there and is not a regular file (a device, a pipe),
+ * or one in a directory that takes no new file, is opened as it is. */
 static int create_file(void) {
-    int fd = open(W.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    struct stat st;
+    bool in_place = stat(W.path, &st) == 0 && !S_ISREG(st.st_mode);
+    size_t n = strlen(W.path);
+    char *tmp = in_place ? NULL : malloc(n + 32);
+    if (!in_place && tmp == NULL) {
+        W.o.err = ENOMEM;
+        return MXP_E_IO;
+    }
+    if (tmp != NULL) snprintf(tmp, n + 32, "%s.%d.mxprof-tmp", W.path, (int)getpid());
+    int fd = open(tmp ? tmp : W.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 && tmp != NULL) {
+        /* No room for a file beside it (a directory we may not write to): the
+         * file itself, as it is. */
+        free(tmp);
+        tmp = NULL;
+        fd = open(W.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
     if (fd < 0) {
         W.o.err = errno;
+        free(tmp);
         return MXP_E_IO;
     }
     W.o.fd = fd;
-    struct stat st;
     W.o.regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
     pthread_mutex_lock(&mxpi_g.names_lock);
     for (uint32_t i = 0; i < W.nthreads; i++) W.threads[i].used = false;
     pthread_mutex_unlock(&mxpi_g.names_lock);
-    if (!W.fmt->create(&W.o)) {
-        close_file();
-        return MXP_E_IO;
+    bool ok = W.fmt->create(&W.o);
+    if (ok && tmp != NULL && rename(tmp, W.path) != 0) {
+        W.o.err = errno;
+        ok = false;
     }
-    return MXP_OK;
+    if (!ok) {
+        close_file();
+        if (tmp != NULL) unlink(tmp);
+    }
+    free(tmp);
+    return ok ? MXP_OK : MXP_E_IO;
 }
 
 static int flush_locked(bool finish) {
