@@ -248,13 +248,14 @@ class Session:
 
     def close_continuation(self) -> None:
         """Before a new profile: write what waits for a continuation file."""
-        if self.continuation is not None and self.traced:
-            try:
+        if self.continuation is None:
+            return
+        try:
+            if self.traced:
                 self.flush(finish=True, explicit=False)
-            finally:
-                self.continuation = None
-                self.profile_open = False
-        self.continuation = None
+        finally:
+            self.continuation = None
+            self.profile_open = False
 
     def _open_continuation(self) -> bool:
         """Before a write while continuing: open the next file, named after
