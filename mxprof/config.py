@@ -96,9 +96,7 @@ def _period(key: str, value: Any) -> float:
 
 def _count(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
-        raise ConfigError(
-            f"{key} must be an int from 0 to {MAX_COUNT} (0 = no limit), got {value!r}"
-        )
+        raise ConfigError(f"{key} must be an int from 0 to {MAX_COUNT}, got {value!r}")
     return int(value)
 
 
@@ -161,13 +159,20 @@ KEYS: dict[str, Key] = {
             check_bool,
             "write the trace in the background every dump_period",
         ),
-        Key("dump_period", 1.0, _period, "seconds between background writes"),
+        Key(
+            "dump_period",
+            1.0,
+            _period,
+            "seconds between background writes (from 1e-09 to 9223372036: the core waits "
+            "in int64 nanoseconds)",
+        ),
         Key(
             "dump_events",
             1_000_000,
             _count,
             "mxprof: also write in the background as soon as this many events wait in "
-            "memory, so memory stays flat in long, busy runs (0: only every dump_period)",
+            "memory, so memory stays flat in long, busy runs (0: only every dump_period; "
+            "at most 2**63 - 1)",
         ),
         Key(
             "aggregate_stats",
@@ -195,7 +200,7 @@ KEYS: dict[str, Key] = {
             10_000_000,
             _count,
             "mxprof: most events held in memory awaiting the trace file; more are dropped "
-            "and counted (0 = no limit)",
+            "and counted (0 = no limit; at most 2**63 - 1)",
         ),
         Key(
             "follow_children",

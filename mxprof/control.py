@@ -20,7 +20,7 @@ def set_config(**kwargs: Any) -> None:
     ``profile_process='server'`` (MXNet's kvstore servers) the values go to
     every server of the distributed job instead of this process, and the
     call returns when all have applied them; every control call below takes
-    it the same way.  A call that raises changes nothing.
+    it the same way.  A call that raises changes nothing in this process.
 
     Args:
         **kwargs: configuration keys and values.
