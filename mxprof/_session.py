@@ -107,12 +107,34 @@ class _Flusher:
         self.thread.start()
 
     def _run(self) -> None:
-        timeout_ns = int(self.period * 1e9)
+        # The core waits in int64 ns (config keeps the period within it).
+        timeout_ns = min(max(round(self.period * 1e9), 1), 2**63 - 1)
         while not self._stop.is_set():
             lib.mxp_flush_wait(timeout_ns)
             if self._stop.is_set():
                 return
-            self._session.background_flush(self._stop)
+            try:
+                self._session.background_flush(self._stop)
+            except Exception as e:  # the writer must outlive any one write
+                self._keep(e)
+
+    def _keep(self, error: Exception) -> None:
+        """Keep what a write raised as the session's pending error, as a failed
+        write is kept: the next explicit dump() reports it.
+
+        Without the session lock: a control call holding it may be joining
+        this thread (see stop), and one assignment needs no lock."""
+        if not isinstance(error, OutputError):
+            path = str(self._session.config["filename"])
+            kept = OutputError(
+                f"a background write of trace file {path!r} failed: {error!r}; the events "
+                "not written are kept in memory for the next successful write",
+                path,
+                getattr(error, "errno", None) or 0,
+            )
+            kept.__cause__ = error
+            error = kept
+        self._session.pending = error
 
     def stop(self) -> None:
         """Stop and wait; safe with the session lock held (see background_flush)."""

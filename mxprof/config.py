@@ -35,23 +35,43 @@ def check_bool(key: str, value: Any) -> bool:
     raise ConfigError(f"{key} must be a bool (True, False, 1 or 0), got {value!r}")
 
 
-def _str(key: str, value: Any) -> str:
+# The core's limits.  The background writer waits in int64 nanoseconds
+# (mxp_flush_wait), so a period must be at least 1 ns and at most 2**63 - 1
+# ns; counts go to uint64 parameters (mxp_max_events_set,
+# mxp_flush_threshold_set), and the threshold is rounded up to whole chunks of
+# records, which would wrap near 2**64: int64's range keeps both exact.
+MIN_PERIOD = 1e-9
+MAX_PERIOD = (2**63 - 1) // 10**9  # 9223372036 s, about 292 years
+MAX_COUNT = 2**63 - 1
+
+
+def _path(key: str, value: Any) -> str:
+    """A non-empty str (or os.PathLike of one) that can name a file: no NUL,
+    and valid Unicode, so that it encodes to UTF-8 for the core and the OS."""
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str):
-        raise ConfigError(f"{key} must be a str, got {type(value).__name__} {value!r}")
+        raise ConfigError(
+            f"{key} must be a path (str or os.PathLike), got {type(value).__name__} {value!r}"
+        )
     if not value:
         raise ConfigError(f"{key} must not be empty, got {value!r}")
     if "\0" in value:
         raise ConfigError(f"{key} must not contain NUL characters, got {value!r}")
-    return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ConfigError(
+            f"{key} {value!r} is not valid Unicode text ({e.reason}): a path must encode to UTF-8"
+        ) from None
+    return str(value)
 
 
 def _filename(key: str, value: Any) -> str:
-    path = _str(key, value)
-    from ._native import lib, utf8  # config is imported before _native elsewhere
+    path = _path(key, value)
+    from ._native import lib  # config is imported before _native elsewhere
 
-    data = utf8(path, key)
+    data = path.encode("utf-8")
     if lib.mxp_trace_format(data, len(data)) < 0:
         raise ConfigError(
             f"{key} {path!r}: gzip output needs zlib, and this build of mxprof has none "
@@ -61,24 +81,30 @@ def _filename(key: str, value: Any) -> str:
 
 
 def _period(key: str, value: Any) -> float:
+    allowed = f"a finite number of seconds from {MIN_PERIOD:g} to {MAX_PERIOD}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{key} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{key} must be a finite number of seconds > 0, got {value!r}")
+        raise ConfigError(f"{key} must be {allowed}, got {type(value).__name__} {value!r}")
+    # An int is compared as it is: one beyond float's range cannot be converted.
+    if isinstance(value, int):
+        ok = 0 < value <= MAX_PERIOD
+    else:
+        ok = math.isfinite(value) and MIN_PERIOD <= value <= MAX_PERIOD
+    if not ok:
+        raise ConfigError(f"{key} must be {allowed}, got {value!r}")
     return float(value)
 
 
 def _count(key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{key} must be an int >= 0 (0 = no limit), got {value!r}")
-    return value
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise ConfigError(f"{key} must be an int from 0 to {MAX_COUNT}, got {value!r}")
+    return int(value)
 
 
 PROCESSES = ("worker", "server")
 
 
 def _process(key: str, value: Any) -> str:
-    if value not in PROCESSES:
+    if not isinstance(value, str) or value not in PROCESSES:
         raise ConfigError(f"{key} must be 'worker' or 'server', got {value!r}")
     return str(value)
 
@@ -133,13 +159,20 @@ KEYS: dict[str, Key] = {
             check_bool,
             "write the trace in the background every dump_period",
         ),
-        Key("dump_period", 1.0, _period, "seconds between background writes"),
+        Key(
+            "dump_period",
+            1.0,
+            _period,
+            "seconds between background writes (from 1e-09 to 9223372036: the core waits "
+            "in int64 nanoseconds)",
+        ),
         Key(
             "dump_events",
             1_000_000,
             _count,
             "mxprof: also write in the background as soon as this many events wait in "
-            "memory, so memory stays flat in long, busy runs (0: only every dump_period)",
+            "memory, so memory stays flat in long, busy runs (0: only every dump_period; "
+            "at most 2**63 - 1)",
         ),
         Key(
             "aggregate_stats",
@@ -158,7 +191,7 @@ KEYS: dict[str, Key] = {
         Key(
             "gpu_memory_profile_filename_prefix",
             "gpu_memory_profile",
-            _str,
+            _path,
             "prefix of the GPU memory CSV <prefix>-pid_<pid>.csv that dump() writes when "
             "GPU allocations were recorded",
         ),
@@ -167,7 +200,7 @@ KEYS: dict[str, Key] = {
             10_000_000,
             _count,
             "mxprof: most events held in memory awaiting the trace file; more are dropped "
-            "and counted (0 = no limit)",
+            "and counted (0 = no limit; at most 2**63 - 1)",
         ),
         Key(
             "follow_children",

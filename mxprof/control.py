@@ -20,7 +20,7 @@ def set_config(**kwargs: Any) -> None:
     ``profile_process='server'`` (MXNet's kvstore servers) the values go to
     every server of the distributed job instead of this process, and the
     call returns when all have applied them; every control call below takes
-    it the same way.
+    it the same way.  A call that raises changes nothing in this process.
 
     Args:
         **kwargs: configuration keys and values.
@@ -46,9 +46,18 @@ def set_config(**kwargs: Any) -> None:
     with SESSION.lock:
         old = dict(SESSION.config)
         SESSION.config.update(values)
+        try:
+            SESSION.sync()
+        except BaseException:
+            # Atomic: what failed to apply is taken back, and the core with it.
+            SESSION.config.clear()
+            SESSION.config.update(old)
+            SESSION.sync()
+            raise
+        # Last, as it cannot be taken back (the old file is completed); with
+        # a validated path it does not fail.
         if SESSION.profile_open and SESSION.config["filename"] != old["filename"]:
             SESSION.set_path(SESSION.config["filename"])
-        SESSION.sync()
 
 
 def set_state(state: str = "stop", profile_process: str = "worker") -> None:

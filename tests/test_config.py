@@ -272,3 +272,151 @@ def test_object_constructors_check_types():
         d.new_marker("")
     with pytest.raises(TypeError):
         mxprof.Event(b"bytes")
+
+
+# ---- values beyond what the core can take (issue 10, item 2) ----
+
+
+def record(n, name="t"):
+    task = mxprof.Domain("d").new_task(name)
+    for _ in range(n):
+        task.start()
+        task.stop()
+
+
+def count(path, name="t"):
+    return len(_testing.events(_testing.load_trace(path), "X", name))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_events": 2**70},
+        {"max_events": 2**63},
+        {"dump_events": 2**70},
+        {"dump_events": 2**64 - 1},  # the core's chunk rounding would wrap to 0
+        {"dump_events": -1},
+        {"dump_events": 1.0},
+        {"dump_period": 1e12},  # beyond int64 nanoseconds
+        {"dump_period": 10**400},  # too large even to become a float
+        {"dump_period": 2**70},
+        {"dump_period": float("inf")},
+        {"dump_period": 1e-12},  # under the 1 ns the background writer can wait
+        {"gpu_memory_profile_filename_prefix": "gpu\ud800"},
+        {"gpu_memory_profile_filename_prefix": b"gpu"},
+        {"profile_process": ["worker"]},
+    ],
+)
+def test_a_value_the_core_cannot_take_poisons_nothing(tmp_path, kwargs):
+    # Each of these was stored, then broke every later control call, the
+    # background writer or dump() with a raw OverflowError/UnicodeEncodeError.
+    path = str(tmp_path / "t.json")
+    mxprof.set_config(filename=path, profile_api=False, dump_period=0.5)
+    before = dict(SESSION.config)
+    ((key, value),) = kwargs.items()
+    with pytest.raises(mxprof.ConfigError) as e:
+        mxprof.set_config(**kwargs)
+    msg = str(e.value)
+    assert key in msg and repr(value)[:6] in msg
+    assert SESSION.config == before
+    mxprof.set_config(aggregate_stats=True)
+    mxprof.set_state("run")
+    record(100)
+    mxprof.pause()
+    mxprof.resume()
+    mxprof.set_state("stop")
+    mxprof.dump()
+    assert count(path) == 100
+    assert json.loads(mxprof.dumps(format="json"))["Time"]["d"]["t"]["Count"] == 100
+
+
+def test_integer_limits_at_the_edge_of_the_core(tmp_path):
+    top = 2**63 - 1
+    mxprof.set_config(max_events=top, dump_events=top, dump_period=(2**63 - 1) // 10**9)
+    assert (SESSION.config["max_events"], SESSION.config["dump_events"]) == (top, top)
+    for key, value, allowed in (
+        ("max_events", top + 1, "9223372036854775807"),
+        ("dump_events", top + 1, "9223372036854775807"),
+        ("dump_period", 9223372037, "9223372036"),
+    ):
+        with pytest.raises(mxprof.ConfigError, match=allowed) as e:
+            mxprof.set_config(**{key: value})
+        assert key in str(e.value)
+    path = str(tmp_path / "t.json")
+    mxprof.set_config(filename=path, profile_api=False)
+    mxprof.set_state("run")
+    record(5)
+    mxprof.dump()
+    assert count(path) == 5
+
+
+def test_a_lone_surrogate_in_the_gpu_csv_prefix_is_refused(tmp_path):
+    from mxprof import memory
+
+    with pytest.raises(mxprof.ConfigError, match="gpu_memory_profile_filename_prefix.*Unicode"):
+        mxprof.set_config(gpu_memory_profile_filename_prefix=str(tmp_path / "g\udcff"))
+    assert SESSION.config["gpu_memory_profile_filename_prefix"] == "gpu_memory_profile"
+    prefix = str(tmp_path / "g")
+    mxprof.set_config(filename=str(tmp_path / "t.json"), gpu_memory_profile_filename_prefix=prefix)
+    mxprof.set_state("run")
+    memory.record_alloc(4096, "gpu:0", tag="w")
+    mxprof.dump()
+    with open(memory.csv_path(prefix), encoding="utf-8") as f:
+        assert f.read().splitlines()[1:] == ['"<unk>:w","4096","0","4096","0"']
+
+
+def test_set_config_rolls_back_when_applying_fails(tmp_path, monkeypatch):
+    # A failure while applying (here: offering the config to children) leaves
+    # the configuration, and what the core was told, as they were.
+    from mxprof import _children
+
+    path = str(tmp_path / "t.json")
+    mxprof.set_config(filename=path, profile_api=False)
+    mxprof.set_state("run")
+    before = dict(SESSION.config)
+
+    def broken_export(*args):
+        raise RuntimeError("no room in the environment")
+
+    monkeypatch.setattr(_children, "export", broken_export)
+    with pytest.raises(RuntimeError, match="no room"):
+        mxprof.set_config(follow_children=True, aggregate_stats=True, max_events=3)
+    assert SESSION.config == before
+    monkeypatch.undo()
+    record(10)  # max_events=3 would have dropped 7 of them
+    mxprof.set_config(aggregate_stats=True)
+    record(2)
+    mxprof.dump()
+    assert count(path) == 12
+    assert json.loads(mxprof.dumps(format="json"))["Time"]["d"]["t"]["Count"] == 2
+
+
+def test_the_background_writer_survives_a_failing_write(tmp_path, monkeypatch):
+    # An exception from a background write killed the thread: continuous
+    # dump stopped for good, and nothing said so.
+    import time
+
+    path = str(tmp_path / "t.json")
+    mxprof.set_config(filename=path, profile_api=False, dump_period=0.01)
+    mxprof.set_state("run")
+    record(3)
+    calls = []
+
+    def broken_flush(finish, explicit):
+        calls.append(explicit)
+        raise RuntimeError("the write broke")
+
+    monkeypatch.setattr(SESSION, "flush", broken_flush)
+    deadline = time.monotonic() + 20
+    while len(calls) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert calls == [False] * len(calls) and len(calls) >= 3  # it went on after each failure
+    assert SESSION.flusher.thread.is_alive()
+    mxprof.set_config(continuous_dump=False)
+    monkeypatch.undo()
+    pending = SESSION.pending  # kept as a failed write is, for the next dump()
+    assert isinstance(pending, mxprof.OutputError) and pending.filename == path
+    assert "the write broke" in str(pending)
+    with pytest.warns(RuntimeWarning, match="earlier background write failed.*the write broke"):
+        mxprof.dump()
+    assert count(path) == 3
