@@ -220,3 +220,29 @@ def test_read_raw_gives_perfetto_events_as_chrome_dicts(tmp_path, clock):
     assert not truncated and isinstance(metadata["baseTimeNanoseconds"], int)
     phases = {e["ph"] for e in events}
     assert phases == {"M", "B", "E", "b", "e", "i", "C"}
+
+
+@pytest.mark.parametrize("suffix", ["json.gz", "pftrace", "perfetto-trace"])
+def test_merge_writes_the_format_its_output_suffix_names(tmp_path, clock, suffix):
+    from mxprof.merge import merge
+
+    record(tmp_path / "a.json", clock)
+    record(tmp_path / "b.pftrace", clock)
+    inputs = [tmp_path / "a.json", tmp_path / "b.pftrace"]
+    merge(inputs, tmp_path / "m.json")
+    merge(inputs, tmp_path / f"m.{suffix}")
+    head = (tmp_path / f"m.{suffix}").read_bytes()[:2]
+    assert head[: 2 if suffix == "json.gz" else 1] == (b"\x1f\x8b" if suffix == "json.gz" else b"\n")
+    js, other = load(tmp_path / "m.json"), load(tmp_path / f"m.{suffix}")
+    assert other.base_time_ns == js.base_time_ns and not other.truncated
+    assert sorted(other.process_names.values()) == sorted(js.process_names.values())
+    assert sorted(other.thread_names.values()) == sorted(js.thread_names.values())
+    if suffix == "json.gz":
+        assert list(other) == list(js) and other.metadata == js.metadata
+        return
+    # Perfetto has no track for a counter's category nor a thread for global,
+    # process and async events: compare what it carries.
+    assert comparable(other) == comparable(js)
+    assert [(r.name, r.count, r.total, r.max) for r in other.key_averages()] == [
+        (r.name, r.count, r.total, r.max) for r in js.key_averages()
+    ]

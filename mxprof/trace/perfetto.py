@@ -367,9 +367,174 @@ def _str(out: bytearray, field: int, value: str) -> None:
     _bytes(out, field, value.encode("utf-8", errors="surrogatepass"))
 
 
-def _ns(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return round(value * 1000) if isinstance(value, float) else value * 1000
+def _packet(out: bytearray, body: bytearray) -> None:
+    _bytes(out, 1, body)
+
+
+def write_perfetto(events: list[RawEvent], base_time_ns: int | None) -> bytes:
+    """Chrome-style events (``read_raw``'s form) as a Perfetto protobuf trace.
+
+    Ranges, instants, counters and names go to the same tracks ``read_perfetto``
+    reads them from, with inline names and categories (no interning).  A range
+    that overlaps a range open on its thread without nesting in it, as async
+    ranges do, goes to a track of its own.
+
+    Example:
+        >>> data = write_perfetto([{"ph": "X", "name": "a", "ts": 1, "dur": 2,
+        ...                         "pid": 1, "tid": 1}], None)
+        >>> [(e["ph"], e["ts"]) for e in read_perfetto(data, "x")[0] if e["ph"] != "M"]
+        [('B', 1), ('E', 3)]
+    """
+    from .model import Trace  # pairs B/E and b/e as load does
+
+    trace = Trace.from_raw(events)
+    out = bytearray()
+    uuids: dict[Any, int] = {}
+    timed: list[tuple[int, int, int, bytearray]] = []  # (ts ns, rank, order, TrackEvent)
+    low = min((e.ts for e in trace), default=0)
+    base = max(0, -low)
+
+    def track(key: Any, describe: Any) -> int:
+        if key not in uuids:
+            uuids[key] = len(uuids) + 1
+            td = bytearray()
+            _uint(td, _TD_UUID, uuids[key])
+            describe(td)
+            body = bytearray()
+            _uint(body, _PK_SEQUENCE_ID, 1)
+            _bytes(body, _PK_TRACK_DESCRIPTOR, td)
+            _packet(out, body)
+        return uuids[key]
+
+    def process(pid: Any) -> int:
+        def describe(td: bytearray) -> None:
+            desc = bytearray()
+            _uint(desc, _DESC_PID, _int(pid))
+            _str(desc, _PD_PROCESS_NAME, trace.process_names.get(pid, str(pid)))
+            _bytes(td, _TD_PROCESS, desc)
+
+        return track(("p", pid), describe)
+
+    def thread(pid: Any, tid: Any) -> int:
+        parent = process(pid)
+
+        def describe(td: bytearray) -> None:
+            _uint(td, _TD_PARENT_UUID, parent)
+            desc = bytearray()
+            _uint(desc, _DESC_PID, _int(pid))
+            _uint(desc, _THD_TID, _int(tid))
+            _str(desc, _THD_THREAD_NAME, trace.thread_names.get((pid, tid), f"thread {tid}"))
+            _bytes(td, _TD_THREAD, desc)
+
+        return track(("t", pid, tid), describe)
+
+    def named(key: Any, pid: Any, name: str, counter: bool) -> int:
+        parent = process(pid)
+
+        def describe(td: bytearray) -> None:
+            _uint(td, _TD_PARENT_UUID, parent)
+            _str(td, _TD_NAME, name)
+            if counter:
+                _bytes(td, _TD_COUNTER, b"")
+
+        return track(key, describe)
+
+    def event(ts: int, rank: int, kind: int, uuid: int, e: Any, args: dict[str, Any]) -> None:
+        te = bytearray()
+        _uint(te, _TE_TYPE, kind)
+        _uint(te, _TE_TRACK_UUID, uuid)
+        if kind != _END:
+            _str(te, _TE_NAME, e.name)
+            if e.category:
+                _str(te, _TE_CATEGORIES, e.category)
+        if kind == _COUNTER:
+            _uint(te, _TE_COUNTER_VALUE, args)
+        else:
+            for key, value in args.items():
+                te += _annotation_bytes(key, value)
+        timed.append((ts, rank, len(timed), te))
+
+    def threaded(e: Any) -> bool:
+        """Whether e belongs to a thread (tid 0 without a name: a track of no thread)."""
+        return e.tid != 0 or (e.pid, e.tid) in trace.thread_names
+
+    open_ranges: dict[Any, list[Any]] = {}
+    for e in trace:  # per thread by ts, longer first: parents before children
+        if e.dur is not None:
+            stack = open_ranges.setdefault((e.pid, e.tid), [])
+            while stack and e.ts >= stack[-1].end and (e.dur or stack[-1].dur):
+                stack.pop()  # ended before e began: contains nothing from here on
+            if not threaded(e):  # read from a Perfetto track of no thread: one of its own
+                uuid = named(("a", len(uuids)), e.pid, e.name, False)
+            elif not stack or e.end <= stack[-1].end:
+                uuid = thread(e.pid, e.tid)
+                stack.append(e)
+            else:  # overlaps a range open on its thread without nesting: a track of its own
+                uuid = named(("a", len(uuids)), e.pid, e.name, False)
+            # At one ts: ends, then instants, then begins (longer first); of two
+            # ends the shorter range's first; a zero-length range after all that.
+            event(e.ts, 2, _BEGIN, uuid, e, e.args)
+            timed[-1] = (e.ts, 2, -e.dur, timed[-1][3])
+            event(e.end, 0, _END, uuid, e, {})
+            timed[-1] = (e.end, 3 if e.dur == 0 else 0, e.dur, timed[-1][3])
+        elif e.ph == "C":
+            for key, value in e.args.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    uuid = named(("c", e.pid, key), e.pid, key, True)
+                    event(e.ts, 1, _COUNTER, uuid, e, int(value))  # type: ignore[arg-type]
+        else:
+            scope = e.args.get("scope")
+            uuid = (
+                _GLOBAL_TRACK
+                if scope == "global"
+                else process(e.pid)
+                if scope == "process" or not threaded(e)
+                else thread(e.pid, e.tid)
+            )
+            event(e.ts, 1, _INSTANT, uuid, e, e.args)
+    body = bytearray()
+    _uint(body, _PK_SEQUENCE_ID, 1)
+    _uint(body, _PK_SEQUENCE_FLAGS, _SEQ_INCREMENTAL_STATE_CLEARED)
+    snapshot = bytearray()
+    for clock, value in ((_CLOCK_MONOTONIC, base), (_CLOCK_REALTIME, base_time_ns)):
+        if value is not None:
+            one = bytearray()
+            _uint(one, 1, clock)
+            _uint(one, 2, value)
+            _bytes(snapshot, 1, one)
+    _bytes(body, _PK_CLOCK_SNAPSHOT, snapshot)
+    head = bytearray()
+    _packet(head, body)
+    for ts, _, _, te in sorted(timed, key=lambda t: t[:3]):  # stable: file order on ties
+        body = bytearray()
+        _uint(body, _PK_SEQUENCE_ID, 1)
+        _uint(body, _PK_TIMESTAMP, ts + base)
+        _uint(body, _PK_CLOCK_ID, _CLOCK_MONOTONIC)
+        _bytes(body, _PK_TRACK_EVENT, te)
+        _packet(out, body)
+    return bytes(head + out)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else abs(hash(value)) % (1 << 31)
+
+
+def _annotation_bytes(name: str, value: Any) -> bytearray:
+    da = bytearray()
+    _str(da, _DA_NAME, name)
+    if isinstance(value, bool):
+        _uint(da, _DA_BOOL, int(value))
+    elif isinstance(value, int) and value >= 0:
+        _uint(da, _DA_UINT, value)
+    elif isinstance(value, int):
+        _uint(da, _DA_INT, value)
+    elif isinstance(value, float):
+        import struct
+
+        _put_varint(da, _DA_DOUBLE << 3 | _FIXED64)
+        da += struct.pack("<d", value)
+    else:
+        _str(da, _DA_STRING, value if isinstance(value, str) else repr(value))
+    out = bytearray()
+    _bytes(out, _TE_DEBUG_ANNOTATIONS, da)
+    return out
