@@ -25,7 +25,6 @@ read where cheap and otherwise skipped.  No protobuf library is needed.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import Any
 
