@@ -51,6 +51,34 @@ class TraceFormatError(ProfilerError, ValueError):
     """
 
 
+class TraceReadError(TraceFormatError, OSError):
+    """A trace file could not be read at all: ``filename`` and ``errno`` say why.
+
+    Raised by ``mxprof.load`` (and ``merge``, ``stats``) for a path that is
+    missing, a directory, not readable, too long, or no path at all (a NUL
+    byte, a lone surrogate: ``errno`` is ``EINVAL``).  It is both a
+    ``TraceFormatError`` (everything ``load`` rejects is one) and an
+    ``OSError``; the message names the path.
+
+    Example:
+        >>> import mxprof
+        >>> try:
+        ...     mxprof.load("no-such-trace.json")
+        ... except mxprof.TraceFormatError as e:  # or OSError
+        ...     print(type(e).__name__, e.errno == 2, e)
+        TraceReadError True no-such-trace.json: cannot read: No such file or directory
+    """
+
+    def __init__(self, message: str, filename: str, errno: int | None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.filename = filename
+        self.errno = errno
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class DeviceUnavailable(ProfilerError):
     """A device feature cannot work here: no driver, no GPU, no cuda-python.
 

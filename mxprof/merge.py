@@ -22,6 +22,7 @@ and flow events keep their order and stay inside the ranges they fell in.
 
 from __future__ import annotations
 
+import gzip
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from .distributed._clock import IDENTITY, ClockModel
 from .errors import TraceFormatError
 from .trace import base_time_ns, read_raw
 from .trace.model import _ns_ratio, _round
+from .trace.perfetto import write_perfetto
 
 _ROLE_ORDER = {"worker": 0, "server": 1}
 
@@ -93,6 +95,20 @@ def _moved(event: dict[str, Any], move: _Move) -> dict[str, Any]:
     return out
 
 
+def _write(output: str, doc: dict[str, Any]) -> None:
+    """Write doc in the format output's suffix names, as the trace writer does:
+    ``.pftrace``/``.perfetto-trace`` Perfetto protobuf, ``.gz`` gzip-compressed
+    JSON, anything else JSON."""
+    if output.endswith((".pftrace", ".perfetto-trace")):
+        payload = write_perfetto(doc["traceEvents"], doc.get("baseTimeNanoseconds"))
+    elif output.endswith(".gz"):
+        payload = gzip.compress(trace_json(doc).encode("utf-8"))
+    else:
+        payload = trace_json(doc).encode("utf-8")
+    with open(output, "wb") as f:
+        f.write(payload)
+
+
 def merge(
     paths: Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],
@@ -106,7 +122,11 @@ def merge(
 
     Args:
         paths: the traces to merge (any form ``mxprof.load`` reads).
-        output: the merged file (object form, like mxprof's own).
+        output: the merged file, in the format its suffix names (as for
+            ``set_config(filename=...)``): ``.json`` (object form, like
+            mxprof's own), ``.json.gz`` (gzip-compressed), ``.pftrace`` or
+            ``.perfetto-trace`` (Perfetto protobuf: ranges, instants,
+            counters and names; the JSON metadata has no place there).
         sources: what the merged file's ``otherData.merged_from`` names for
             each input, in order (default: the paths as given).
             ``distributed.collect`` merges temporary copies and passes each
@@ -222,6 +242,5 @@ def merge(
         "mxprof_version": __version__,
         "merged_from": list(sources) if sources is not None else [s["path"] for s in summary],
     }
-    with open(os.fspath(output), "w", encoding="utf-8") as f:
-        f.write(trace_json(doc))
+    _write(os.fspath(output), doc)
     return {"events": len(merged), "inputs": summary}

@@ -1,6 +1,7 @@
 """mxprof.trace: loading traces (mxprof's, cut short, torch's, viztracer's) and analysing them."""
 
 import bisect
+import errno
 import gzip
 import json
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import mxprof
-from mxprof.errors import TraceFormatError
+from mxprof.errors import TraceFormatError, TraceReadError
 from mxprof.trace import load, read_raw
 
 MS = 1_000_000
@@ -404,8 +405,9 @@ def test_viztracer_trace(tmp_path):
 
 
 def test_errors_name_the_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.json"):
+    with pytest.raises(TraceReadError, match="nope.json: cannot read") as missing:
         load(tmp_path / "nope.json")
+    assert missing.value.errno == errno.ENOENT
     cases = {
         "empty.json": (b"", "empty"),
         "blank.json": (b" \n\t", "empty"),

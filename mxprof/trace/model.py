@@ -58,13 +58,16 @@ class Event:
 
 
 def load(path: PathArg) -> Trace:
-    """Load a Chrome trace file (mxprof's, torch.profiler's, viztracer's, ...).
+    """Load a trace file: Chrome JSON (mxprof's, torch.profiler's, viztracer's, ...),
+    gzip-compressed or not, or the Perfetto protobuf mxprof writes.
 
     A file cut short loads everything complete before the cut, with
     ``Trace.truncated`` set; see ``read_raw`` for the forms accepted.
 
     Raises:
-        FileNotFoundError: no such file.
+        TraceReadError: the path cannot be read (missing, a directory, no
+            permission, a name too long, a NUL byte or lone surrogate in it);
+            both a TraceFormatError and an OSError, ``errno`` says why.
         TraceFormatError: empty, not JSON, or JSON that is not a trace.
 
     Example:

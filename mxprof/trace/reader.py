@@ -10,13 +10,15 @@ be the beginning of a trace raises ``TraceFormatError``.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import zlib
 from typing import Any, Union
 
-from ..errors import TraceFormatError
+from ..errors import TraceFormatError, TraceReadError
+from .perfetto import looks_like_perfetto, read_perfetto
 
 PathArg = Union[str, "os.PathLike[str]"]
 RawEvent = dict[str, Any]
@@ -44,7 +46,9 @@ def read_raw(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], bool]:
     """Read a trace file's events as the dicts in the file, in file order.
 
     Args:
-        path: the trace file (plain or gzip-compressed JSON).
+        path: the trace file: plain or gzip-compressed JSON, or the Perfetto
+            protobuf mxprof writes (``.pftrace``, ``.perfetto-trace``; told
+            apart by content, see ``mxprof.trace.perfetto``).
 
     Returns:
         ``(events, metadata, truncated)``: the event objects in file order;
@@ -54,18 +58,22 @@ def read_raw(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], bool]:
         ``metadata`` the keys whose values were complete).
 
     Raises:
-        FileNotFoundError: no such file (other OSErrors pass through too).
+        TraceReadError: the path cannot be read (missing, a directory, no
+            permission, too long, a NUL byte or lone surrogate in it); a
+            subclass of both TraceFormatError and OSError, with ``errno``.
         TraceFormatError: the file is empty, not JSON, or JSON that is not a
-            trace; the message names the file and the problem.
+            trace (or a damaged Perfetto trace); the message names the file
+            and the problem.
 
     Example:
         >>> events, metadata, truncated = read_raw("trace.json")  # doctest: +SKIP
         >>> events[0]["ph"], metadata["baseTimeNanoseconds"], truncated  # doctest: +SKIP
         ('X', 1795242929580964856, False)
     """
-    where = os.fspath(path)
-    with open(where, "rb") as f:
-        data = f.read()
+    where = shown(os.fspath(path))
+    data = _read_bytes(os.fspath(path), where)
+    if looks_like_perfetto(data):
+        return read_perfetto(data, where)
     cut = False
     if data and _GZIP_MAGIC.startswith(data[:2]):
         data, cut = _gunzip(data)
@@ -80,6 +88,34 @@ def read_raw(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], bool]:
         return [], {}, True  # a gzip header, or a cut before the first byte of text
     events, metadata, text_cut = parse_text(text, where)
     return events, metadata, cut or text_cut
+
+
+def shown(path: str) -> str:
+    """The path as messages show it: itself, or its repr when it would not print.
+
+    Example:
+        >>> shown("a.json"), shown("bad\\udc80.json")
+        ('a.json', "'bad\\\\udc80.json'")
+    """
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return repr(path)
+    return path if path.isprintable() else repr(path)
+
+
+def _read_bytes(path: str, where: str) -> bytes:
+    """The file's bytes; every way the path can fail is one TraceReadError."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise TraceReadError(f"{where}: cannot read: {reason}", path, e.errno) from None
+    except ValueError as e:  # a NUL byte, a lone surrogate: no path the OS can take
+        reason = "a NUL byte" if "\0" in path else "characters no file name can hold"
+        message = f"{where}: cannot read: the path has {reason} ({e})"
+        raise TraceReadError(message, path, errno.EINVAL) from None
 
 
 def parse_text(text: str, where: str) -> tuple[list[RawEvent], dict[str, Any], bool]:
