@@ -27,6 +27,7 @@ from .errors import (
     ProfilerError,
     StateError,
     TraceFormatError,
+    TraceReadError,
 )
 from .marker import Marker
 from .ranges import Event, Frame, Task
@@ -50,6 +51,7 @@ __all__ = [
     "StateError",
     "Task",
     "TraceFormatError",
+    "TraceReadError",
     "__version__",
     "current_scope",
     "dump",
