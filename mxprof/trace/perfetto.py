@@ -25,6 +25,7 @@ read where cheap and otherwise skipped.  No protobuf library is needed.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,6 +78,7 @@ def _fields(data: bytes, pos: int = 0, end: int | None = None) -> Iterator[tuple
     while pos < end:
         key, pos = _varint(data, pos, end)
         field, wire = key >> 3, key & 7
+        value: int | bytes
         if wire == _VARINT:
             value, pos = _varint(data, pos, end)
         elif wire == _BYTES:
@@ -289,23 +291,22 @@ class _Decoder:
 
 
 def _annotation(data: bytes) -> dict[str, Any]:
-    name, value = "", None
+    name = ""
+    value_: Any = None
     for field, _, v in _fields(data):
         if field == _DA_NAME:
             name = _text(v)
         elif field == _DA_BOOL:
-            value = bool(v)
+            value_ = bool(v)
         elif field == _DA_UINT:
-            value = v
+            value_ = v
         elif field == _DA_INT:
-            value = _signed(v)
+            value_ = _signed(v)
         elif field == _DA_DOUBLE:
-            import struct
-
-            value = struct.unpack("<d", v.to_bytes(8, "little"))[0]
+            value_ = struct.unpack("<d", v.to_bytes(8, "little"))[0]
         elif field == _DA_STRING:
-            value = _text(v)
-    return {name: value} if name else {}
+            value_ = _text(v)
+    return {name: value_} if name else {}
 
 
 def looks_like_perfetto(data: bytes) -> bool:
@@ -438,7 +439,8 @@ def write_perfetto(events: list[RawEvent], base_time_ns: int | None) -> bytes:
 
         return track(key, describe)
 
-    def event(ts: int, rank: int, kind: int, uuid: int, e: Any, args: dict[str, Any]) -> None:
+    def event(ts: int, rank: int, kind: int, uuid: int, e: Any, args: Any) -> None:
+        """One TrackEvent; args: its annotations, or a counter's value."""
         te = bytearray()
         _uint(te, _TE_TYPE, kind)
         _uint(te, _TE_TRACK_UUID, uuid)
@@ -480,7 +482,7 @@ def write_perfetto(events: list[RawEvent], base_time_ns: int | None) -> bytes:
             for key, value in e.args.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     uuid = named(("c", e.pid, key), e.pid, key, True)
-                    event(e.ts, 1, _COUNTER, uuid, e, int(value))  # type: ignore[arg-type]
+                    event(e.ts, 1, _COUNTER, uuid, e, int(value))
         else:
             scope = e.args.get("scope")
             uuid = (
