@@ -549,10 +549,12 @@ mxprof.dump()
 """
 
 
-def test_merged_processes(engine, tmp_path):
+@pytest.mark.parametrize("out", ["merged.json", "merged.json.gz", "merged.pftrace"])
+def test_merged_processes(engine, tmp_path, out):
+    """Two processes' files (JSON and Perfetto) merged into each format."""
     script = tmp_path / "peer.py"
     script.write_text(textwrap.dedent(PEER))
-    files = [tmp_path / "a.json", tmp_path / "b.json.gz"]
+    files = [tmp_path / "a.json", tmp_path / "b.pftrace"]
     peers = [
         subprocess.Popen(
             [sys.executable, str(script), str(f)],
@@ -575,7 +577,7 @@ def test_merged_processes(engine, tmp_path):
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    merged = tmp_path / "merged.json"
+    merged = tmp_path / out
     merge(files, merged)
     view = View(engine, merged)
     expected = collections.Counter()
@@ -588,7 +590,10 @@ def test_merged_processes(engine, tmp_path):
     assert view.tally(view.instants, "pid", "track", "name") == collections.Counter(
         (p.pid, "process", "epoch") for p in peers
     )
-    assert dict(view.counters_by_pid) == {(p.pid, "queue queue"): list(range(50)) for p in peers}
+    fmt = "pftrace" if out.endswith(".pftrace") else "json"
+    assert dict(view.counters_by_pid) == {
+        (p.pid, counter_track(fmt, "queue")): list(range(50)) for p in peers
+    }
 
 
 def test_merged_ranks_with_clock_drift(engine, tmp_path, clock):

@@ -503,6 +503,9 @@ def write_perfetto(events: list[RawEvent], base_time_ns: int | None) -> bytes:
             _uint(one, 1, clock)
             _uint(one, 2, value)
             _bytes(snapshot, 1, one)
+    # The trace's own clock is MONOTONIC, as in the core's files: without it
+    # the viewer takes BOOTTIME, which nothing here converts to.
+    _uint(snapshot, 2, _CLOCK_MONOTONIC)
     _bytes(body, _PK_CLOCK_SNAPSHOT, snapshot)
     head = bytearray()
     _packet(head, body)
