@@ -16,9 +16,12 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from . import averages, control, stats
+from . import averages, control
+from ._session import SESSION
+from ._version import __version__
 from .domain import Domain
 from .errors import ProfilerError, TraceFormatError
+from .schedule import current_averages
 
 
 def _error(command: str, message: str) -> int:
@@ -27,13 +30,13 @@ def _error(command: str, message: str) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Profile a script: state 'run' around it, then write the trace (and table)."""
+    """Profile a script: state 'run' around it, then write the trace and print the table."""
     script = args.script
     if not os.path.isfile(script):
         return _error("run", f"no such script: {script!r}")
     control.set_config(
         filename=args.output,
-        aggregate_stats=args.aggregate,
+        aggregate_stats=args.stats,
         dump_period=args.period,
         follow_children=args.follow_children,
     )
@@ -58,17 +61,43 @@ def cmd_run(args: argparse.Namespace) -> int:
         control.set_state("stop")
         try:
             control.dump()
-            print(f"mxprof: trace written to {args.output}", file=sys.stderr)
         except ProfilerError as e:
             print(f"mxprof run: {e}", file=sys.stderr)
-        if args.aggregate:
-            print(stats.dumps(sort_by=args.sort), file=sys.stderr)
+        _report_files()
+        if args.stats:
+            _print_table(args.sort, args.top)
     if code is None:
         return 0
     if isinstance(code, int):
         return code
     print(code, file=sys.stderr)  # sys.exit("message") prints it and exits 1
     return 1
+
+
+def _report_files() -> None:
+    """Name the trace files this run wrote: the script may have chosen its own
+    filename (several times), and dump(finished=True) while running continues
+    in <stem>-1<ext>, so -o is not necessarily where the events went."""
+    written = [p for p in SESSION.trace_paths if os.path.isfile(p)]
+    for path in written:
+        print(f"mxprof: trace written to {path}", file=sys.stderr)
+    if not written:
+        print("mxprof: no trace file written", file=sys.stderr)
+
+
+def _print_table(sort_by: str, top: int | None) -> None:
+    """The run's statistics, top rows first; a note instead when the script
+    turned statistics off (aggregate_stats=False) or recorded no range."""
+    rows = current_averages()
+    if not rows:
+        print(
+            "mxprof: no statistics to show (no range was recorded with aggregate_stats on)",
+            file=sys.stderr,
+        )
+        return
+    shown = "" if top is None or top >= len(rows) else f" (top {top} of {len(rows)} by {sort_by})"
+    print(f"mxprof: statistics{shown}", file=sys.stderr)
+    print(rows.table(sort_by=sort_by, row_limit=top), end="", file=sys.stderr)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -171,14 +200,25 @@ def _count(text: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mxprof", description="mxprof: profile, read and merge traces")
+    p.add_argument("--version", action="version", version=f"mxprof {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="profile a Python script")
     run.add_argument("-o", "--output", default="profile.json", help="trace file (profile.json)")
     run.add_argument(
-        "--aggregate", action="store_true", help="keep statistics and print them at the end"
+        "--no-stats",
+        dest="stats",
+        action="store_false",
+        help="keep no statistics and print no table at the end",
     )
-    run.add_argument("--sort", default="total", choices=stats.SORT_KEYS, help="table order")
+    # Statistics are on by default now; --aggregate stays accepted for old command lines.
+    run.add_argument("--aggregate", dest="stats", action="store_true", help=argparse.SUPPRESS)
+    run.add_argument(
+        "--sort", default="total", choices=sorted(averages.SORT_KEYS), help="table order (total)"
+    )
+    run.add_argument(
+        "--top", type=_count, default=15, help="rows of the table (15; 0 for the header only)"
+    )
     run.add_argument(
         "--period", type=_positive_float, default=1.0, help="seconds between background writes"
     )

@@ -54,13 +54,11 @@ def write(tmp_path, name, text):
 
 def test_run_profiles_a_script_and_keeps_its_exit_status(cli, tmp_path):
     write(tmp_path, "app.py", SCRIPT)
-    proc = cli(
-        "run", "-o", "app.json", "--aggregate", "--sort", "count", "app.py", "5", "3", check=3
-    )
+    proc = cli("run", "-o", "app.json", "--sort", "count", "app.py", "5", "3", check=3)
     assert proc.stdout == "args ['5', '3']\n"  # the script's stdout is its own
     assert "trace written to app.json" in proc.stderr
     row = next(ln for ln in proc.stderr.splitlines() if ln.startswith("work "))
-    assert row.split()[1] == "5"
+    assert row.split()[1:3] == ["app", "5"]  # category, count
     trace = _testing.load_trace(tmp_path / "app.json")
     assert len(_testing.events(trace, "X", "work")) == 5
     assert [e["name"] for e in _testing.events(trace, "X") if e["cat"] == "mxprof"] == [
@@ -68,11 +66,110 @@ def test_run_profiles_a_script_and_keeps_its_exit_status(cli, tmp_path):
     ]
 
 
-def test_run_without_aggregate_prints_no_table(cli, tmp_path):
+def table_rows(stderr):
+    """The names in the rows of the statistics table `mxprof run` printed."""
+    lines = stderr.splitlines()
+    rules = [i for i, ln in enumerate(lines) if ln and set(ln) == {"-"}]
+    assert len(rules) == 3, stderr  # above the header, below it, below the rows
+    assert lines[rules[0] + 1].split()[:3] == ["Name", "Category", "Count"]
+    return [ln.split()[0] for ln in lines[rules[1] + 1 : rules[2]]]
+
+
+TWENTY = """
+import mxprof
+from mxprof import _testing
+d = mxprof.Domain("app")
+tasks = [d.new_task(f"t{i:02}") for i in range(20)]
+with _testing.fake_clock() as advance:
+    for i, task in enumerate(tasks):
+        with task:
+            advance((i + 1) * 100_000_000_000)   # t00: 100 s ... t19: 2000 s
+"""
+
+
+def test_run_prints_the_top_15_rows_by_total_without_a_flag(cli, tmp_path):
+    write(tmp_path, "app.py", TWENTY)
+    proc = cli("run", "app.py", check=0)
+    assert "mxprof: statistics (top 15 of 21 by total)" in proc.stderr
+    # the whole run ("run app.py", real time) is shorter than any task (fake clock)
+    assert table_rows(proc.stderr) == [f"t{i:02}" for i in range(19, 4, -1)]
+    proc = cli("run", "--top", "3", "--sort", "count", "app.py", check=0)
+    assert table_rows(proc.stderr) == ["run", "t00", "t01"]  # all count 1: ties by name
+
+
+def test_run_no_stats_prints_no_table_and_keeps_none(cli, tmp_path):
     write(tmp_path, "app.py", SCRIPT)
-    proc = cli("run", "app.py", "2", "0", check=0)
-    assert "Profile Statistics" not in proc.stderr
+    proc = cli("run", "--no-stats", "app.py", "2", "0", check=0)
+    assert "statistics" not in proc.stderr and "Count" not in proc.stderr
     assert len(_testing.events(_testing.load_trace(tmp_path / "profile.json"), "X", "work")) == 2
+
+
+def test_run_says_so_when_the_script_turned_statistics_off(cli, tmp_path):
+    write(
+        tmp_path,
+        "off.py",
+        """
+        import mxprof
+        mxprof.set_config(aggregate_stats=False)
+        with mxprof.Domain("app").new_task("work"):
+            pass
+    """,
+    )
+    proc = cli("run", "off.py", check=0)
+    assert "mxprof: no statistics to show" in proc.stderr
+    assert "Count" not in proc.stderr
+
+
+OWN_FILES = """
+import mxprof
+work = mxprof.Domain("app").new_task("work")
+mxprof.set_config(filename="own.json")
+with work:
+    pass
+mxprof.set_config(filename="own2.json")
+with work:
+    pass
+with work:
+    pass
+mxprof.dump(finished=True)   # still running: what follows goes to own2-1.json
+for _ in range(3):
+    with work:
+        pass
+"""
+
+
+def test_run_names_the_files_the_script_wrote(cli, tmp_path):
+    write(tmp_path, "own.py", OWN_FILES)
+    proc = cli("run", "-o", "cli.json", "own.py", check=0)
+    written = [
+        ln.removeprefix("mxprof: trace written to ")
+        for ln in proc.stderr.splitlines()
+        if ln.startswith("mxprof: trace written to ")
+    ]
+    # cli.json is where the run began (the core completes it at the switch, with
+    # no event of the script); each of the others holds the script's events
+    assert written == ["cli.json", "own.json", "own2.json", "own2-1.json"]
+    works = {
+        name: len(_testing.events(_testing.load_trace(tmp_path / name), "X", "work"))
+        for name in written
+    }
+    assert works == {"cli.json": 0, "own.json": 1, "own2.json": 2, "own2-1.json": 3}
+    assert not (tmp_path / "profile.json").exists()
+
+
+def test_run_says_when_no_trace_was_written(cli, tmp_path):
+    write(tmp_path, "app.py", SCRIPT)
+    proc = cli("run", "-o", "no/such/dir/t.json", "app.py", "1", "0", check=0)
+    assert "cannot write trace file 'no/such/dir/t.json'" in proc.stderr
+    assert "mxprof: no trace file written" in proc.stderr
+    assert "trace written to" not in proc.stderr
+
+
+def test_version(cli):
+    from mxprof._version import __version__
+
+    proc = cli("--version", check=0)
+    assert proc.stdout == f"mxprof {__version__}\n"
 
 
 def test_run_a_failing_script_still_writes_the_trace(cli, tmp_path):

@@ -1,11 +1,13 @@
 """A profile survives its process: kill -9, SIGTERM, SIGINT, and `mxprof repair`."""
 
 import json
+import queue
 import random
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -35,15 +37,64 @@ while True:
 """
 
 
+# The longest any one wait on a child may take: generous, so that a loaded
+# machine never reaches it, and a child that died or stalls fails the test
+# (with its stderr) instead of hanging it.
+LIMIT = 120.0
+
+
+class Child:
+    """A child process whose stdout is read line by line with bounded waits."""
+
+    def __init__(self, args):
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self._lines = queue.Queue()
+        self._err = []
+        threading.Thread(target=self._pump, daemon=True).start()
+        # stderr drained too: a chatty child never blocks on a full pipe
+        threading.Thread(target=lambda: self._err.extend(self.proc.stderr), daemon=True).start()
+
+    def _pump(self):
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)  # end of output: the child has gone
+
+    def fail(self, why):
+        """Kill the child (if still there) and fail with what it wrote to stderr."""
+        self.proc.kill()
+        self.proc.wait(timeout=LIMIT)
+        time.sleep(0.1)  # let the stderr reader take the last of it
+        pytest.fail(f"{why}; the child's stderr:\n{''.join(self._err)}")
+
+    def line(self):
+        """The next line of its stdout."""
+        try:
+            line = self._lines.get(timeout=LIMIT)
+        except queue.Empty:
+            self.fail(f"no output within {LIMIT:g} s")
+        if line is None:
+            self._lines.put(None)
+            self.fail(f"the child ended (status {self.proc.wait(timeout=LIMIT)})")
+        return line
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.wait()
+
+    def wait(self):
+        """Its exit status, waiting at most LIMIT seconds."""
+        try:
+            return self.proc.wait(timeout=LIMIT)
+        except subprocess.TimeoutExpired:
+            self.fail(f"still running {LIMIT:g} s after it should have ended")
+
+
 def start_worker(tmp_path, path, period):
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent(WORKER))
-    return subprocess.Popen(
-        [sys.executable, str(script), str(path), str(period)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return Child([sys.executable, str(script), str(path), str(period)])
 
 
 def samples(trace):
@@ -60,13 +111,11 @@ def test_kill_9_at_random_moments_keeps_everything_written(tmp_path, name):
         proc = start_worker(tmp_path, path, 0)
         promised = 0
         deadline = time.monotonic() + rng.uniform(0.3, 1.2)
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            assert line.startswith("recorded"), proc.stderr.read()
+        while time.monotonic() < deadline or promised == 0:
+            line = proc.line()
+            assert line.startswith("recorded"), line
             promised = int(line.split()[1])
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        assert promised > 0
+        proc.kill()
         trace = mxprof.load(path)  # whole, or cut mid-write: never an error
         got = samples(trace)
         assert got[: len(got)] == list(range(1, len(got) + 1))  # in order, none missing
@@ -86,10 +135,15 @@ def test_kill_9_mid_write_leaves_a_clean_prefix(tmp_path):
         path = tmp_path / f"bg{attempt}.json"
         proc = start_worker(tmp_path, path, 0.005)
         deadline = time.monotonic() + 0.1 + attempt * 0.05
+        # Each line is a batch recorded; the background writer makes the file
+        # within its period, so a bounded number of lines sees it (on a loaded
+        # machine, later than the deadline).
+        give_up = time.monotonic() + LIMIT
         while time.monotonic() < deadline or not path.exists():
-            proc.stdout.readline()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+            proc.line()
+            if time.monotonic() > give_up:
+                proc.fail(f"{path.name} not written within {LIMIT:g} s")
+        proc.kill()
         trace = mxprof.load(path)
         got = samples(trace)
         assert got == list(range(1, len(got) + 1))
@@ -104,7 +158,7 @@ def test_kill_9_mid_write_leaves_a_clean_prefix(tmp_path):
 def control_run(tmp_path, code):
     script = tmp_path / "control.py"
     script.write_text(textwrap.dedent(code))
-    return subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    return Child([sys.executable, str(script)])
 
 
 SIGNAL_SCRIPT = """
@@ -130,9 +184,9 @@ def test_sigterm_writes_the_trace_and_keeps_the_exit_status(tmp_path, with_mxpro
         tmp_path,
         SIGNAL_SCRIPT.format(setup=setup, body="print('ready', flush=True)\ntime.sleep(30)"),
     )
-    assert proc.stdout.readline() == "ready\n"
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == -signal.SIGTERM  # as without mxprof
+    assert proc.line() == "ready\n"
+    proc.proc.send_signal(signal.SIGTERM)
+    assert proc.wait() == -signal.SIGTERM  # as without mxprof
     if with_mxprof:
         trace = _testing.load_trace(path)  # complete JSON
         assert len(_testing.events(trace, "X", "before_signal")) == 100
@@ -159,17 +213,17 @@ def test_sigint_writes_the_trace_and_still_raises_keyboardinterrupt(tmp_path, wi
         + "print('recorded', flush=True)\ntime.sleep(30)\n"
     )
     proc = control_run(tmp_path, SIGNAL_SCRIPT.format(setup=setup, body=body))
-    assert proc.stdout.readline() == "ready\n"
-    proc.send_signal(signal.SIGINT)
-    assert proc.stdout.readline() == "caught\n"  # KeyboardInterrupt, as before
+    assert proc.line() == "ready\n"
+    proc.proc.send_signal(signal.SIGINT)
+    assert proc.line() == "caught\n"  # KeyboardInterrupt, as before
     if with_mxprof:
         # Written at the first signal, and still profiling after it.
         assert len(_testing.events(_testing.load_trace(path), "X", "before")) == 10
     # The second signal only once the ranges after the first are recorded (on a
     # busy machine the child may not have run them yet when "caught" arrives).
-    assert proc.stdout.readline() == "recorded\n"
-    proc.send_signal(signal.SIGINT)  # uncaught this time
-    assert proc.wait(timeout=30) == -signal.SIGINT  # Python's own exit status for it
+    assert proc.line() == "recorded\n"
+    proc.proc.send_signal(signal.SIGINT)  # uncaught this time
+    assert proc.wait() == -signal.SIGINT  # Python's own exit status for it
     if with_mxprof:
         trace = _testing.load_trace(path)
         assert len(_testing.events(trace, "X", "after_interrupt")) == 5
@@ -189,7 +243,9 @@ os.kill(os.getpid(), signal.SIGTERM)
 time.sleep(0.1)
 print("handler ran", seen == [signal.SIGTERM], flush=True)
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=LIMIT
+    )
     assert proc.returncode == 0, proc.stderr
     assert "handler ran True" in proc.stdout
     assert len(_testing.events(_testing.load_trace(path), "X", "x")) == 1
@@ -210,7 +266,9 @@ os.kill(os.getpid(), signal.SIGTERM)
 time.sleep(0.1)
 print(seen == [signal.SIGTERM], os.path.exists({str(path)!r}), flush=True)
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=LIMIT
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", "False"]  # chained, and nothing written
     assert len(_testing.events(_testing.load_trace(path), "X", "x")) == 1  # at exit
@@ -225,7 +283,7 @@ term, intr = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
 print(term is signal.SIG_DFL, intr is signal.default_int_handler)
 """
     proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=LIMIT
     )
     assert proc.stdout.split() == ["True", "True"], proc.stderr
 
@@ -276,10 +334,9 @@ def test_kill_9_perfetto_keeps_every_written_packet(tmp_path):
         proc = start_worker(tmp_path, path, 0)
         promised = 0
         deadline = time.monotonic() + 0.3 + 0.3 * attempt
-        while time.monotonic() < deadline:
-            promised = int(proc.stdout.readline().split()[1])
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        while time.monotonic() < deadline or promised == 0:
+            promised = int(proc.line().split()[1])
+        proc.kill()
         result = repair(path)
         trace = pb.Trace()
         trace.ParseFromString(path.read_bytes())  # whole packets only: always decodes

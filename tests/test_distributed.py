@@ -66,6 +66,28 @@ def job(tmp_path):
             p.kill()
 
 
+def within(limit, call, *args, **kwargs):
+    """call(*args, **kwargs), failing the test if it has not returned (or
+    raised) after limit seconds: a generous bound that tells a hang from a
+    slow machine, not a measurement."""
+    outcome = []
+
+    def run():
+        try:
+            outcome.append((True, call(*args, **kwargs)))
+        except BaseException as e:  # handed to the test's thread
+            outcome.append((False, e))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(limit)
+    assert outcome, f"{call.__name__} still running after {limit} s: a hang"
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
 def ticks(path, name="tick"):
     trace = _testing.load_trace(path)
     return sorted(e["ts"] for e in _testing.events(trace, "X", name))
@@ -438,22 +460,53 @@ def test_a_killed_server_is_a_timeout_not_a_hang(job, tmp_path):
     mxprof.set_state("run", profile_process="server")
     os.kill(victim.pid, signal.SIGKILL)
     victim.join(10)
-    t0 = time.monotonic()
     with pytest.raises(distributed.DistributedTimeout, match="server 1") as e:
-        mxprof.set_state("stop", profile_process="server")
-    assert time.monotonic() - t0 < 4.0
+        within(120, mxprof.set_state, "stop", profile_process="server")
     assert isinstance(e.value, TimeoutError)
     assert "server 0" not in str(e.value)  # the live server answered
 
 
 def test_a_server_that_never_comes_is_a_timeout(job):
     distributed.init("worker", 0, 1, 1, address=job.address, timeout=0.5)
-    t0 = time.monotonic()
     with pytest.raises(
         distributed.DistributedTimeout, match="not connected within 0.5 s: server 0"
     ):
-        mxprof.dump(profile_process="server")
-    assert time.monotonic() - t0 < 2.0
+        within(120, mxprof.dump, profile_process="server")
+
+
+def test_a_second_process_with_the_same_role_and_rank_is_refused(job, tmp_path):
+    distributed.init("worker", 0, 1, 1, address=job.address, timeout=20)
+    first = job.start("server", 0, 1, 1)
+    assert wait_for(lambda: len(distributed.members()) == 1, 60)
+    second = job.start("server", 0, 1, 1)
+    second.join(60)
+    assert second.exitcode == 0  # its init failed (and said why); it did not hang
+    error = (tmp_path / "server0.error").read_text()
+    assert error.startswith("DistributedError: the rank-0 worker refused server 0 ")
+    assert f"pid {second.pid}): DistributedError: server 0 is taken: server 0 (" in error
+    assert f"pid {first.pid}) joined the job as server 0 already" in error
+    # The first keeps its place and obeys.
+    assert [(m.role, m.rank, m.pid) for m in distributed.members()] == [("server", 0, first.pid)]
+    mxprof.set_config(filename="t.json", profile_process="server")
+    mxprof.set_state("run", profile_process="server")
+    time.sleep(0.1)
+    mxprof.set_state("stop", profile_process="server")
+    mxprof.dump(profile_process="server")
+    trace = _testing.load_trace(tmp_path / "rank0_t.json")
+    assert trace["distributedInfo"]["pid"] == first.pid
+    assert _testing.events(trace, "X", "tick")
+
+
+def test_a_restarted_process_takes_the_place_of_a_dead_one(job, tmp_path):
+    distributed.init("worker", 0, 1, 1, address=job.address, timeout=20)
+    dead = job.start("server", 0, 1, 1)
+    assert wait_for(lambda: len(distributed.members()) == 1, 60)
+    os.kill(dead.pid, signal.SIGKILL)  # no goodbye: the hub still lists it
+    dead.join(10)
+    assert [m.pid for m in distributed.members()] == [dead.pid]
+    again = job.start("server", 0, 1, 1)
+    assert wait_for(lambda: [m.pid for m in distributed.members()] == [again.pid], 60)
+    assert not (tmp_path / "server0.error").exists()
 
 
 def test_a_wrong_token_is_rejected(job, tmp_path):
@@ -563,10 +616,8 @@ def test_collect_with_a_dead_process_is_a_timeout(job, tmp_path):
     mxprof.set_state("run", profile_process="server")
     os.kill(victim.pid, signal.SIGKILL)
     victim.join(10)
-    t0 = time.monotonic()
     with pytest.raises(distributed.DistributedTimeout, match="server 0"):
-        distributed.collect(tmp_path / "merged.json")
-    assert time.monotonic() - t0 < 10
+        within(120, distributed.collect, tmp_path / "merged.json")
     assert not (tmp_path / "merged.json").exists()
 
 

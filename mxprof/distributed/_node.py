@@ -151,6 +151,7 @@ class Peer(Node):
         self._snapshot: str | None = None
         self._clock_lock = threading.Lock()
         self.hub_gone = False
+        self.joined = False  # the hub accepted this process's hello
         self.endpoint = Endpoint(transport, key, self._handle, quick={"bye": self._hub_left})
 
     def _hub_left(
@@ -175,6 +176,7 @@ class Peer(Node):
             ) from None
         except RemoteFailure as e:
             raise DistributedError(f"the rank-0 worker refused {self.me.label}: {e}") from None
+        self.joined = True
         try:
             self.remeasure(max(0.1, deadline - time.monotonic()))
         except (TimeoutError, PeerGone) as e:
@@ -204,7 +206,8 @@ class Peer(Node):
         return _clock.best(samples)
 
     def close(self) -> None:
-        if not self.hub_gone:
+        # A process the hub never accepted has nothing to leave with it.
+        if self.joined and not self.hub_gone:
             try:
                 self._deposit()
             except Exception as e:  # leaving never raises; the hub will say it is missing
@@ -328,6 +331,20 @@ class _Incoming:
     written: int
 
 
+def _may_be_alive(member: Member) -> bool:
+    """False only for a process of this host that no longer exists (one on
+    another host cannot be checked from here: it counts as alive)."""
+    if member.host != socket.gethostname():
+        return True
+    try:
+        os.kill(member.pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # not ours to signal, but there
+        return True
+    return True
+
+
 class Hub(Node):
     """The rank-0 worker."""
 
@@ -366,8 +383,13 @@ class Hub(Node):
         member = Member(role, rank, host, pid)
         with self.reg.lock:
             old = self.reg.by_slot.get((role, rank))
-            if old is not None:  # a restarted process takes its slot over
-                self.reg.srcs.discard(old.src)
+            if old is not None and old.src != src and old.member != member:
+                if _may_be_alive(old.member):
+                    raise DistributedError(
+                        f"{role} {rank} is taken: {old.member.label} joined the job as "
+                        f"{role} {rank} already; give each process its own rank"
+                    )
+                self.reg.srcs.discard(old.src)  # a restarted process takes a dead one's slot
             self.reg.by_slot[(role, rank)] = _Known(member, src)
             self.reg.srcs.add(src)
             self.reg.lock.notify_all()
