@@ -169,6 +169,10 @@ class Session:
         # the events recorded since get a file of their own (<stem>-<n><ext>).
         self.continuation: str | None = None
         self.segments = 0
+        # Every trace file the core has been pointed at since import (or
+        # reset), continuations included, in order of first use: the files
+        # this process's profiles wrote (`mxprof run` lists those that exist).
+        self.trace_paths: list[str] = []
         self.baseline = dict.fromkeys(COUNT_FIELDS, 0)
         self.applied_max_events = -1
         self.meta = (b"python", b"")
@@ -249,7 +253,10 @@ class Session:
     def set_path(self, path: str) -> None:
         """Point the core at path; this profile's events so far go to the old one."""
         data = utf8(path, "filename")
-        if lib.mxp_trace_path_set(data, len(data)) == lib.MXP_E_IO:
+        rc = lib.mxp_trace_path_set(data, len(data))
+        if rc != lib.MXP_E_INVALID and path not in self.trace_paths:
+            self.trace_paths.append(path)
+        if rc == lib.MXP_E_IO:
             warn(
                 "mxprof: could not write the trace file before switching to "
                 f"{path!r}: {strerror(lib.mxp_trace_errno())}; its events go to {path!r}"
@@ -289,6 +296,7 @@ class Session:
         path = _children.with_infix(self.continuation, f"-{self.segments}")
         data = utf8(path, "filename")
         lib.mxp_trace_continue(data, len(data))
+        self.trace_paths.append(path)
         warn(
             f"mxprof: events were recorded after dump(finished=True) completed "
             f"{self.continuation!r} while still running; they go to {path!r}"

@@ -106,9 +106,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     try:
         trace = load(args.trace)
-    except FileNotFoundError:
-        return _error("stats", f"no such file: {args.trace!r}")
-    except (TraceFormatError, OSError) as e:
+    except (TraceFormatError, OSError) as e:  # TraceReadError names the path and cause
         return _error("stats", str(e))
     if trace.truncated:
         print(
