@@ -163,20 +163,20 @@ def test_removed_directory_is_reported_by_a_background_write(tmp_path):
     folder = tmp_path / "out"
     folder.mkdir()
     path = str(folder / "trace.json")
-    mxprof.set_config(filename=path, dump_period=0.01, profile_api=False)
-    mxprof.set_state("run")
+    start(path)
     run_ranges(t, 10)
-    deadline = time.monotonic() + 20
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    mxprof.dump(finished=False)
     shutil.rmtree(folder)
+    mxprof.set_config(continuous_dump=True, dump_period=0.01)
     run_ranges(t, 20)
     deadline = time.monotonic() + 20
     while SESSION.pending is None and time.monotonic() < deadline:
         time.sleep(0.01)
     mxprof.set_config(continuous_dump=False)
-    with pytest.raises(mxprof.OutputError, match="out"):
+    assert SESSION.pending is not None and SESSION.pending.filename == path
+    with pytest.raises(mxprof.OutputError) as e:
         mxprof.dump(finished=False)
+    assert e.value.filename == path
     folder.mkdir()
     mxprof.dump()
     # The file made anew has every event that was not in the removed one.
