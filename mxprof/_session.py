@@ -337,11 +337,19 @@ class Session:
             return
         if rc == lib.MXP_E_STATE:
             raise StateError("no trace file to write: the profile has no path")
+        import errno
+
         path = self.config["filename"]
         code = lib.mxp_trace_errno()
+        why = {
+            errno.ESPIPE: "; a pipe or socket cannot hold a trace, whose end is rewritten at "
+            "every write: use a regular file (or a device such as /dev/null)",
+            errno.ESTALE: "; the file was removed or replaced (or its directory removed) "
+            "while it was written, so what it held is gone; the next write creates it anew",
+        }.get(code, "")
         error = OutputError(
-            f"cannot write trace file {path!r}: {strerror(code)}; the events are kept in "
-            "memory for the next successful write",
+            f"cannot write trace file {path!r}: {strerror(code)}{why}; the events not yet "
+            "written are kept in memory for the next successful write",
             path,
             code,
         )

@@ -432,9 +432,13 @@ int mxp_trace_path_set(const char *path, size_t path_len);
  * complete JSON document.  finish = 1 also ends output: later flushes do
  * nothing until mxp_profile_begin.  On a failed write, the records stay
  * buffered, the file is restored to its last complete state where possible,
- * and MXP_E_IO is returned (errno in mxp_trace_errno).  MXP_E_STATE when no
- * profile is open or no path is set.  Takes the writer lock; safe while other
- * threads record. */
+ * and MXP_E_IO is returned (errno in mxp_trace_errno).  No flush waits on
+ * the file: a path that is a pipe or socket fails with ESPIPE (the formats
+ * rewrite the file's end), a device that would block fails with EAGAIN.  A
+ * file that its path no longer leads to (removed, replaced, its directory
+ * removed) fails with ESTALE and is let go; the next flush creates it anew.
+ * MXP_E_STATE when no profile is open or no path is set.  Takes the writer
+ * lock; safe while other threads record. */
 int mxp_trace_flush(int finish);
 
 /* Records waiting to be written (0 when none; after a finishing flush,

@@ -50,6 +50,10 @@ static struct {
     /* names_lock */
     tinfo *threads;
     uint32_t nthreads;
+    /* the open file, to notice its path no longer leads to it */
+    dev_t dev;
+    ino_t ino;
+    char *abs_path; /* NULL: not checked */
 } W = {.o = {.fd = -1}};
 
 bool mxpi_pwrite_all(mxpi_out *o, const char *p, size_t n, int64_t *off) {
@@ -284,6 +288,8 @@ static void close_file(void) {
     if (W.fmt != NULL) W.fmt->release(&W.o);
     if (W.o.fd >= 0) close(W.o.fd);
     W.o.fd = -1;
+    free(W.abs_path);
+    W.abs_path = NULL;
 }
 
 static void tallies_now(void) {
@@ -307,13 +313,56 @@ static void meta_into_out(void) {
     W.o.other_json_len = W.other_json_len;
 }
 
+/* The file's flags: O_NONBLOCK so that no open or write ever waits (a FIFO
+ * without a reader would block open() for good, a device could block
+ * write(); either would hold out_lock, so that even a signal's flush could
+ * not return); O_NOCTTY so that a terminal never becomes ours. */
+#define MXPI_OPEN_FLAGS (O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+
+/* Remember which file the trace is (device, inode) and where it is (an
+ * absolute path, as the relative one would follow a later chdir). */
+static void note_identity(const struct stat *st) {
+    W.dev = st->st_dev;
+    W.ino = st->st_ino;
+    free(W.abs_path);
+    W.abs_path = NULL;
+    if (W.path[0] == '/') {
+        W.abs_path = mxpi_dup(W.path, strlen(W.path));
+        return;
+    }
+    char *cwd = getcwd(NULL, 0);
+    if (cwd == NULL) return; /* no check: the file cannot be found by its path anyway */
+    size_t a = strlen(cwd), b = strlen(W.path);
+    W.abs_path = malloc(a + b + 2);
+    if (W.abs_path != NULL) snprintf(W.abs_path, a + b + 2, "%s/%s", cwd, W.path);
+    free(cwd);
+}
+
+/* Whether the trace's path still leads to the open file.  A file removed
+ * (or its directory), or replaced by another, takes every later write with
+ * it: the flush must fail instead, keeping the records for a file that can
+ * be found.  One stat() per flush; a path that cannot be looked up for
+ * another reason (a permission taken away) is not a sign of loss. */
+static bool file_still_there(void) {
+    if (W.abs_path == NULL) return true;
+    struct stat st;
+    if (stat(W.abs_path, &st) != 0) return errno != ENOENT && errno != ENOTDIR;
+    return st.st_dev == W.dev && st.st_ino == W.ino;
+}
+
 /* Create (or replace) the trace file so that it never exists empty: its
  * beginning is written to a temporary file beside it, which then takes its
- * name.  A path that is there and is not a regular file (a device, a pipe),
- * or one in a directory that takes no new file, is opened as it is. */
+ * name.  A path that is there and is not a regular file (/dev/null), or one
+ * in a directory that takes no new file, is opened as it is.  Pipes and
+ * sockets are refused (ESPIPE): the formats rewrite the file's end at every
+ * flush, so they need a file they can seek in. */
 static int create_file(void) {
     struct stat st;
     bool in_place = stat(W.path, &st) == 0 && !S_ISREG(st.st_mode);
+    if (in_place && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+        W.o.err = ESPIPE;
+        return MXP_E_IO;
+    }
     size_t n = strlen(W.path);
     char *tmp = in_place ? NULL : malloc(n + 32);
     if (!in_place && tmp == NULL) {
@@ -321,21 +370,30 @@ static int create_file(void) {
         return MXP_E_IO;
     }
     if (tmp != NULL) snprintf(tmp, n + 32, "%s.%d.mxprof-tmp", W.path, (int)getpid());
-    int fd = open(tmp ? tmp : W.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp ? tmp : W.path, MXPI_OPEN_FLAGS, 0644);
     if (fd < 0 && tmp != NULL) {
         /* No room for a file beside it (a directory we may not write to): the
          * file itself, as it is. */
         free(tmp);
         tmp = NULL;
-        fd = open(W.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        fd = open(W.path, MXPI_OPEN_FLAGS, 0644);
     }
     if (fd < 0) {
-        W.o.err = errno;
+        /* ENXIO: a FIFO without a reader appeared since the stat() */
+        W.o.err = errno == ENXIO ? ESPIPE : errno;
+        free(tmp);
+        return MXP_E_IO;
+    }
+    int bad = fstat(fd, &st) != 0 ? errno : S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) ? ESPIPE : 0;
+    if (bad) {
+        W.o.err = bad;
+        close(fd);
+        if (tmp != NULL) unlink(tmp);
         free(tmp);
         return MXP_E_IO;
     }
     W.o.fd = fd;
-    W.o.regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    W.o.regular = S_ISREG(st.st_mode);
     pthread_mutex_lock(&mxpi_g.names_lock);
     for (uint32_t i = 0; i < W.nthreads; i++) W.threads[i].used = false;
     pthread_mutex_unlock(&mxpi_g.names_lock);
@@ -344,6 +402,7 @@ static int create_file(void) {
         W.o.err = errno;
         ok = false;
     }
+    if (ok) note_identity(&st);
     if (!ok) {
         close_file();
         if (tmp != NULL) unlink(tmp);
@@ -359,6 +418,12 @@ static int flush_locked(bool finish) {
     mxpi_timebase_get(&W.o.tb);
     tallies_now();
     meta_into_out();
+    if (W.o.fd >= 0 && !file_still_there()) {
+        /* The next flush creates the file anew (or fails as the path does). */
+        close_file();
+        W.o.err = ESTALE;
+        return MXP_E_IO;
+    }
     if (W.o.fd < 0) {
         int rc = create_file();
         if (rc != MXP_OK) return rc;

@@ -14,6 +14,7 @@
 #endif
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int failures;
@@ -574,6 +575,43 @@ static void test_failed_write_keeps_records(void) {
     free(text);
 }
 
+/* A FIFO is refused at once (open() would wait for a reader for good), and
+ * a file removed under the writer fails the flush instead of taking the
+ * records with it; the next flush makes the file anew. */
+static void test_pipes_and_vanished_files(void) {
+    fresh();
+    mxp_profile_begin();
+    char fifo[512], path[512];
+    snprintf(fifo, sizeof fifo, "%s/fifo.json", tmpdir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK(mxp_trace_path_set(fifo, strlen(fifo)) == MXP_OK);
+    uint32_t r = reg(MXP_KIND_TASK, "io", "v");
+    for (int i = 0; i < 4; i++) {
+        mxp_range_begin(r);
+        mxp_range_end(r);
+    }
+    CHECK_EQ(mxp_trace_flush(0), MXP_E_IO);
+    CHECK_EQ(mxp_trace_errno(), ESPIPE);
+    CHECK_EQ(mxp_trace_pending(), 4);
+    snprintf(path, sizeof path, "%s/vanish.json", tmpdir);
+    CHECK_EQ(mxp_trace_path_set(path, strlen(path)), MXP_E_IO); /* the FIFO, once more */
+    unlink(fifo);
+    CHECK_EQ(mxp_trace_flush(0), MXP_OK);
+    CHECK(unlink(path) == 0);
+    for (int i = 0; i < 6; i++) {
+        mxp_range_begin(r);
+        mxp_range_end(r);
+    }
+    CHECK_EQ(mxp_trace_flush(0), MXP_E_IO);
+    CHECK_EQ(mxp_trace_errno(), ESTALE);
+    CHECK_EQ(mxp_trace_pending(), 6);
+    CHECK_EQ(mxp_trace_flush(1), MXP_OK);
+    char *text = read_file(path, NULL);
+    CHECK(text && complete_json(text));
+    CHECK_EQ(text ? count_of(text, "\"ph\":\"X\"") : 0, 6);
+    free(text);
+}
+
 static void test_histogram_buckets(void) {
     /* Every value falls in its bucket, buckets tile the line, widths <= 1/64.
      * (v grows by 1 at first, then geometrically.)  Larger values share the
@@ -1101,6 +1139,7 @@ int main(void) {
     test_flush_and_cap();
     test_new_cap_with_idle_threads();
     test_failed_write_keeps_records();
+    test_pipes_and_vanished_files();
     test_threads_record_while_draining();
     test_cuts_race_with_owners();
     test_end_on_another_thread();
