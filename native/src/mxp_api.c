@@ -27,7 +27,15 @@ static inline mxpi_open *push(mxpi_thread *t, uint32_t id, bool frame) {
     }
     mxpi_edit_begin(t);
     /* Ranges another thread closed leave their entries: drop those on top. */
-    while (MXPI_UNLIKELY(t->depth > 0 && mxpi_claimed(t, t->depth - 1))) t->depth--;
+    while (MXPI_UNLIKELY(t->depth > 0 && mxpi_claimed(t, t->depth - 1))) {
+        if (!mxpi_may_drop(t)) {
+            mxpi_edit_end(t);
+            mxpi_claim_wait(t);
+            mxpi_edit_begin(t);
+            continue;
+        }
+        t->depth--;
+    }
     mxpi_open *o = &t->stack[t->depth];
     o->id = id;
     o->aux = 0;
@@ -66,11 +74,16 @@ static inline void emit(mxpi_thread *t, const mxpi_open *o, int64_t now) {
 
 /* Close the range at stack index i below the top (it was not innermost),
  * inside an edit, which this ends.  A range another thread already closed
- * (claimed) just leaves the stack. */
-static __attribute__((noinline, cold)) void end_inner(mxpi_thread *t, uint32_t i) {
+ * (claimed) just leaves the stack.  False (nothing changed) when a claimer
+ * is still deciding about it: the caller waits and starts over. */
+static __attribute__((noinline, cold)) bool end_inner(mxpi_thread *t, uint32_t i) {
     mxpi_open o = t->stack[i];
     uint32_t top = t->depth - 1;
     bool claimed = mxpi_claimed(t, i);
+    if (claimed && !mxpi_may_drop(t)) {
+        mxpi_edit_end(t);
+        return false;
+    }
     bool live = !claimed && (o.flags & MXPI_OPEN_LIVE);
     int64_t now = 0;
     if (!claimed) mxpi_tally(&t->non_lifo);
@@ -96,6 +109,7 @@ static __attribute__((noinline, cold)) void end_inner(mxpi_thread *t, uint32_t i
         emit(t, &o, now);
     else if (!claimed)
         mxpi_tally(&t->ignored);
+    return true;
 }
 
 /* Close the innermost open range (index depth - 1), inside an edit, which
@@ -116,28 +130,33 @@ static inline void end_top(mxpi_thread *t) {
     emit(t, &o, now);
 }
 
-/* Inside an edit: drop the claimed entries on top of the stack; true when
+/* Inside an edit: drop the claimed entries on top of the stack.  1 when
  * one of them is a range of id cut short by a stop (its end is this call:
- * nothing more to do). */
-static inline bool drop_claimed(mxpi_thread *t, uint32_t id) {
+ * nothing more to do), -1 when a claimer is still deciding (the edit is
+ * ended: wait and start over), else 0. */
+static inline int drop_claimed(mxpi_thread *t, uint32_t id) {
     while (MXPI_UNLIKELY(t->depth > 0 && mxpi_claimed(t, t->depth - 1))) {
+        if (!mxpi_may_drop(t)) {
+            mxpi_edit_end(t);
+            return -1;
+        }
         uint32_t i = --t->depth;
-        if (t->stack[i].id == id && mxpi_cut(t, i)) return true;
+        if (t->stack[i].id == id && mxpi_cut(t, i)) return 1;
     }
-    return false;
+    return 0;
 }
 
 /* The end of id found no open range of it on top of t's stack (inside an
- * edit, which this ends): close one further down, or one open elsewhere. */
-static __attribute__((noinline, cold)) void end_search(mxpi_thread *t, uint32_t id) {
+ * edit, which this ends): close one further down, or one open elsewhere.
+ * False when it must wait for a claimer and start over. */
+static __attribute__((noinline, cold)) bool end_search(mxpi_thread *t, uint32_t id) {
     for (uint32_t d = t->depth; d > 1; d--) {
-        if (t->stack[d - 2].id == id && (!mxpi_claimed(t, d - 2) || mxpi_cut(t, d - 2))) {
-            end_inner(t, d - 2);
-            return;
-        }
+        if (t->stack[d - 2].id == id && (!mxpi_claimed(t, d - 2) || mxpi_cut(t, d - 2)))
+            return end_inner(t, d - 2);
     }
     mxpi_edit_end(t);
     if (!mxpi_end_elsewhere(t, id, mxpi_ticks())) mxpi_tally(&t->unmatched);
+    return true;
 }
 
 static inline void begin_on(mxpi_thread *t, uint32_t id, bool frame) {
@@ -145,16 +164,25 @@ static inline void begin_on(mxpi_thread *t, uint32_t id, bool frame) {
 }
 
 static inline void end_on(mxpi_thread *t, uint32_t id) {
-    mxpi_edit_begin(t);
-    if (MXPI_UNLIKELY(drop_claimed(t, id))) {
-        mxpi_edit_end(t);
-        return;
+    for (;;) {
+        mxpi_edit_begin(t);
+        int dropped = drop_claimed(t, id);
+        if (MXPI_UNLIKELY(dropped != 0)) {
+            if (dropped > 0) {
+                mxpi_edit_end(t);
+                return;
+            }
+            mxpi_claim_wait(t); /* the edit was ended */
+            continue;
+        }
+        uint32_t d = t->depth;
+        if (MXPI_LIKELY(d > 0 && t->stack[d - 1].id == id)) {
+            end_top(t);
+            return;
+        }
+        if (end_search(t, id)) return;
+        mxpi_claim_wait(t);
     }
-    uint32_t d = t->depth;
-    if (MXPI_LIKELY(d > 0 && t->stack[d - 1].id == id))
-        end_top(t);
-    else
-        end_search(t, id);
 }
 
 int mxp_range_begin(uint32_t id) {
@@ -194,15 +222,18 @@ int mxp_range_end_token(uint32_t id, int64_t token) {
     mxpi_thread *t = mxpi_self(&rc);
     if (MXPI_UNLIKELY(t == NULL)) return rc;
     uint64_t seq = (uint64_t)token >> 1;
+again:
     mxpi_edit_begin(t);
     uint32_t d = t->depth;
     while (d > 0) {
         mxpi_open *o = &t->stack[--d];
         if (o->seq == seq && o->id == id) {
-            if (d == t->depth - 1 && !mxpi_claimed(t, d))
+            if (d == t->depth - 1 && !mxpi_claimed(t, d)) {
                 end_top(t);
-            else
-                end_inner(t, d);
+            } else if (!end_inner(t, d)) {
+                mxpi_claim_wait(t);
+                goto again;
+            }
             return rc;
         }
         if (o->seq < seq) break; /* sequence numbers grow up the stack */
@@ -279,18 +310,26 @@ int mxp_track_end(uint32_t tid, uint32_t id) {
 int mxp_track_close(uint32_t tid) {
     mxpi_thread *t = mxpi_track_of(tid);
     if (t == NULL) return MXP_E_INVALID;
-    /* Its ranges still open end with it, cut short. */
+    /* Its ranges still open end with it, cut short; those another thread
+     * closed are left to it. */
     int64_t now = mxpi_ticks();
-    mxpi_edit_begin(t);
+    for (;;) {
+        mxpi_edit_begin(t);
+        bool wait = false;
+        for (uint32_t i = 0; i < t->depth && !wait; i++) wait = mxpi_claimed(t, i) && !mxpi_may_drop(t);
+        if (!wait) break;
+        mxpi_edit_end(t);
+        mxpi_claim_wait(t);
+    }
     uint32_t n = t->depth;
-    t->depth = 0;
-    mxpi_edit_end(t);
     for (uint32_t i = n; i-- > 0;) {
         mxpi_open o = t->stack[i];
         if (mxpi_claimed(t, i) || !(o.flags & MXPI_OPEN_LIVE)) continue;
         o.aux |= MXPI_AUX_CUT;
         emit(t, &o, now);
     }
+    t->depth = 0;
+    mxpi_edit_end(t);
     mxpi_track_retire(t);
     return MXP_OK;
 }

@@ -141,11 +141,16 @@ NO_TSAN static bool snapshot(mxpi_thread *t, snap *s) {
     }
 }
 
+void mxpi_claim_wait(mxpi_thread *t) {
+    while (atomic_load_explicit(&t->claiming, MXPI_ACQUIRE)) sched_yield();
+}
+
 /* Write the claim of the entry with seq at its place in t's stack. */
 static void mark(mxpi_thread *t, const snap *s, uint64_t seq, uint64_t tag) {
     for (uint32_t i = 0; i < s->n; i++)
         if (s->e[i].seq == seq) {
-            atomic_store_explicit(&t->claims[i], seq | tag, MXPI_RELAXED);
+            /* Release: the owner that sees it sees claiming set too. */
+            atomic_store_explicit(&t->claims[i], seq | tag, MXPI_RELEASE);
             return;
         }
 }
@@ -163,6 +168,9 @@ static int64_t find(const snap *s, uint64_t seq) {
  * MXPI_CLAIM_ENDED. */
 static void claim(mxpi_thread *t, uint64_t *want, mxpi_open *got, uint32_t n, uint64_t tag) {
     snap s = {0};
+    /* While this is set, the owner leaves claimed entries where they are:
+     * an entry gone from the stack was ended by its owner, never dropped. */
+    atomic_store_explicit(&t->claiming, 1, MXPI_RELEASE);
     if (!snapshot(t, &s)) goto fail;
     for (uint32_t i = 0; i < n; i++) mark(t, &s, want[i], tag);
     for (uint32_t round = 0; round < ROUNDS; round++) {
@@ -183,13 +191,24 @@ static void claim(mxpi_thread *t, uint64_t *want, mxpi_open *got, uint32_t n, ui
         }
         if (!again) {
             snap_free(&s);
+            atomic_store_explicit(&t->claiming, 0, MXPI_RELEASE);
             return;
         }
     }
 fail:
-    /* Not settled: leave the ranges to their owner. */
-    for (uint32_t i = 0; i < n; i++) want[i] = 0;
+    /* Not settled: give up the claims (the owner may end these ranges as its
+     * own), and leave them to the owner. */
+    for (uint32_t i = 0; i < n; i++) {
+        if (want[i] == 0) continue;
+        for (uint32_t k = 0; k < s.n && k < t->stack_cap; k++) {
+            uint64_t mine = want[i] | tag;
+            atomic_compare_exchange_strong_explicit(&t->claims[k], &mine, 0, MXPI_RELAXED,
+                                                    MXPI_RELAXED);
+        }
+        want[i] = 0;
+    }
     snap_free(&s);
+    atomic_store_explicit(&t->claiming, 0, MXPI_RELEASE);
 }
 
 static void emit_async(mxpi_thread *t, const mxpi_open *o, int64_t now) {

@@ -203,6 +203,7 @@ typedef struct mxpi_thread {
     uint32_t stack_cap;
     uint64_t seq;
     _Atomic uint32_t edits; /* odd while the owner changes its stack */
+    _Atomic uint32_t claiming; /* a claimer is deciding about this stack's entries */
     uint32_t in_loop;       /* an asyncio event loop runs on the thread */
     uint32_t scope;
     uint32_t tid;
@@ -486,6 +487,19 @@ static inline void mxpi_edit_end(mxpi_thread *t) {
  * so a later stop here is not its end.  Untagged: cut short by a stop of
  * recording, and a later stop here is its end, which records nothing. */
 #define MXPI_CLAIM_ENDED (UINT64_C(1) << 63)
+
+/* Inside an edit, about to drop a claimed entry: false while a claimer is
+ * still deciding about t's entries (it must find the entry there, or it
+ * would take the owner for its recorder); the owner then ends its edit,
+ * waits (mxpi_claim_wait) and starts over.  Cold: claimed entries are rare.
+ * The fence orders the claim just read before the flag (the claimer sets
+ * the flag before it writes claims). */
+static inline bool mxpi_may_drop(mxpi_thread *t) {
+    mxpi_fence();
+    return atomic_load_explicit(&t->claiming, memory_order_relaxed) == 0;
+}
+
+void mxpi_claim_wait(mxpi_thread *t); /* mxp_claim.c: until no claimer decides about t */
 
 /* Whether entry i of t's stack was closed by another thread. */
 static inline bool mxpi_claimed(const mxpi_thread *t, uint32_t i) {
