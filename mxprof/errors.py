@@ -27,14 +27,10 @@ class StateError(ProfilerError):
     """
 
 
-class OutputError(ProfilerError, OSError):
-    """A trace file could not be written; ``filename`` and ``errno`` name why.
+class _FileProblem(OSError):
+    """An OSError whose message is mxprof's own sentence naming the file."""
 
-    The events that were not written stay in memory and go to the next
-    successful write (for instance after ``set_config(filename=...)``).
-    """
-
-    def __init__(self, message: str, filename: str, errno: int) -> None:
+    def __init__(self, message: str, filename: str, errno: int | None) -> None:
         super().__init__(message)
         self.message = message
         self.filename = filename
@@ -44,6 +40,14 @@ class OutputError(ProfilerError, OSError):
         return self.message
 
 
+class OutputError(_FileProblem, ProfilerError):
+    """A trace file could not be written; ``filename`` and ``errno`` name why.
+
+    The events that were not written stay in memory and go to the next
+    successful write (for instance after ``set_config(filename=...)``).
+    """
+
+
 class TraceFormatError(ProfilerError, ValueError):
     """A file is not a trace mxprof can read (not JSON, or JSON of another shape).
 
@@ -51,7 +55,7 @@ class TraceFormatError(ProfilerError, ValueError):
     """
 
 
-class TraceReadError(TraceFormatError, OSError):
+class TraceReadError(_FileProblem, TraceFormatError):
     """A trace file could not be read at all: ``filename`` and ``errno`` say why.
 
     Raised by ``mxprof.load`` (and ``merge``, ``stats``) for a path that is
@@ -68,15 +72,6 @@ class TraceReadError(TraceFormatError, OSError):
         ...     print(type(e).__name__, e.errno == 2, e)
         TraceReadError True no-such-trace.json: cannot read: No such file or directory
     """
-
-    def __init__(self, message: str, filename: str, errno: int | None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.filename = filename
-        self.errno = errno
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class DeviceUnavailable(ProfilerError):
