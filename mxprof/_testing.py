@@ -75,6 +75,18 @@ def events(trace: dict[str, Any], ph: str | None = None, name: str | None = None
     ]
 
 
+def run_ranges(task: Any, n: int) -> None:
+    """Record n ranges of task with start()/stop()."""
+    for _ in range(n):
+        task.start()
+        task.stop()
+
+
+def count(path: object, name: str = "t") -> int:
+    """How many complete ("X") ranges named name the trace file at path holds."""
+    return len(events(load_trace(path), "X", name))
+
+
 def cli(*args: object, cwd: object, check: bool = False) -> subprocess.CompletedProcess[str]:
     """Run ``python -m mxprof *args`` in cwd (not the repository root, whose
     mxprof/ has no compiled core); check=True fails on a non-zero exit."""

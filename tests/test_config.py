@@ -8,6 +8,7 @@ import pytest
 import mxprof
 from mxprof import _testing, config
 from mxprof._session import SESSION
+from mxprof._testing import count
 
 MXNET_KEYS = {
     "filename": "profile.json",
@@ -282,10 +283,6 @@ def record(n, name="t"):
     for _ in range(n):
         task.start()
         task.stop()
-
-
-def count(path, name="t"):
-    return len(_testing.events(_testing.load_trace(path), "X", name))
 
 
 @pytest.mark.parametrize(

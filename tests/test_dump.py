@@ -13,20 +13,11 @@ import pytest
 import mxprof
 from mxprof import _testing
 from mxprof._session import SESSION
+from mxprof._testing import count, run_ranges
 
 
 def task(name="t"):
     return mxprof.Domain("d").new_task(name)
-
-
-def run_ranges(t, n):
-    for _ in range(n):
-        t.start()
-        t.stop()
-
-
-def count(path, name="t"):
-    return len(_testing.events(_testing.load_trace(path), "X", name))
 
 
 def test_dump_not_finished_keeps_recording_and_file_valid(trace_file):

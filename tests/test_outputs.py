@@ -16,8 +16,8 @@ import time
 import pytest
 
 import mxprof
-from mxprof import _testing
 from mxprof._native import lib
+from mxprof._testing import count, run_ranges
 
 # Bounded waits for child processes: far above what they need, so that only
 # a hang reaches them.
@@ -26,16 +26,6 @@ CHILD_TIMEOUT = 60
 
 def task(name="t"):
     return mxprof.Domain("d").new_task(name)
-
-
-def run_ranges(t, n):
-    for _ in range(n):
-        t.start()
-        t.stop()
-
-
-def count(path, name="t"):
-    return len(_testing.events(_testing.load_trace(path), "X", name))
 
 
 def start(path):
