@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsInt
 
 from . import _native
 from ._native import utf8
@@ -57,7 +57,7 @@ class Domain:
         """A ``Frame`` in this domain.  Example: ``d.new_frame("step")``."""
         return ranges.Frame(self, name)
 
-    def new_counter(self, name: str, value: int | None = None) -> Counter:
+    def new_counter(self, name: str, value: SupportsInt | None = None) -> Counter:
         """A ``Counter`` in this domain.  Example: ``d.new_counter("bytes", 0)``."""
         return counter.Counter(self, name, value)
 
