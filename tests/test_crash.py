@@ -101,6 +101,7 @@ def samples(trace):
     return [e.args["done"] for e in trace if e.ph == "C" and e.name == "done"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["trace.json", "trace.json.gz"])
 def test_kill_9_at_random_moments_keeps_everything_written(tmp_path, name):
     rng = random.Random(7)

@@ -90,6 +90,7 @@ def test_memory_scopes(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_torch_module_profile(tmp_path):
     pytest.importorskip("torch", reason="the example needs PyTorch")
     out = run_example("torch_module_profile.py", tmp_path)

@@ -16,6 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SECONDS = int(os.environ.get("MXPROF_FUZZ_SECONDS", "15"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["fuzz_escape.py", "fuzz_reader.py"])
 def test_fuzz_target_finds_nothing(tmp_path, target):
     corpus = tmp_path / "corpus"

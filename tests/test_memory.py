@@ -44,6 +44,7 @@ def long_run(tmp_path, n, path, continuous, max_events):
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(os.devnull), reason="needs a null device")
 def test_fifty_million_ranges_keep_rss_growth_under_64_mb(tmp_path):
     # The null device: what is measured is the buffers' recycling, not the disk

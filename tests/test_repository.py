@@ -30,8 +30,28 @@ def test_readme_has_exactly_two_quick_start_commands():
 
 def test_ci_runs_the_readme_test_command():
     ci = read(".ci", "run")
-    assert quick_start_commands()[1] in ci.splitlines()
-    assert "native/tests/run.sh asan" in ci
+    lines = ci.splitlines()
+    assert quick_start_commands()[1] in lines
+    # The README's command leaves the slow tests out; CI runs them too, and the C
+    # tests under both sanitizer builds.
+    assert "pytest -m slow" in lines
+    assert "native/tests/run.sh asan" in lines
+    assert "native/tests/run.sh tsan" in lines
+
+
+def collected(*marker):
+    """The test ids pytest collects here, with the project's options and -m marker."""
+    args = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    out = subprocess.run(args + list(marker) + ["tests"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return {line for line in out.stdout.splitlines() if "::" in line}
+
+
+def test_the_default_run_leaves_out_only_the_slow_tests():
+    default, slow, everything = collected(), collected("-m", "slow"), collected("-m", "")
+    assert "tests/test_fuzz.py::test_fuzz_target_finds_nothing[fuzz_reader.py]" in slow
+    assert "tests/test_repository.py::test_changelog_has_an_unreleased_section" in default
+    assert not default & slow and default | slow == everything
 
 
 def test_changelog_has_an_unreleased_section():
@@ -58,6 +78,7 @@ def test_cdef_is_the_headers_marked_region():
     assert "#define MXP_OK ..." in cdef  # values come from the compiler
 
 
+@pytest.mark.slow
 def test_benchmarks_quick_mode_runs_and_reports(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
