@@ -39,16 +39,24 @@ def test_ci_runs_the_readme_test_command():
     assert "native/tests/run.sh tsan" in lines
 
 
-def collected(*marker):
-    """The test ids pytest collects here, with the project's options and -m marker."""
+def collected(where, *marker):
+    """The test ids pytest collects here, with the project's options and -m marker.
+
+    It runs in another directory, so that it imports the installed mxprof, as this
+    run does, not the source tree's.
+    """
     args = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
-    out = subprocess.run(args + list(marker) + ["tests"], cwd=ROOT, capture_output=True, text=True)
+    args += ["--rootdir", ROOT, "-c", os.path.join(ROOT, "pyproject.toml"), *marker]
+    out = subprocess.run(
+        args + [os.path.join(ROOT, "tests")], cwd=where, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     return {line for line in out.stdout.splitlines() if "::" in line}
 
 
-def test_the_default_run_leaves_out_only_the_slow_tests():
-    default, slow, everything = collected(), collected("-m", "slow"), collected("-m", "")
+def test_the_default_run_leaves_out_only_the_slow_tests(tmp_path):
+    default, slow = collected(tmp_path), collected(tmp_path, "-m", "slow")
+    everything = collected(tmp_path, "-m", "")
     assert "tests/test_fuzz.py::test_fuzz_target_finds_nothing[fuzz_reader.py]" in slow
     assert "tests/test_repository.py::test_changelog_has_an_unreleased_section" in default
     assert not default & slow and default | slow == everything
