@@ -22,7 +22,11 @@
  * each flush's events and the tail are separate members, so the tail can be
  * cut off and replaced exactly like the plain tail.
  */
-#include "mxp_internal.h"
+#include "mxpi_format.h"
+#include "mxpi_buffer.h"
+#include "mxpi_clock.h"
+#include "mxpi_json.h"
+#include "mxpi_registry.h"
 
 #include <errno.h>
 #include <stdio.h>

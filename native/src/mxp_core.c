@@ -2,7 +2,14 @@
  * mxp_core.c -- global state, initialisation, session flags, tallies, and
  * the fork handlers.
  */
-#include "mxp_internal.h"
+#include "mxpi_core.h"
+#include "mxpi_buffer.h"
+#include "mxpi_claim.h"
+#include "mxpi_clock.h"
+#include "mxpi_memory.h"
+#include "mxpi_registry.h"
+#include "mxpi_thread.h"
+#include "mxpi_trace.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -15,7 +15,12 @@
  * MXP_FLAG_MEMORY is set, paused or not, so the numbers stay right across a
  * pause; samples and instants reach the trace only while recording.
  */
-#include "mxp_internal.h"
+#include "mxpi_memory.h"
+#include "mxpi_clock.h"
+#include "mxpi_core.h"
+#include "mxpi_json.h"
+#include "mxpi_registry.h"
+#include "mxpi_thread.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,10 @@
  * so the trace writer copies it instead of escaping names per event.
  * Objects live as long as the process: ids are never reused.
  */
-#include "mxp_internal.h"
+#include "mxpi_registry.h"
+#include "mxpi_agg.h"
+#include "mxpi_core.h"
+#include "mxpi_json.h"
 
 #include <stdlib.h>
 #include <string.h>

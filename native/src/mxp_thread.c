@@ -6,7 +6,11 @@
  * records for the first time, fills a chunk or its cap reservation, opens
  * ranges deeper than ever before, or touches a new page of object ids.
  */
-#include "mxp_internal.h"
+#include "mxpi_thread.h"
+#include "mxpi_agg.h"
+#include "mxpi_buffer.h"
+#include "mxpi_core.h"
+#include "mxpi_trace.h"
 
 #include <stdlib.h>
 #include <string.h>

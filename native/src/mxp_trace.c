@@ -8,7 +8,14 @@
  * restores the file to its last complete state and the records stay buffered
  * for the next try (or the next path).
  */
-#include "mxp_internal.h"
+#include "mxpi_trace.h"
+#include "mxpi_buffer.h"
+#include "mxpi_clock.h"
+#include "mxpi_core.h"
+#include "mxpi_format.h"
+#include "mxpi_json.h"
+#include "mxpi_registry.h"
+#include "mxpi_thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
