@@ -20,5 +20,6 @@
 #include "mxpi_registry.h"
 #include "mxpi_thread.h"
 #include "mxpi_trace.h"
+#include "mxpi_track.h"
 
 #endif /* MXP_INTERNAL_H */

@@ -449,15 +449,3 @@ void mxpi_threads_reset(void) {
     }
     pthread_mutex_unlock(&mxpi_g.reg_lock);
 }
-
-/* ---- tracks with a stack (asyncio tasks) ---- */
-
-int mxp_track_open(const char *name, size_t name_len, uint32_t *tid_out) {
-    mxp_init();
-    if (tid_out == NULL || (name == NULL && name_len)) return MXP_E_INVALID;
-    mxpi_thread *t = mxpi_thread_new(0);
-    if (t == NULL) return MXP_E_NOMEM;
-    mxpi_track_register(t);
-    *tid_out = t->tid;
-    return mxp_thread_name_set(t->tid, name, name_len);
-}
