@@ -27,6 +27,7 @@
 #include "mxpi_clock.h"
 #include "mxpi_json.h"
 #include "mxpi_registry.h"
+#include "mxpi_thread_names.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -19,6 +19,7 @@
 #include "mxpi_memory.h"
 #include "mxpi_registry.h"
 #include "mxpi_thread.h"
+#include "mxpi_thread_names.h"
 #include "mxpi_trace.h"
 #include "mxpi_track.h"
 

@@ -10,7 +10,7 @@
 #include "mxpi_agg.h"
 #include "mxpi_buffer.h"
 #include "mxpi_core.h"
-#include "mxpi_trace.h"
+#include "mxpi_thread_names.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -363,7 +363,7 @@ mxpi_thread *mxpi_thread_new(int64_t os_tid) {
     t->next = mxpi_g.threads;
     mxpi_g.threads = t;
     pthread_mutex_unlock(&mxpi_g.reg_lock);
-    mxpi_trace_note_thread(t->tid, t->os_tid);
+    mxpi_thread_note(t->tid, t->os_tid);
     return t;
 }
 

@@ -16,6 +16,7 @@
 #include "mxpi_json.h"
 #include "mxpi_registry.h"
 #include "mxpi_thread.h"
+#include "mxpi_thread_names.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,13 +25,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-typedef struct tinfo {
-    char *name;
-    size_t name_len;
-    int64_t os_tid;
-    bool used; /* has events in the current file */
-} tinfo;
 
 typedef struct cursor {
     mxpi_chunk *start; /* where reading began: chunks from here to chunk are done */
@@ -54,9 +48,6 @@ static struct {
         uint32_t tid;
     } *cuts;
     uint32_t ncuts, cuts_cap;
-    /* names_lock */
-    tinfo *threads;
-    uint32_t nthreads;
     /* the open file, to notice its path no longer leads to it */
     dev_t dev;
     ino_t ino;
@@ -115,64 +106,6 @@ int mxp_trace_format(const char *path, size_t path_len) {
            : f == &mxpi_perfetto       ? MXP_FORMAT_PERFETTO
            : f != NULL                 ? MXP_FORMAT_JSON_GZ
                                        : MXP_E_INVALID;
-}
-
-/* ---- threads' names ---- */
-
-void mxpi_trace_note_thread(uint32_t tid, int64_t os_tid) {
-    pthread_mutex_lock(&mxpi_g.names_lock);
-    if (tid >= W.nthreads) {
-        uint32_t n = W.nthreads ? W.nthreads : 16;
-        while (n <= tid) n *= 2;
-        tinfo *p = realloc(W.threads, n * sizeof *p);
-        if (p != NULL) {
-            memset(p + W.nthreads, 0, (n - W.nthreads) * sizeof *p);
-            W.threads = p;
-            W.nthreads = n;
-        }
-    }
-    if (tid < W.nthreads) W.threads[tid].os_tid = os_tid;
-    pthread_mutex_unlock(&mxpi_g.names_lock);
-}
-
-int mxp_thread_name_set(uint32_t tid, const char *name, size_t name_len) {
-    mxp_init();
-    if (name == NULL && name_len) return MXP_E_INVALID;
-    char *copy = mxpi_dup(name ? name : "", name_len);
-    if (copy == NULL) return MXP_E_NOMEM;
-    int rc = MXP_E_INVALID;
-    pthread_mutex_lock(&mxpi_g.names_lock);
-    if (tid > 0 && tid < W.nthreads && tid <= mxpi_g.next_tid) {
-        free(W.threads[tid].name);
-        W.threads[tid].name = copy;
-        W.threads[tid].name_len = name_len;
-        copy = NULL;
-        rc = MXP_OK;
-    }
-    pthread_mutex_unlock(&mxpi_g.names_lock);
-    free(copy);
-    return rc;
-}
-
-void mxpi_threads_used(mxpi_thread_visit fn, void *ctx) {
-    pthread_mutex_lock(&mxpi_g.names_lock);
-    for (uint32_t tid = 1; tid < W.nthreads; tid++) {
-        tinfo *t = &W.threads[tid];
-        if (t->used) fn(ctx, tid, t->os_tid, t->name, t->name_len);
-    }
-    pthread_mutex_unlock(&mxpi_g.names_lock);
-}
-
-void mxpi_thread_info(uint32_t tid, mxpi_thread_visit fn, void *ctx) {
-    pthread_mutex_lock(&mxpi_g.names_lock);
-    if (tid < W.nthreads) fn(ctx, tid, W.threads[tid].os_tid, W.threads[tid].name, W.threads[tid].name_len);
-    pthread_mutex_unlock(&mxpi_g.names_lock);
-}
-
-static void mark_used(uint32_t tid, bool used) {
-    pthread_mutex_lock(&mxpi_g.names_lock);
-    if (tid < W.nthreads) W.threads[tid].used = used;
-    pthread_mutex_unlock(&mxpi_g.names_lock);
 }
 
 /* ---- draining ---- */
@@ -242,7 +175,7 @@ void mxpi_trace_add_cut(const mxpi_rec *r, uint32_t tid) {
 static bool walk_cuts(const mxpi_format *fmt) {
     for (uint32_t i = 0; fmt != NULL && i < W.ncuts; i++) {
         if (W.cuts[i].r.ts < W.o.epoch_ticks) continue;
-        mark_used(W.cuts[i].tid, true);
+        mxpi_thread_mark_used(W.cuts[i].tid);
         if (!fmt->record(&W.o, &W.cuts[i].r, W.cuts[i].tid)) return false;
     }
     return true;
@@ -265,7 +198,7 @@ static bool drain(const mxpi_format *fmt, uint64_t *written) {
         bool any = false;
         cs[i] = cursor_of(ts[i]);
         ok = walk(&cs[i], ts[i]->tid, fmt, &any);
-        if (any) mark_used(ts[i]->tid, true);
+        if (any) mxpi_thread_mark_used(ts[i]->tid);
     }
     if (ok) ok = walk_cuts(fmt);
     if (ok && fmt != NULL) ok = fmt->end(&W.o);
@@ -401,9 +334,7 @@ static int create_file(void) {
     }
     W.o.fd = fd;
     W.o.regular = S_ISREG(st.st_mode);
-    pthread_mutex_lock(&mxpi_g.names_lock);
-    for (uint32_t i = 0; i < W.nthreads; i++) W.threads[i].used = false;
-    pthread_mutex_unlock(&mxpi_g.names_lock);
+    mxpi_threads_unmark();
     bool ok = W.fmt->create(&W.o);
     if (ok && tmp != NULL && rename(tmp, W.path) != 0) {
         W.o.err = errno;

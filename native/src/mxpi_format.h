@@ -61,15 +61,6 @@ extern const mxpi_format mxpi_perfetto;       /* mxp_perfetto.c */
 /* Write all of p at *off, advancing it; on failure set o->err. */
 bool mxpi_pwrite_all(mxpi_out *o, const char *p, size_t n, int64_t *off);
 
-/* Visit, under names_lock, every thread that has events in the current
- * file, in trace-id order, with its name (NULL: never named). */
-typedef void (*mxpi_thread_visit)(void *ctx, uint32_t tid, int64_t os_tid, const char *name,
-                                  size_t name_len);
-void mxpi_threads_used(mxpi_thread_visit fn, void *ctx);
-
-/* Call fn, under names_lock, for the one thread with trace id tid. */
-void mxpi_thread_info(uint32_t tid, mxpi_thread_visit fn, void *ctx);
-
 /* Marker scope as Chrome's "s" letter and as its MXNet name. */
 const char *mxpi_scope_letter(uint32_t scope);
 const char *mxpi_scope_name(uint32_t scope);

@@ -10,7 +10,6 @@
 
 void mxpi_trace_reset(void);
 void mxpi_trace_after_fork(void);
-void mxpi_trace_note_thread(uint32_t tid, int64_t os_tid);
 /* Hand the writer a range closed on behalf of thread tid (caller holds
  * out_lock). */
 void mxpi_trace_add_cut(const mxpi_rec *r, uint32_t tid);
