@@ -10,6 +10,7 @@
 #include "mxpi_registry.h"
 #include "mxpi_agg.h"
 #include "mxpi_core.h"
+#include "mxpi_format.h"
 #include "mxpi_json.h"
 
 #include <stdlib.h>
@@ -34,26 +35,6 @@ static const char *phase_of(uint32_t kind) {
     case MXP_KIND_FREE: return "i";
     default: return "X";
     }
-}
-
-void mxpi_object_category(mxpi_buf *b, const mxpi_object *o) {
-    if (o->kind == MXP_KIND_EVENT) {
-        mxpi_buf_puts(b, "event");
-    } else if (o->kind == MXP_KIND_ALLOC || o->kind == MXP_KIND_FREE) {
-        mxpi_buf_puts(b, "Device Storage");
-    } else {
-        mxpi_buf_put(b, o->domain, o->domain_len);
-        mxpi_buf_puts(b, o->kind == MXP_KIND_FRAME ? ",frame" : o->kind == MXP_KIND_GPU ? ",gpu" : "");
-    }
-}
-
-const char *mxpi_object_title(const mxpi_object *o, size_t *len) {
-    if (o->kind == MXP_KIND_ALLOC || o->kind == MXP_KIND_FREE) {
-        *len = o->kind == MXP_KIND_ALLOC ? 5 : 4;
-        return o->kind == MXP_KIND_ALLOC ? "alloc" : "free";
-    }
-    *len = o->name_len;
-    return o->name;
 }
 
 /* Chrome's "cat", as a JSON string. */

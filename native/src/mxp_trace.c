@@ -54,60 +54,6 @@ static struct {
     char *abs_path; /* NULL: not checked */
 } W = {.o = {.fd = -1}};
 
-bool mxpi_pwrite_all(mxpi_out *o, const char *p, size_t n, int64_t *off) {
-    while (n) {
-        ssize_t k = pwrite(o->fd, p, n, (off_t)*off);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            o->err = errno;
-            return false;
-        }
-        if (k == 0) {
-            o->err = ENOSPC;
-            return false;
-        }
-        p += k;
-        n -= (size_t)k;
-        *off += k;
-    }
-    return true;
-}
-
-const char *mxpi_scope_letter(uint32_t scope) {
-    return scope == MXP_SCOPE_GLOBAL ? "g" : scope == MXP_SCOPE_PROCESS ? "p" : "t";
-}
-
-const char *mxpi_scope_name(uint32_t scope) {
-    static const char *names[] = {"unknown", "global", "process", "thread", "task", "marker"};
-    return scope <= MXP_SCOPE_MARKER ? names[scope] : "unknown";
-}
-
-static bool has_suffix(const char *s, size_t n, const char *suffix) {
-    size_t k = strlen(suffix);
-    return n >= k && memcmp(s + n - k, suffix, k) == 0;
-}
-
-static const mxpi_format *format_of(const char *path, size_t n) {
-    if (has_suffix(path, n, ".perfetto-trace") || has_suffix(path, n, ".pftrace")) return &mxpi_perfetto;
-    if (has_suffix(path, n, ".gz")) {
-#ifdef MXPI_HAVE_ZLIB
-        return &mxpi_chrome_json_gz;
-#else
-        return NULL;
-#endif
-    }
-    return &mxpi_chrome_json;
-}
-
-int mxp_trace_format(const char *path, size_t path_len) {
-    if (path == NULL) return MXP_E_INVALID;
-    const mxpi_format *f = format_of(path, path_len);
-    return f == &mxpi_chrome_json      ? MXP_FORMAT_JSON
-           : f == &mxpi_perfetto       ? MXP_FORMAT_PERFETTO
-           : f != NULL                 ? MXP_FORMAT_JSON_GZ
-                                       : MXP_E_INVALID;
-}
-
 /* ---- draining ---- */
 
 /* Where the writer resumes reading thread t. */
@@ -428,7 +374,7 @@ int mxp_trace_meta_set(const char *process_name, size_t process_name_len, const 
 /* The format of a path the core can write (not empty, no NUL), else NULL. */
 static const mxpi_format *path_format(const char *path, size_t path_len) {
     if (path == NULL || path_len == 0 || memchr(path, '\0', path_len) != NULL) return NULL;
-    return format_of(path, path_len);
+    return mxpi_format_of(path, path_len);
 }
 
 int mxp_trace_path_set(const char *path, size_t path_len) {

@@ -14,6 +14,8 @@
 #include "mxpi_base.h"
 #include "mxpi_buffer.h"
 #include "mxpi_clock.h"
+#include "mxpi_json.h"
+#include "mxpi_registry.h"
 
 typedef struct mxpi_out {
     int fd;
@@ -56,10 +58,20 @@ extern const mxpi_format mxpi_chrome_json;    /* mxp_chrome.c */
 extern const mxpi_format mxpi_chrome_json_gz; /* mxp_chrome.c (MXPI_HAVE_ZLIB) */
 extern const mxpi_format mxpi_perfetto;       /* mxp_perfetto.c */
 
-/* mxp_trace.c */
+/* mxp_format.c */
+
+/* The format a trace file named path (n bytes) is written in; NULL when
+ * this build cannot write it (gzip without zlib). */
+const mxpi_format *mxpi_format_of(const char *path, size_t n);
 
 /* Write all of p at *off, advancing it; on failure set o->err. */
 bool mxpi_pwrite_all(mxpi_out *o, const char *p, size_t n, int64_t *off);
+
+/* What an object is called in a trace (alloc/free instants: "alloc",
+ * "free"), and its category (Chrome's "cat"), unescaped: both formats
+ * show the same. */
+const char *mxpi_object_title(const mxpi_object *o, size_t *len);
+void mxpi_object_category(mxpi_buf *b, const mxpi_object *o);
 
 /* Marker scope as Chrome's "s" letter and as its MXNet name. */
 const char *mxpi_scope_letter(uint32_t scope);

@@ -8,7 +8,6 @@
 #include "mxpi_agg.h"
 #include "mxpi_base.h"
 #include "mxpi_core.h"
-#include "mxpi_json.h"
 
 typedef struct mxpi_object {
     uint32_t kind;
@@ -33,11 +32,5 @@ static inline mxpi_object *mxpi_obj(uint32_t id) {
 
 void mxpi_registry_init(void);
 void mxpi_registry_reset_values(void);
-
-/* What an object is called in a trace (alloc/free instants: "alloc",
- * "free"), and its category (Chrome's "cat"), unescaped: both formats
- * show the same. */
-const char *mxpi_object_title(const mxpi_object *o, size_t *len);
-void mxpi_object_category(mxpi_buf *b, const mxpi_object *o);
 
 #endif /* MXPI_REGISTRY_H */
