@@ -11,6 +11,7 @@
 
 #include "mxpi_agg.h"
 #include "mxpi_buffer.h"
+#include "mxpi_chrome.h"
 #include "mxpi_claim.h"
 #include "mxpi_clock.h"
 #include "mxpi_core.h"

@@ -19,8 +19,8 @@ typedef struct mxpi_object {
     uint64_t hash;
     char *name;   /* raw bytes, NUL-terminated copy */
     char *domain; /* raw bytes, NUL-terminated copy */
-    char *frag;   /* JSON prefix up to and including "ts": */
-    char *key;    /* counters: escaped "name": for args */
+    char *frag;   /* Chrome JSON prefix up to and including "ts": (mxp_chrome.c) */
+    char *key;    /* counters: escaped "name": for args (mxp_chrome.c) */
     _Atomic int64_t value;       /* counters */
     _Atomic uint32_t frame_next; /* frames */
 } mxpi_object;
