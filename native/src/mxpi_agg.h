@@ -1,7 +1,7 @@
 /*
- * mxpi_agg.h -- per-thread aggregates: one entry per object id, in pages,
- * with a histogram of durations for ranges.  (The functions are in
- * mxp_thread.c; mxp_stats.c merges the entries.)
+ * mxpi_agg.h -- per-thread aggregates (mxp_agg.c): one entry per object
+ * id, in pages, with a histogram of durations for ranges.  mxp_stats.c
+ * merges the entries.
  *
  * Ownership: entries are written by their owner with relaxed atomic stores
  * and read by mxp_stats_snapshot under reg_lock; a reset bumps an epoch
@@ -59,7 +59,14 @@ typedef struct mxpi_agg {
 
 typedef _Atomic(mxpi_agg *) mxpi_agg_dir[MXPI_NPAGES];
 
-/* mxp_thread.c */
+/* mxp_agg.c */
+struct mxpi_thread;
+/* A new page of t's aggregates (and t's directory of pages, the first
+ * time); NULL when memory ran out.  Only t calls it. */
+mxpi_agg *mxpi_agg_page_new(struct mxpi_thread *t, uint32_t page);
+/* Fold a retiring thread's aggregates into the registry's retired table,
+ * then free them.  Caller holds reg_lock. */
+void mxpi_aggs_retire(struct mxpi_thread *t);
 void mxpi_agg_clear(mxpi_agg *e, uint32_t epoch);
 void mxpi_agg_roll(mxpi_agg *e, uint32_t epoch);
 void mxpi_agg_fold(mxpi_agg *dst, const mxpi_agg *src, uint32_t epoch);

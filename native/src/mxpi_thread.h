@@ -95,7 +95,6 @@ mxpi_chunk *mxpi_chunk_get(void);
 void mxpi_chunk_put(mxpi_chunk *c);
 bool mxpi_record_slow(mxpi_thread *t);
 bool mxpi_stack_grow(mxpi_thread *t);
-mxpi_agg *mxpi_agg_page_new(mxpi_thread *t, uint32_t page);
 mxpi_thread **mxpi_threads_snapshot(uint32_t *n); /* caller holds out_lock */
 void mxpi_threads_reap(void);                       /* caller holds out_lock */
 uint64_t mxpi_buffered_records(void);               /* caller holds out_lock */
