@@ -151,30 +151,6 @@ typedef struct mxp_memory_stat {
  * but a binding should call it once at import.  Returns MXP_OK. */
 int mxp_init(void);
 
-/* Return the core to its initial state: state stopped, flags cleared, all
- * buffered records, statistics, counters' values, tallies and the trace
- * output discarded, the fake clock off.  Interned objects keep their ids.
- * For tests; must not race with other calls. */
-void mxp_reset(void);
-
-/* A no-op with the signature of the hot calls: the floor a binding pays for
- * one call.  Always returns MXP_OK. */
-int mxp_noop(uint32_t id);
-
-/* The same no-op, bound the way cffi binds by default (releasing the GIL
- * around the call): the floor of a binding without mxprof's GIL policy. */
-int mxp_noop_released(uint32_t id);
-
-/* A no-op that reads the clock and stores the reading: the floor of a call
- * that timestamps something.  Returns MXP_OK. */
-int mxp_noop_clock(uint32_t id);
-
-/* Write s (n bytes of UTF-8) as a JSON string literal, quotes included, the
- * way trace files write names.  *needed receives its length; MXP_E_FULL when
- * cap is smaller (out then holds nothing usable), MXP_E_NOMEM on allocation
- * failure.  Thread-safe; for bindings and tests. */
-int mxp_json_escape(const char *s, size_t n, char *out, size_t cap, size_t *needed);
-
 /* ---- clock ---- */
 
 /* Current time of the core's clock, in ns. */
@@ -183,24 +159,11 @@ int64_t mxp_clock_ns(void);
 /* Which source the clock reads (MXP_CLOCK_*). */
 int mxp_clock_source(void);
 
-/* Test hook: while enabled, the clock reads now_ns and only moves by
- * mxp_clock_fake_advance.  Disabling returns to the real source.  Must not
- * race with recording threads.  Records and statistics hold raw ticks,
- * converted with the source in use when they are written or read: write and
- * read what was recorded under the fake clock before disabling it. */
-void mxp_clock_fake(int enabled, int64_t now_ns);
-
-/* Test hook: advance the fake clock by delta_ns (no effect when it is off). */
-void mxp_clock_fake_advance(int64_t delta_ns);
-
-/* The wall clock traces are placed on (CLOCK_REALTIME, plus any skew set
- * below), in ns since the epoch: a profile's baseTimeNanoseconds is read
- * from it, and distributed clock alignment measures it.  Thread-safe. */
+/* The wall clock traces are placed on (CLOCK_REALTIME, plus any skew from
+ * mxp_clock_skew_set), in ns since the epoch: a profile's
+ * baseTimeNanoseconds is read from it, and distributed clock alignment
+ * measures it.  Thread-safe. */
 int64_t mxp_clock_wall_ns(void);
-
-/* Test hook: shift mxp_clock_wall_ns by skew_ns from now on, as if this
- * process's wall clock were set wrong (profiles begun later carry it). */
-void mxp_clock_skew_set(int64_t skew_ns);
 
 /* ---- registry ---- */
 
@@ -490,6 +453,53 @@ int64_t mxp_stats_recorded_ns(void);
 
 /* Read the process-wide tallies. */
 void mxp_counts_get(mxp_counts *out);
+
+/* ---- test and benchmark seams: NOT API ----
+ * Tests and benchmarks drive the core through these (a full reset, a fake
+ * clock, a wall clock set wrong, the escaper alone) or measure the floor of
+ * a call with them (the no-ops).  They are in the cdef only because the
+ * Python tests (with mxprof._testing) and benchmarks reach them through
+ * cffi: bindings and users must not call them, and they may change or go
+ * away in any release.  Several must not race with recording threads; each
+ * says so. */
+
+/* Return the core to its initial state: state stopped, flags cleared, all
+ * buffered records, statistics, counters' values, tallies and the trace
+ * output discarded, the fake clock off.  Interned objects keep their ids.
+ * For tests; must not race with other calls. */
+void mxp_reset(void);
+
+/* A no-op with the signature of the hot calls: the floor a binding pays for
+ * one call.  Always returns MXP_OK. */
+int mxp_noop(uint32_t id);
+
+/* The same no-op, bound the way cffi binds by default (releasing the GIL
+ * around the call): the floor of a binding without mxprof's GIL policy. */
+int mxp_noop_released(uint32_t id);
+
+/* A no-op that reads the clock and stores the reading: the floor of a call
+ * that timestamps something.  Returns MXP_OK. */
+int mxp_noop_clock(uint32_t id);
+
+/* Write s (n bytes of UTF-8) as a JSON string literal, quotes included, the
+ * way trace files write names.  *needed receives its length; MXP_E_FULL when
+ * cap is smaller (out then holds nothing usable), MXP_E_NOMEM on allocation
+ * failure.  Thread-safe; the tests check the writers' escaping with it. */
+int mxp_json_escape(const char *s, size_t n, char *out, size_t cap, size_t *needed);
+
+/* Test hook: while enabled, the clock reads now_ns and only moves by
+ * mxp_clock_fake_advance.  Disabling returns to the real source.  Must not
+ * race with recording threads.  Records and statistics hold raw ticks,
+ * converted with the source in use when they are written or read: write and
+ * read what was recorded under the fake clock before disabling it. */
+void mxp_clock_fake(int enabled, int64_t now_ns);
+
+/* Test hook: advance the fake clock by delta_ns (no effect when it is off). */
+void mxp_clock_fake_advance(int64_t delta_ns);
+
+/* Test hook: shift mxp_clock_wall_ns by skew_ns from now on, as if this
+ * process's wall clock were set wrong (profiles begun later carry it). */
+void mxp_clock_skew_set(int64_t skew_ns);
 
 /* MXP_CDEF_END */
 

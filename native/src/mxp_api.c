@@ -10,7 +10,13 @@
  * pushes an entry (with no clock read) so that its end is recognised and not
  * tallied as a stop without a start; nothing is recorded for it.
  */
-#include "mxp_internal.h"
+#include "mxpi_agg.h"
+#include "mxpi_buffer.h"
+#include "mxpi_claim.h"
+#include "mxpi_clock.h"
+#include "mxpi_core.h"
+#include "mxpi_registry.h"
+#include "mxpi_thread.h"
 
 #include <string.h>
 

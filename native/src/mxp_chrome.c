@@ -18,11 +18,22 @@
  * the file is cut back to where the old tail began and the old tail is
  * written again.
  *
+ * Each object's event prefix ("name", "cat", "ph" and "ts":) and, for
+ * counters and memory instants, its args key are built once, when the
+ * object is registered (mxpi_chrome_fragments_build): a record is written
+ * by copying them and formatting numbers, never by escaping names.
+ *
  * Gzip: a gzip file may hold several members, read as one stream.  The head,
  * each flush's events and the tail are separate members, so the tail can be
  * cut off and replaced exactly like the plain tail.
  */
-#include "mxp_internal.h"
+#include "mxpi_chrome.h"
+#include "mxpi_format.h"
+#include "mxpi_buffer.h"
+#include "mxpi_clock.h"
+#include "mxpi_json.h"
+#include "mxpi_registry.h"
+#include "mxpi_thread_names.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -259,6 +270,70 @@ static bool write_tail(mxpi_out *o, chrome *c, mxpi_buf *out) {
         return false;
     }
     return mxpi_pwrite_all(o, out->data, out->len, &c->off);
+}
+
+/* ---- per-object pieces, built once when the object is registered ---- */
+
+static const char *phase_of(uint32_t kind) {
+    switch (kind) {
+    case MXP_KIND_COUNTER: return "C";
+    case MXP_KIND_MARKER:
+    case MXP_KIND_ALLOC:
+    case MXP_KIND_FREE: return "i";
+    default: return "X";
+    }
+}
+
+/* Chrome's "cat", as a JSON string. */
+static void category(mxpi_buf *b, const mxpi_object *o) {
+    mxpi_buf cat = {0};
+    mxpi_object_category(&cat, o);
+    mxpi_buf_json_str(b, cat.data ? cat.data : "", cat.len);
+    if (cat.failed) b->failed = true;
+    mxpi_buf_free(&cat);
+}
+
+bool mxpi_chrome_fragments_build(mxpi_object *o) {
+    if (o->kind == MXP_KIND_SCOPE || o->kind == 0) return true;
+    bool memory = o->kind == MXP_KIND_ALLOC || o->kind == MXP_KIND_FREE;
+    mxpi_buf b = {0};
+    mxpi_buf_puts(&b, "{\"name\":");
+    size_t title_len;
+    const char *title = mxpi_object_title(o, &title_len);
+    mxpi_buf_json_str(&b, title, title_len);
+    mxpi_buf_puts(&b, ",\"cat\":");
+    category(&b, o);
+    mxpi_buf_puts(&b, ",\"ph\":\"");
+    mxpi_buf_puts(&b, phase_of(o->kind));
+    mxpi_buf_puts(&b, "\",\"ts\":");
+    if (b.failed) {
+        mxpi_buf_free(&b);
+        return false;
+    }
+    o->frag = b.data;
+    o->frag_len = (uint32_t)b.len;
+    if (o->kind == MXP_KIND_COUNTER || memory) {
+        /* What follows the pid and tid, up to the value. */
+        mxpi_buf k = {0};
+        if (memory) {
+            mxpi_buf_puts(&k, ",\"s\":\"t\",\"args\":{\"device\":");
+            mxpi_buf_json_str(&k, o->domain, o->domain_len);
+            mxpi_buf_puts(&k, ",\"attribute\":");
+            mxpi_buf_json_str(&k, o->name, o->name_len);
+            mxpi_buf_puts(&k, ",\"bytes\":");
+        } else {
+            mxpi_buf_puts(&k, ",\"args\":{");
+            mxpi_buf_json_str(&k, o->name, o->name_len);
+            mxpi_buf_putc(&k, ':');
+        }
+        if (k.failed) {
+            mxpi_buf_free(&k);
+            return false;
+        }
+        o->key = k.data;
+        o->key_len = (uint32_t)k.len;
+    }
+    return true;
 }
 
 /* ---- records ---- */

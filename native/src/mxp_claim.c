@@ -20,7 +20,12 @@
  * Claimers hold reg_lock, so stacks are neither reallocated (mxpi_stack_grow)
  * nor freed (thread exit) under them; they read stacks as seqlock readers.
  */
-#include "mxp_internal.h"
+#include "mxpi_claim.h"
+#include "mxpi_buffer.h"
+#include "mxpi_clock.h"
+#include "mxpi_core.h"
+#include "mxpi_thread.h"
+#include "mxpi_trace.h"
 
 #include <errno.h>
 #include <sched.h>

@@ -8,7 +8,7 @@
  * re-measured on every use, so the tick rate is known ever more precisely
  * as the process runs.  MXPROF_CLOCK=monotonic forces the portable source.
  */
-#include "mxp_internal.h"
+#include "mxpi_clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,15 @@
  * mxp_core.c -- global state, initialisation, session flags, tallies, and
  * the fork handlers.
  */
-#include "mxp_internal.h"
+#include "mxpi_core.h"
+#include "mxpi_buffer.h"
+#include "mxpi_claim.h"
+#include "mxpi_clock.h"
+#include "mxpi_memory.h"
+#include "mxpi_registry.h"
+#include "mxpi_thread.h"
+#include "mxpi_trace.h"
+#include "mxpi_track.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +89,7 @@ static void fork_child(void) {
     atomic_fetch_and_explicit(&mxpi_g.flags, ~(uint32_t)(MXP_FLAG_RECORD | MXP_FLAG_TRACE), MXPI_RELAXED);
     mxpi_trace_after_fork();
     mxpi_memory_after_fork();
+    mxpi_tracks_after_fork();
     MXPI_STORE(mxpi_g.unknown_frees, 0);
     MXPI_STORE(mxpi_g.saturated, 0);
     mxp_stats_reset(); /* the parent's statistics are not the child's */

@@ -3,7 +3,7 @@
  * string escaping and fast integer / microsecond formatting (printf's
  * floating point would dominate the cost of writing millions of events).
  */
-#include "mxp_internal.h"
+#include "mxpi_json.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -30,7 +30,12 @@
  * names) counts only after commit; restore cuts the file back to the last
  * commit and forgets it, so the next flush writes it again.
  */
-#include "mxp_internal.h"
+#include "mxpi_format.h"
+#include "mxpi_buffer.h"
+#include "mxpi_clock.h"
+#include "mxpi_json.h"
+#include "mxpi_registry.h"
+#include "mxpi_thread_names.h"
 
 #include <errno.h>
 #include <stdio.h>

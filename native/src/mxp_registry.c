@@ -3,11 +3,16 @@
  *
  * An object is the triple (kind, domain, name).  Registering is the only
  * slow step (a lock, a hash lookup, copies); afterwards the hot path moves
- * the integer id only.  Each object keeps its JSON prefix, escaped once here,
- * so the trace writer copies it instead of escaping names per event.
+ * the integer id only.  Each object keeps its Chrome JSON prefix, escaped
+ * once when it is registered (mxp_chrome.c builds it), so the trace writer
+ * copies it instead of escaping names per event.
  * Objects live as long as the process: ids are never reused.
  */
-#include "mxp_internal.h"
+#include "mxpi_registry.h"
+#include "mxpi_agg.h"
+#include "mxpi_chrome.h"
+#include "mxpi_core.h"
+#include "mxpi_json.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,89 +26,6 @@ static uint64_t hash_of(uint32_t kind, const char *domain, size_t dlen, const ch
     h = (h ^ 0xffu) * 1099511628211ull; /* separator: ("ab","c") != ("a","bc") */
     for (size_t i = 0; i < nlen; i++) h = (h ^ (unsigned char)name[i]) * 1099511628211ull;
     return h;
-}
-
-static const char *phase_of(uint32_t kind) {
-    switch (kind) {
-    case MXP_KIND_COUNTER: return "C";
-    case MXP_KIND_MARKER:
-    case MXP_KIND_ALLOC:
-    case MXP_KIND_FREE: return "i";
-    default: return "X";
-    }
-}
-
-void mxpi_object_category(mxpi_buf *b, const mxpi_object *o) {
-    if (o->kind == MXP_KIND_EVENT) {
-        mxpi_buf_puts(b, "event");
-    } else if (o->kind == MXP_KIND_ALLOC || o->kind == MXP_KIND_FREE) {
-        mxpi_buf_puts(b, "Device Storage");
-    } else {
-        mxpi_buf_put(b, o->domain, o->domain_len);
-        mxpi_buf_puts(b, o->kind == MXP_KIND_FRAME ? ",frame" : o->kind == MXP_KIND_GPU ? ",gpu" : "");
-    }
-}
-
-const char *mxpi_object_title(const mxpi_object *o, size_t *len) {
-    if (o->kind == MXP_KIND_ALLOC || o->kind == MXP_KIND_FREE) {
-        *len = o->kind == MXP_KIND_ALLOC ? 5 : 4;
-        return o->kind == MXP_KIND_ALLOC ? "alloc" : "free";
-    }
-    *len = o->name_len;
-    return o->name;
-}
-
-/* Chrome's "cat", as a JSON string. */
-static void category(mxpi_buf *b, const mxpi_object *o) {
-    mxpi_buf cat = {0};
-    mxpi_object_category(&cat, o);
-    mxpi_buf_json_str(b, cat.data ? cat.data : "", cat.len);
-    if (cat.failed) b->failed = true;
-    mxpi_buf_free(&cat);
-}
-
-/* Build the per-object JSON pieces; false when memory ran out. */
-static bool build_fragments(mxpi_object *o) {
-    if (o->kind == MXP_KIND_SCOPE || o->kind == 0) return true;
-    bool memory = o->kind == MXP_KIND_ALLOC || o->kind == MXP_KIND_FREE;
-    mxpi_buf b = {0};
-    mxpi_buf_puts(&b, "{\"name\":");
-    size_t title_len;
-    const char *title = mxpi_object_title(o, &title_len);
-    mxpi_buf_json_str(&b, title, title_len);
-    mxpi_buf_puts(&b, ",\"cat\":");
-    category(&b, o);
-    mxpi_buf_puts(&b, ",\"ph\":\"");
-    mxpi_buf_puts(&b, phase_of(o->kind));
-    mxpi_buf_puts(&b, "\",\"ts\":");
-    if (b.failed) {
-        mxpi_buf_free(&b);
-        return false;
-    }
-    o->frag = b.data;
-    o->frag_len = (uint32_t)b.len;
-    if (o->kind == MXP_KIND_COUNTER || memory) {
-        /* What follows the pid and tid, up to the value. */
-        mxpi_buf k = {0};
-        if (memory) {
-            mxpi_buf_puts(&k, ",\"s\":\"t\",\"args\":{\"device\":");
-            mxpi_buf_json_str(&k, o->domain, o->domain_len);
-            mxpi_buf_puts(&k, ",\"attribute\":");
-            mxpi_buf_json_str(&k, o->name, o->name_len);
-            mxpi_buf_puts(&k, ",\"bytes\":");
-        } else {
-            mxpi_buf_puts(&k, ",\"args\":{");
-            mxpi_buf_json_str(&k, o->name, o->name_len);
-            mxpi_buf_putc(&k, ':');
-        }
-        if (k.failed) {
-            mxpi_buf_free(&k);
-            return false;
-        }
-        o->key = k.data;
-        o->key_len = (uint32_t)k.len;
-    }
-    return true;
 }
 
 static bool rehash(uint32_t nbuckets) {
@@ -148,7 +70,7 @@ static uint32_t add_object(uint32_t kind, const char *domain, size_t dlen, const
     o->domain = mxpi_dup(domain, dlen);
     o->name_len = (uint32_t)nlen;
     o->domain_len = (uint32_t)dlen;
-    if (o->name == NULL || o->domain == NULL || !build_fragments(o)) {
+    if (o->name == NULL || o->domain == NULL || !mxpi_chrome_fragments_build(o)) {
         drop_object(o);
         return 0;
     }

@@ -8,7 +8,12 @@
  * event is reported before or after a reset, never lost or counted twice.
  * Minimum and maximum cannot be subtracted: they restart per epoch.
  */
-#include "mxp_internal.h"
+#include "mxpi_agg.h"
+#include "mxpi_clock.h"
+#include "mxpi_core.h"
+#include "mxpi_memory.h"
+#include "mxpi_registry.h"
+#include "mxpi_thread.h"
 
 #include <stdlib.h>
 #include <string.h>

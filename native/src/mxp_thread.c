@@ -1,12 +1,16 @@
 /*
  * mxp_thread.c -- per-thread state: attach and retire, record chunks and the
- * event cap, the range stack, aggregate pages.
+ * event cap, the range stack.  (Its aggregate pages are mxp_agg.c's.)
  *
  * Everything here is the slow side of the hot path: it runs when a thread
  * records for the first time, fills a chunk or its cap reservation, opens
  * ranges deeper than ever before, or touches a new page of object ids.
  */
-#include "mxp_internal.h"
+#include "mxpi_thread.h"
+#include "mxpi_agg.h"
+#include "mxpi_buffer.h"
+#include "mxpi_core.h"
+#include "mxpi_thread_names.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -120,141 +124,6 @@ bool mxpi_stack_grow(mxpi_thread *t) {
     return c != NULL;
 }
 
-/* ---- aggregates ---- */
-
-/* Zero an entry that has no histogram yet (a fresh page, a merge buffer). */
-void mxpi_agg_clear(mxpi_agg *e, uint32_t epoch) {
-    atomic_store_explicit(&e->hist, NULL, MXPI_RELAXED);
-    MXPI_STORE(e->count, 0);
-    MXPI_STORE(e->total, 0);
-    MXPI_STORE(e->min, INT64_MAX);
-    MXPI_STORE(e->max, INT64_MIN);
-    MXPI_STORE(e->self, 0);
-    MXPI_STORE(e->last, 0);
-    MXPI_STORE(e->last_ts, INT64_MIN);
-    MXPI_STORE(e->sum, 0.0);
-    atomic_store_explicit(&e->epoch, epoch, MXPI_RELEASE);
-}
-
-static mxpi_agg *new_page(mxpi_agg_dir **dirp, uint32_t page) {
-    if (*dirp == NULL) {
-        *dirp = calloc(1, sizeof **dirp);
-        if (*dirp == NULL) return NULL;
-    }
-    mxpi_agg *p = malloc(MXPI_PAGE_SIZE * sizeof *p);
-    if (p == NULL) return NULL;
-    uint32_t epoch = atomic_load_explicit(&mxpi_g.agg_epoch, MXPI_RELAXED);
-    for (uint32_t i = 0; i < MXPI_PAGE_SIZE; i++) mxpi_agg_clear(&p[i], epoch);
-    atomic_store_explicit(&(**dirp)[page], p, MXPI_RELEASE);
-    return p;
-}
-
-mxpi_agg *mxpi_agg_page_new(mxpi_thread *t, uint32_t page) {
-    if (t->aggs == NULL) {
-        /* Readers find the directory under reg_lock. */
-        pthread_mutex_lock(&mxpi_g.reg_lock);
-        mxpi_agg *p = new_page(&t->aggs, page);
-        pthread_mutex_unlock(&mxpi_g.reg_lock);
-        return p;
-    }
-    return new_page(&t->aggs, page);
-}
-
-void mxpi_agg_roll(mxpi_agg *e, uint32_t epoch) {
-    MXPI_STORE(e->min, INT64_MAX);
-    MXPI_STORE(e->max, INT64_MIN);
-    mxpi_hist *h = atomic_load_explicit(&e->hist, MXPI_RELAXED);
-    if (h != NULL)
-        for (uint32_t i = 0; i < MXPI_HIST_BUCKETS; i++) MXPI_STORE((*h)[i], 0);
-    atomic_store_explicit(&e->epoch, epoch, MXPI_RELEASE);
-}
-
-mxpi_hist *mxpi_hist_new(mxpi_agg *e) {
-    mxpi_hist *h = calloc(1, sizeof *h);
-    if (h != NULL) atomic_store_explicit(&e->hist, h, MXPI_RELEASE);
-    return h;
-}
-
-int64_t mxpi_hist_lower(uint32_t index) {
-    if (index < MXPI_HIST_SUB) return index;
-    uint32_t shift = (index - MXPI_HIST_SUB) / MXPI_HIST_HALF + 1u;
-    uint32_t sub = (index - MXPI_HIST_SUB) % MXPI_HIST_HALF;
-    return (int64_t)(MXPI_HIST_HALF + sub) << shift;
-}
-
-int64_t mxpi_hist_width(uint32_t index) {
-    return index < MXPI_HIST_SUB ? 1 : (int64_t)1 << ((index - MXPI_HIST_SUB) / MXPI_HIST_HALF + 1u);
-}
-
-/* Add src's sums to dst's, and its min/max when they belong to epoch; the
- * later of the two samples is "last".  Histograms are folded apart
- * (hist_fold, below, and mxp_stats.c's percentiles). */
-void mxpi_agg_fold(mxpi_agg *dst, const mxpi_agg *src, uint32_t epoch) {
-    uint64_t n = MXPI_LOAD(src->count);
-    if (n == 0) return;
-    MXPI_STORE(dst->count, MXPI_LOAD(dst->count) + n);
-    MXPI_STORE(dst->total, MXPI_LOAD(dst->total) + MXPI_LOAD(src->total));
-    MXPI_STORE(dst->self, MXPI_LOAD(dst->self) + MXPI_LOAD(src->self));
-    MXPI_STORE(dst->sum, MXPI_LOAD(dst->sum) + MXPI_LOAD(src->sum));
-    if (atomic_load_explicit(&src->epoch, MXPI_ACQUIRE) == epoch) {
-        if (MXPI_LOAD(src->min) < MXPI_LOAD(dst->min)) MXPI_STORE(dst->min, MXPI_LOAD(src->min));
-        if (MXPI_LOAD(src->max) > MXPI_LOAD(dst->max)) MXPI_STORE(dst->max, MXPI_LOAD(src->max));
-    }
-    if (MXPI_LOAD(src->last_ts) >= MXPI_LOAD(dst->last_ts)) {
-        MXPI_STORE(dst->last_ts, MXPI_LOAD(src->last_ts));
-        MXPI_STORE(dst->last, MXPI_LOAD(src->last));
-    }
-}
-
-/* Add src's histogram (of epoch) to dst's, allocating dst's. */
-static void hist_fold(mxpi_agg *dst, const mxpi_agg *src, uint32_t epoch) {
-    mxpi_hist *hs = atomic_load_explicit(&src->hist, MXPI_ACQUIRE);
-    if (hs == NULL || atomic_load_explicit(&src->epoch, MXPI_ACQUIRE) != epoch) return;
-    mxpi_hist *hd = atomic_load_explicit(&dst->hist, MXPI_RELAXED);
-    if (hd == NULL && (hd = mxpi_hist_new(dst)) == NULL) return;
-    for (uint32_t i = 0; i < MXPI_HIST_BUCKETS; i++) {
-        uint32_t c = MXPI_LOAD((*hs)[i]);
-        if (c) MXPI_STORE((*hd)[i], MXPI_LOAD((*hd)[i]) + c);
-    }
-}
-
-static void free_aggs(mxpi_agg_dir *dir) {
-    if (dir == NULL) return;
-    for (uint32_t i = 0; i < MXPI_NPAGES; i++) {
-        mxpi_agg *page = atomic_load_explicit(&(*dir)[i], MXPI_RELAXED);
-        if (page == NULL) continue;
-        for (uint32_t j = 0; j < MXPI_PAGE_SIZE; j++) free(atomic_load_explicit(&page[j].hist, MXPI_RELAXED));
-        free(page);
-    }
-    free(dir);
-}
-
-/* Fold a retiring thread's aggregates into the registry's retired table.
- * Caller holds reg_lock. */
-static void retire_aggs(mxpi_thread *t) {
-    if (t->aggs == NULL) return;
-    uint32_t epoch = atomic_load_explicit(&mxpi_g.agg_epoch, MXPI_RELAXED);
-    uint32_t nobj = atomic_load_explicit(&mxpi_g.nobj, MXPI_ACQUIRE);
-    for (uint32_t page = 0; page < MXPI_NPAGES; page++) {
-        mxpi_agg *src = atomic_load_explicit(&(*t->aggs)[page], MXPI_ACQUIRE);
-        if (src == NULL) continue;
-        for (uint32_t i = 0; i < MXPI_PAGE_SIZE; i++) {
-            uint32_t id = page * MXPI_PAGE_SIZE + i;
-            if (id >= nobj) break;
-            if (MXPI_LOAD(src[i].count) == 0) continue;
-            mxpi_agg *dpage = mxpi_g.retired_aggs
-                                  ? atomic_load_explicit(&(*mxpi_g.retired_aggs)[page], MXPI_RELAXED)
-                                  : NULL;
-            if (dpage == NULL) dpage = new_page(&mxpi_g.retired_aggs, page);
-            if (dpage == NULL) return; /* out of memory: these statistics are lost */
-            mxpi_agg *d = &dpage[i];
-            if (MXPI_LOAD(d->epoch) != epoch) mxpi_agg_roll(d, epoch);
-            mxpi_agg_fold(d, &src[i], epoch);
-            hist_fold(d, &src[i], epoch);
-        }
-    }
-}
-
 /* ---- tracks by trace id ---- */
 
 #define TID_PAGE 1024u
@@ -312,9 +181,7 @@ static void thread_exit(void *arg) {
 /* Hand a thread's (or track's) statistics and tallies to the registry; its
  * records stay until written (mxpi_threads_reap).  Caller holds reg_lock. */
 static void retire_locked(mxpi_thread *t) {
-    retire_aggs(t);
-    free_aggs(t->aggs);
-    t->aggs = NULL;
+    mxpi_aggs_retire(t);
     mxpi_g.retired_unmatched += MXPI_LOAD(t->unmatched);
     mxpi_g.retired_non_lifo += MXPI_LOAD(t->non_lifo);
     mxpi_g.retired_ignored += MXPI_LOAD(t->ignored);
@@ -359,7 +226,7 @@ mxpi_thread *mxpi_thread_new(int64_t os_tid) {
     t->next = mxpi_g.threads;
     mxpi_g.threads = t;
     pthread_mutex_unlock(&mxpi_g.reg_lock);
-    mxpi_trace_note_thread(t->tid, t->os_tid);
+    mxpi_thread_note(t->tid, t->os_tid);
     return t;
 }
 
@@ -444,16 +311,4 @@ void mxpi_threads_reset(void) {
         MXPI_STORE(t->dropped, 0);
     }
     pthread_mutex_unlock(&mxpi_g.reg_lock);
-}
-
-/* ---- tracks with a stack (asyncio tasks) ---- */
-
-int mxp_track_open(const char *name, size_t name_len, uint32_t *tid_out) {
-    mxp_init();
-    if (tid_out == NULL || (name == NULL && name_len)) return MXP_E_INVALID;
-    mxpi_thread *t = mxpi_thread_new(0);
-    if (t == NULL) return MXP_E_NOMEM;
-    mxpi_track_register(t);
-    *tid_out = t->tid;
-    return mxp_thread_name_set(t->tid, name, name_len);
 }

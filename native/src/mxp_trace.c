@@ -8,7 +8,15 @@
  * restores the file to its last complete state and the records stay buffered
  * for the next try (or the next path).
  */
-#include "mxp_internal.h"
+#include "mxpi_trace.h"
+#include "mxpi_buffer.h"
+#include "mxpi_clock.h"
+#include "mxpi_core.h"
+#include "mxpi_format.h"
+#include "mxpi_json.h"
+#include "mxpi_registry.h"
+#include "mxpi_thread.h"
+#include "mxpi_thread_names.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,13 +25,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-typedef struct tinfo {
-    char *name;
-    size_t name_len;
-    int64_t os_tid;
-    bool used; /* has events in the current file */
-} tinfo;
 
 typedef struct cursor {
     mxpi_chunk *start; /* where reading began: chunks from here to chunk are done */
@@ -47,126 +48,11 @@ static struct {
         uint32_t tid;
     } *cuts;
     uint32_t ncuts, cuts_cap;
-    /* names_lock */
-    tinfo *threads;
-    uint32_t nthreads;
     /* the open file, to notice its path no longer leads to it */
     dev_t dev;
     ino_t ino;
     char *abs_path; /* NULL: not checked */
 } W = {.o = {.fd = -1}};
-
-bool mxpi_pwrite_all(mxpi_out *o, const char *p, size_t n, int64_t *off) {
-    while (n) {
-        ssize_t k = pwrite(o->fd, p, n, (off_t)*off);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            o->err = errno;
-            return false;
-        }
-        if (k == 0) {
-            o->err = ENOSPC;
-            return false;
-        }
-        p += k;
-        n -= (size_t)k;
-        *off += k;
-    }
-    return true;
-}
-
-const char *mxpi_scope_letter(uint32_t scope) {
-    return scope == MXP_SCOPE_GLOBAL ? "g" : scope == MXP_SCOPE_PROCESS ? "p" : "t";
-}
-
-const char *mxpi_scope_name(uint32_t scope) {
-    static const char *names[] = {"unknown", "global", "process", "thread", "task", "marker"};
-    return scope <= MXP_SCOPE_MARKER ? names[scope] : "unknown";
-}
-
-static bool has_suffix(const char *s, size_t n, const char *suffix) {
-    size_t k = strlen(suffix);
-    return n >= k && memcmp(s + n - k, suffix, k) == 0;
-}
-
-static const mxpi_format *format_of(const char *path, size_t n) {
-    if (has_suffix(path, n, ".perfetto-trace") || has_suffix(path, n, ".pftrace")) return &mxpi_perfetto;
-    if (has_suffix(path, n, ".gz")) {
-#ifdef MXPI_HAVE_ZLIB
-        return &mxpi_chrome_json_gz;
-#else
-        return NULL;
-#endif
-    }
-    return &mxpi_chrome_json;
-}
-
-int mxp_trace_format(const char *path, size_t path_len) {
-    if (path == NULL) return MXP_E_INVALID;
-    const mxpi_format *f = format_of(path, path_len);
-    return f == &mxpi_chrome_json      ? MXP_FORMAT_JSON
-           : f == &mxpi_perfetto       ? MXP_FORMAT_PERFETTO
-           : f != NULL                 ? MXP_FORMAT_JSON_GZ
-                                       : MXP_E_INVALID;
-}
-
-/* ---- threads' names ---- */
-
-void mxpi_trace_note_thread(uint32_t tid, int64_t os_tid) {
-    pthread_mutex_lock(&mxpi_g.names_lock);
-    if (tid >= W.nthreads) {
-        uint32_t n = W.nthreads ? W.nthreads : 16;
-        while (n <= tid) n *= 2;
-        tinfo *p = realloc(W.threads, n * sizeof *p);
-        if (p != NULL) {
-            memset(p + W.nthreads, 0, (n - W.nthreads) * sizeof *p);
-            W.threads = p;
-            W.nthreads = n;
-        }
-    }
-    if (tid < W.nthreads) W.threads[tid].os_tid = os_tid;
-    pthread_mutex_unlock(&mxpi_g.names_lock);
-}
-
-int mxp_thread_name_set(uint32_t tid, const char *name, size_t name_len) {
-    mxp_init();
-    if (name == NULL && name_len) return MXP_E_INVALID;
-    char *copy = mxpi_dup(name ? name : "", name_len);
-    if (copy == NULL) return MXP_E_NOMEM;
-    int rc = MXP_E_INVALID;
-    pthread_mutex_lock(&mxpi_g.names_lock);
-    if (tid > 0 && tid < W.nthreads && tid <= mxpi_g.next_tid) {
-        free(W.threads[tid].name);
-        W.threads[tid].name = copy;
-        W.threads[tid].name_len = name_len;
-        copy = NULL;
-        rc = MXP_OK;
-    }
-    pthread_mutex_unlock(&mxpi_g.names_lock);
-    free(copy);
-    return rc;
-}
-
-void mxpi_threads_used(mxpi_thread_visit fn, void *ctx) {
-    pthread_mutex_lock(&mxpi_g.names_lock);
-    for (uint32_t tid = 1; tid < W.nthreads; tid++) {
-        tinfo *t = &W.threads[tid];
-        if (t->used) fn(ctx, tid, t->os_tid, t->name, t->name_len);
-    }
-    pthread_mutex_unlock(&mxpi_g.names_lock);
-}
-
-void mxpi_thread_info(uint32_t tid, mxpi_thread_visit fn, void *ctx) {
-    pthread_mutex_lock(&mxpi_g.names_lock);
-    if (tid < W.nthreads) fn(ctx, tid, W.threads[tid].os_tid, W.threads[tid].name, W.threads[tid].name_len);
-    pthread_mutex_unlock(&mxpi_g.names_lock);
-}
-
-static void mark_used(uint32_t tid, bool used) {
-    pthread_mutex_lock(&mxpi_g.names_lock);
-    if (tid < W.nthreads) W.threads[tid].used = used;
-    pthread_mutex_unlock(&mxpi_g.names_lock);
-}
 
 /* ---- draining ---- */
 
@@ -235,7 +121,7 @@ void mxpi_trace_add_cut(const mxpi_rec *r, uint32_t tid) {
 static bool walk_cuts(const mxpi_format *fmt) {
     for (uint32_t i = 0; fmt != NULL && i < W.ncuts; i++) {
         if (W.cuts[i].r.ts < W.o.epoch_ticks) continue;
-        mark_used(W.cuts[i].tid, true);
+        mxpi_thread_mark_used(W.cuts[i].tid);
         if (!fmt->record(&W.o, &W.cuts[i].r, W.cuts[i].tid)) return false;
     }
     return true;
@@ -258,7 +144,7 @@ static bool drain(const mxpi_format *fmt, uint64_t *written) {
         bool any = false;
         cs[i] = cursor_of(ts[i]);
         ok = walk(&cs[i], ts[i]->tid, fmt, &any);
-        if (any) mark_used(ts[i]->tid, true);
+        if (any) mxpi_thread_mark_used(ts[i]->tid);
     }
     if (ok) ok = walk_cuts(fmt);
     if (ok && fmt != NULL) ok = fmt->end(&W.o);
@@ -394,9 +280,7 @@ static int create_file(void) {
     }
     W.o.fd = fd;
     W.o.regular = S_ISREG(st.st_mode);
-    pthread_mutex_lock(&mxpi_g.names_lock);
-    for (uint32_t i = 0; i < W.nthreads; i++) W.threads[i].used = false;
-    pthread_mutex_unlock(&mxpi_g.names_lock);
+    mxpi_threads_unmark();
     bool ok = W.fmt->create(&W.o);
     if (ok && tmp != NULL && rename(tmp, W.path) != 0) {
         W.o.err = errno;
@@ -490,7 +374,7 @@ int mxp_trace_meta_set(const char *process_name, size_t process_name_len, const 
 /* The format of a path the core can write (not empty, no NUL), else NULL. */
 static const mxpi_format *path_format(const char *path, size_t path_len) {
     if (path == NULL || path_len == 0 || memchr(path, '\0', path_len) != NULL) return NULL;
-    return format_of(path, path_len);
+    return mxpi_format_of(path, path_len);
 }
 
 int mxp_trace_path_set(const char *path, size_t path_len) {

@@ -4,7 +4,8 @@
  * Built and run by native/tests/run.sh (also under sanitizers).  Each test
  * checks what was recorded: statistics, tallies and the written file.
  */
-#include "mxp_internal.h"
+#include "mxpi_agg.h"
+#include "mxpi_json.h"
 
 #include <errno.h>
 #include <sched.h>
