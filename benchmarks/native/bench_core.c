@@ -24,7 +24,7 @@
  *   memory     heap bytes per buffered range (mallinfo2 before and after)
  */
 #define _GNU_SOURCE
-#include "mxp_internal.h"
+#include "mxpi_clock.h"
 
 #include <malloc.h>
 #include <stdio.h>
