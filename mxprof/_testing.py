@@ -12,8 +12,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from . import memory
-from ._native import lib
+from . import _native, memory
 from ._session import SESSION
 
 
@@ -22,7 +21,7 @@ def reset() -> None:
     with SESSION.lock:
         if SESSION.flusher is not None:
             SESSION.flusher.stop()
-        lib.mxp_reset()
+        _native.reset_for_testing()
         memory._state["gpu_used"] = False
         SESSION.reset()
         SESSION.sync()
@@ -36,11 +35,11 @@ def fake_clock(start_ns: int = 0) -> Iterator[Callable[[int], None]]:
         >>> with fake_clock() as advance:  # doctest: +SKIP
         ...     task.start(); advance(1_000_000); task.stop()   # exactly 1 ms
     """
-    lib.mxp_clock_fake(1, start_ns)
+    _native.clock_fake(1, start_ns)
     try:
-        yield lib.mxp_clock_fake_advance
+        yield _native.clock_fake_advance
     finally:
-        lib.mxp_clock_fake(0, 0)
+        _native.clock_fake(0, 0)
 
 
 def start(trace_file: object, **config: Any) -> None:

@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from . import _native
-from ._native import lib
+
+# Bound as a module global: one cffi call per mark, no lookup on _native.
+from ._native import marker_mark as _mark
 from ._threads import register_current
 from .domain import Domain, Named, check_domain
 from .errors import ConfigError
 
 # MXNet's (and ITT's) scope names and values.
 SCOPES = {"global": 1, "process": 2, "thread": 3, "task": 4, "marker": 5}
-
-_mark = lib.mxp_marker_mark
 
 
 class Marker(Named):

@@ -24,7 +24,7 @@ import inspect
 from typing import Any, Callable, TypeVar
 
 from . import _native, _tasks
-from ._native import lib
+from ._native import NEW_THREAD
 from ._tasks import begun as _begun
 from ._tasks import ended as _ended
 from ._tasks import running_loop as _loop
@@ -33,13 +33,16 @@ from .domain import Domain, Named, check_domain
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_begin = lib.mxp_range_enter
-_frame_begin = lib.mxp_frame_enter
-_end = lib.mxp_range_exit
-_begin_token = lib.mxp_range_begin_token
-_end_token = lib.mxp_range_end_token
-_track_begin = lib.mxp_track_begin
-_track_end = lib.mxp_track_end
+# The per-event calls, bound as module globals: each start/stop is then one
+# global load and one cffi call (a lookup on _native or cffi's lib per event
+# would cost about as much as the call).
+_begin = _native.range_enter
+_frame_begin = _native.frame_enter
+_end = _native.range_exit
+_begin_token = _native.range_begin_token
+_end_token = _native.range_end_token
+_track_begin = _native.track_begin
+_track_end = _native.track_end
 
 
 class _Range(Named):
@@ -97,7 +100,7 @@ class _Range(Named):
                     finally:
                         _track_end(tid, rid)
                 token = _begin_token(rid)
-                if token & 1:
+                if token & NEW_THREAD:
                     register_current()
                 try:
                     return await fn(*args, **kwargs)

@@ -13,7 +13,6 @@ import contextvars
 from collections.abc import Iterator
 
 from . import _native
-from ._native import lib
 from ._threads import register_current
 
 DEFAULT = "<unk>:"
@@ -44,7 +43,7 @@ def current_scope() -> str:
 
 
 def _mirror(name: str) -> None:
-    if lib.mxp_scope_set(scope_id(name)) == 1:
+    if _native.scope_set(scope_id(name)) == _native.NEW_THREAD:
         register_current()
 
 

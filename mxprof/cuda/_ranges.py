@@ -8,7 +8,7 @@ import threading
 from typing import Any, Callable, TypeVar
 
 from .. import _native
-from .._native import FLAG_RECORD, lib
+from .._native import FLAG_RECORD, NEW_THREAD, flags_update
 from .._threads import register_current
 from ..domain import Domain, check_domain
 from ..ranges import Task, _begin, _begin_token, _end, _end_token
@@ -83,7 +83,7 @@ class GpuTask(Task):
         return self._stream
 
     def _gpu_begin(self) -> _Span | None:
-        if not lib.mxp_flags_update(0, 0) & FLAG_RECORD:
+        if not flags_update(0, 0) & FLAG_RECORD:
             return None
         return self._timing.begin(self._gpu_id, self._stream)
 
@@ -130,7 +130,7 @@ class GpuTask(Task):
             @functools.wraps(fn)
             async def timed_coroutine(*args: Any, **kwargs: Any) -> Any:
                 token = _begin_token(rid)
-                if token & 1:
+                if token & NEW_THREAD:
                     register_current()
                 span = self._gpu_begin()
                 try:

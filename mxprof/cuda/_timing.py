@@ -13,7 +13,6 @@ import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import _native, _session
-from .._native import lib
 from ..errors import ProfilerError
 
 if TYPE_CHECKING:
@@ -96,7 +95,7 @@ class _Timing:
         event = self._take(dev)
         self.backend.event_record(event, dev.stream)
         self.backend.event_wait(event)
-        anchor = _Anchor(event, lib.mxp_clock_ns())
+        anchor = _Anchor(event, _native.clock_ns())
         old, dev.anchor = dev.anchor, anchor
         if old is not None and old.users == 0:
             self._give(dev, old.event)
@@ -131,7 +130,7 @@ class _Timing:
                 if dev is None:
                     dev = self.devices[ordinal] = _Device(backend.stream_create())
                 anchor = dev.anchor
-                if anchor is None or lib.mxp_clock_ns() - anchor.host_ns > ANCHOR_PERIOD_NS:
+                if anchor is None or _native.clock_ns() - anchor.host_ns > ANCHOR_PERIOD_NS:
                     anchor = self._anchor(dev)
                 span = _Span(gpu_id, tid, stream, dev, anchor, self._take(dev), self._take(dev))
                 anchor.users += 1
@@ -184,7 +183,7 @@ class _Timing:
                 self._fail(e)
             else:
                 start_ns = p.anchor.host_ns + round(offset_ms * 1e6)
-                lib.mxp_range_add(p.gpu_id, p.tid, start_ns, max(0, round(dur_ms * 1e6)))
+                _native.range_add(p.gpu_id, p.tid, start_ns, max(0, round(dur_ms * 1e6)))
             with self.lock:
                 self._release(p)
         if waiting:

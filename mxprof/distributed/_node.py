@@ -17,8 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import _session, control
-from .._native import lib
+from .. import _native, _session, control
 from .._session import SESSION
 from .._tracejson import dumps as trace_json
 from .._version import __version__
@@ -41,7 +40,7 @@ class DistributedTimeout(DistributedError, TimeoutError):
 
 
 def wall_ns() -> int:
-    return int(lib.mxp_clock_wall_ns())
+    return int(_native.clock_wall_ns())
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from ... import _native
-from ..._native import FLAG_RECORD, lib
+from ..._native import FLAG_RECORD, range_add
 from ...errors import ProfilerError
 from ._state import _clock, _flags, _tls
 
@@ -47,7 +47,7 @@ class _BackwardCall:
             self.finish(now)
 
     def finish(self, now: int) -> None:
-        lib.mxp_range_add(self.id, self.track, self.start, max(0, now - self.start))
+        range_add(self.id, self.track, self.start, max(0, now - self.start))
         self.start = 0
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..._native import FLAG_MEMORY, FLAG_RECORD
+from ..._native import FLAG_MEMORY, FLAG_RECORD, NEW_THREAD
 from ..._threads import register_current
 from ...scope import DEFAULT, _current, scope_id
 from . import _memory  # through the module, so that a test can replace its functions
@@ -68,11 +68,11 @@ class _Module:
         parent = _current.get()
         sc = self.scopes.get(parent) or self.scope_in(parent)
         ctx = _current.set(sc[0])
-        if _scope_set(sc[1]) == 1:
+        if _scope_set(sc[1]) == NEW_THREAD:
             register_current()
         before = _memory._allocated(st.mem) if self.delta and st.mem >= 0 else -1
         token = _begin(self.task_id)
-        if token & 1:
+        if token & NEW_THREAD:
             register_current()
         stack.append([self, token, ctx, sc[2], sc[3], before, 0])
         return None

@@ -5,17 +5,20 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ..._native import lib
+from ... import _native
 from ..._session import SESSION
 
 if TYPE_CHECKING:
     from ._backward import _Dispatch
 
-_begin = lib.mxp_range_begin_token
-_end = lib.mxp_range_end_token
-_scope_set = lib.mxp_scope_set
-_flags = lib.mxp_flags_update  # (0, 0) reads the core's flags
-_clock = lib.mxp_clock_ns
+# The core's calls that the hooks make per module call, bound here as module
+# globals (the hooks import them by name) so that each costs one global load
+# and the cffi call, with no lookup on _native.
+_begin = _native.range_begin_token
+_end = _native.range_end_token
+_scope_set = _native.scope_set
+_flags = _native.flags_update  # (0, 0) reads the core's flags
+_clock = _native.clock_ns
 
 
 def _imperative_on() -> bool:
