@@ -13,6 +13,7 @@ reads the core's flags, which this module keeps in step with the state.
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import socket
 import sys
@@ -34,6 +35,7 @@ from ._native import (
 )
 from ._tracejson import dumps as trace_json
 from ._version import __version__
+from .domain import Domain
 from .errors import ConfigError, OutputError, ProfilerError, StateError
 
 STATES = ("run", "stop")
@@ -315,8 +317,6 @@ class Session:
         # A finishing write times nothing: its range would end after the file.
         if recording and not finish and config.source_enabled(self.config, "profile_api"):
             if self._flush_task is None:
-                from .domain import Domain
-
                 self._flush_task = Domain("mxprof").new_task("flush")
             task = self._flush_task
         if task is not None:
@@ -336,8 +336,6 @@ class Session:
             return
         if rc == _native.E_STATE:
             raise StateError("no trace file to write: the profile has no path")
-        import errno
-
         path = self.config["filename"]
         code = _native.trace_errno()
         why = {

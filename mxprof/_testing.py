@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from . import _native, memory
+from . import _native, control, memory
 from ._session import SESSION
 
 
@@ -44,16 +44,12 @@ def fake_clock(start_ns: int = 0) -> Iterator[Callable[[int], None]]:
 
 def start(trace_file: object, **config: Any) -> None:
     """Record into trace_file with statistics on and mxprof's own tasks off."""
-    from . import control
-
     control.set_config(filename=str(trace_file), aggregate_stats=True, profile_api=False, **config)
     control.set_state("run")
 
 
 def finish(trace_file: object) -> dict[str, Any]:
     """Stop, write, and parse the trace file."""
-    from . import control
-
     control.set_state("stop")
     control.dump()
     return load_trace(trace_file)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import SupportsInt
+from typing import TYPE_CHECKING, SupportsInt
 
 from . import _native
+from ._named import Named, check_domain
 
 # The per-event calls, bound as module globals: a lookup on _native (or
 # cffi's lib) per update would cost about as much as the call itself.
@@ -13,7 +14,9 @@ from ._native import counter_set as _set
 from ._native import counter_sub as _sub
 from ._native import counter_value as _value
 from ._threads import register_current
-from .domain import Domain, Named, check_domain
+
+if TYPE_CHECKING:
+    from .domain import Domain
 
 _MIN = -(2**63)
 _MAX = 2**63 - 1

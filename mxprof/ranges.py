@@ -21,15 +21,18 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from . import _native, _tasks
+from ._named import Named, check_domain
 from ._native import NEW_THREAD
 from ._tasks import begun as _begun
 from ._tasks import ended as _ended
 from ._tasks import running_loop as _loop
 from ._threads import register_current
-from .domain import Domain, Named, check_domain
+
+if TYPE_CHECKING:
+    from .domain import Domain
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -53,6 +53,7 @@ from ._native import (
 from ._session import SESSION, run_sync_hooks, warn
 from .config import check_bool
 from .errors import ConfigError
+from .memory import usage
 
 FORMATS = ("table", "json")
 SORT_KEYS = ("total", "avg", "min", "max", "count", "self", "p50", "p90", "p99")
@@ -109,8 +110,6 @@ def _memory_values(s: Stat, peak: int | None) -> tuple[Any, ...]:
 
 def _peaks() -> dict[int, int]:
     """Peak bytes in use per memory counter id (they restart with the statistics)."""
-    from .memory import usage
-
     return {u.counter: u.peak for u in usage()}
 
 
