@@ -48,6 +48,12 @@ class DomainBase:
         """The domain's name."""
         return self._name
 
+    @property
+    def utf8(self) -> bytes:
+        """The name as the core keeps it (UTF-8), e.g. to register an object
+        in this domain.  Example: ``mxprof.Domain("io").utf8 == b"io"``."""
+        return self._utf8
+
     def __str__(self) -> str:
         return self._name
 
@@ -83,6 +89,14 @@ class Named:
         self._domain = domain
         dom = domain._utf8 if domain is not None else b""
         self._id = _native.register(self._kind, dom, self._name.encode("utf-8"))
+
+    @property
+    def id(self) -> int:
+        """The core's id of the object: what each of its events passes.
+
+        Example: ``mxprof.Event("load").id`` (the same for every object
+        of the same kind, domain and name)."""
+        return self._id
 
     @property
     def name(self) -> str:

@@ -22,7 +22,7 @@ def reset() -> None:
         if SESSION.flusher is not None:
             SESSION.flusher.stop()
         _native.reset_for_testing()
-        memory._state["gpu_used"] = False
+        memory.reset()
         SESSION.reset()
         SESSION.sync()
 

@@ -34,11 +34,13 @@ from .scope import DEFAULT, current_scope, scope_id
 __all__ = [
     "Allocation",
     "Usage",
+    "check_size",
     "csv_path",
     "device_name",
     "live",
     "record_alloc",
     "record_free",
+    "reset",
     "usage",
     "write_gpu_csv",
 ]
@@ -110,7 +112,9 @@ def _tag(tag: str) -> int:
     return scope_id(tag) if tag else 0
 
 
-def _size(what: str, value: object) -> int:
+def check_size(what: str, value: object) -> int:
+    """value when it is an int number of bytes within 0 .. 2**63 - 1, else
+    TypeError / ValueError naming what.  Example: ``check_size("nbytes", 4096)``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(
             f"{what} must be an int number of bytes, got {type(value).__name__} {value!r}"
@@ -174,8 +178,8 @@ def record_alloc(
         True
         >>> mxprof.set_state("stop")
     """
-    nbytes = _size("nbytes", nbytes)
-    taken = nbytes if actual is None else _size("actual", actual)
+    nbytes = check_size("nbytes", nbytes)
+    taken = nbytes if actual is None else check_size("actual", actual)
     address = 0 if ptr is None else _ptr(ptr)
     if ptr is not None and address == 0:
         raise ValueError("ptr must not be 0 (pass None to get a handle)")
@@ -283,6 +287,12 @@ def usage() -> list[Usage]:
             kind, name = "device", _slot_name(s.key)
         out.append(Usage(kind, name, s.current, s.peak, s.allocated, s.allocs, s.frees, s.counter))
     return out
+
+
+def reset() -> None:
+    """Forget that a GPU allocation was recorded (no CSV is due until the
+    next); the core's own tables are reset with the core (``mxprof._testing``)."""
+    _state["gpu_used"] = False
 
 
 def csv_path(prefix: str) -> str:

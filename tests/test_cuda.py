@@ -567,6 +567,46 @@ def test_task_with_a_stream_is_a_gpu_task_in_every_form(fake, trace_file, clock)
     assert (row["Count"], row["GPU"]) == (4, 10.0)
 
 
+def test_a_gpu_task_extends_the_task_decorator_instead_of_copying_it():
+    # One decorator, with ranges._Range's begin/end hooks: what plain tasks
+    # do (asyncio tracks, NEW_THREAD) GPU tasks do too.
+    assert cuda.GpuTask.__call__ is mxprof.Task.__call__
+    assert cuda.GpuTask.hooked and not mxprof.Task.hooked
+
+
+def test_a_gpu_task_inside_an_event_loop_records_its_host_range(fake, trace_file, clock):
+    # The copied GpuTask.start took the core's MXP_IN_LOOP answer for "first
+    # call on this thread" and recorded no host range inside an event loop.
+    d = mxprof.Domain("net")
+    task = mxprof.Task(d, "step", stream=0)
+
+    async def main():
+        with task:
+            clock(1 * MS)
+            fake.gpu_ms += 1.0
+        task.start()
+        clock(1 * MS)
+        fake.gpu_ms += 2.0
+        task.stop()
+
+    start(trace_file)
+    asyncio.run(main())
+    trace = finish(trace_file)
+    host = [e for e in _testing.events(trace, "X", "step") if e["cat"] == "net"]
+    assert [e["dur"] for e in host] == [1000.0, 1000.0]
+    assert sorted(e["dur"] for e in gpu_events(trace, "net,gpu")) == [1000.0, 2000.0]
+    assert dumps_json()["Time"]["net"]["step"]["Count"] == 2
+
+
+def test_a_stream_without_mxprof_cuda_raises_naming_it(monkeypatch):
+    from mxprof import ranges
+
+    monkeypatch.setattr(ranges, "_stream_task", None)
+    monkeypatch.setitem(sys.modules, "mxprof.cuda", None)  # as if it failed to import
+    with pytest.raises(mxprof.DeviceUnavailable, match=r"needs mxprof\.cuda"):
+        mxprof.Task(mxprof.Domain("d"), "t", stream=0)
+
+
 def test_a_raising_body_still_ends_both_ranges(fake, trace_file, clock):
     start(trace_file)
     task = cuda.gpu_range("boom")

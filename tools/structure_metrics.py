@@ -13,6 +13,9 @@ Nothing is imported: the numbers come from the import statements alone.
   sit in different packages (``mxprof`` vs ``mxprof.cuda``); "cross-module"
   counts every one.  A private module's own name (``from . import _native``)
   is not a private import: only names inside modules are.
+- private attributes reached: ``obj._x`` (obj not ``self``/``cls``) where
+  ``_x`` is defined (``self._x =``, ``__slots__``, a class body) only in
+  modules of other packages; a heuristic, as names are matched without types.
 - import circles: strongly connected components of the graph of module-level
   imports (imports under ``if TYPE_CHECKING:`` and inside functions left out).
 - function-level imports: imports of mxprof modules inside a function body,
@@ -25,6 +28,7 @@ import argparse
 import ast
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -215,12 +219,15 @@ def sccs(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("package", nargs="?", default=str(Path(__file__).parent.parent / "mxprof"))
-    ap.add_argument("--verbose", "-v", action="store_true", help="list every finding")
-    args = ap.parse_args()
-    root = Path(args.package).resolve()
+def measure(package: str | Path) -> dict[str, Any]:
+    """Every metric of the package at path, as lists of findings.
+
+    Keys: ``lib_users`` (paths), ``check_calls`` ("path:line"), ``private``
+    and ``cross_package_private`` ("path:line module.name"), ``reached``
+    ("path:line ._name"), ``circles`` (lists of modules), ``lazy``
+    ("path:line module").
+    """
+    root = Path(package).resolve()
     walkers = []
     for path in sorted(root.rglob("*.py")):
         mod = module_name(root, path)
@@ -231,53 +238,59 @@ def main() -> int:
     def rel(w: Walker) -> str:
         return str(w.path.relative_to(root.parent))
 
-    lib_users = [w for w in walkers if w.lib_import and w.mod != "mxprof._native"]
-    checks = [
-        (rel(w), line) for w in walkers if w.mod != "mxprof._native" for line in w.check_calls
-    ]
     privates = [(w, line, t, n) for w in walkers for line, t, n in w.private]
-    cross_pkg = [p for p in privates if package_of(root, p[0].mod) != package_of(root, p[2])]
-    # obj._name where _name is not defined in this module but is in another:
-    # another module's private attribute, reached through an object.
+    # obj._name where _name is defined in another package and in none of this
+    # module's own: another package's private attribute, reached through an object.
     owners: dict[str, set[str]] = {}
     for w in walkers:
         for name in w.defined:
             owners.setdefault(name, set()).add(w.mod)
-    reached = [
-        (w, line, name, sorted(owners[name]))
-        for w in walkers
-        for line, name in w.reached
-        if name not in w.defined and name in owners and not name.startswith("_mxp")
-    ]
-    graph = {w.mod: w.edges for w in walkers}
-    circles = sccs(graph)
-    lazy = [(rel(w), line, t) for w in walkers for line, t in w.lazy]
+    return {
+        "lib_users": [rel(w) for w in walkers if w.lib_import and w.mod != "mxprof._native"],
+        "check_calls": [
+            f"{rel(w)}:{line}"
+            for w in walkers
+            if w.mod != "mxprof._native"
+            for line in w.check_calls
+        ],
+        "private": [f"{rel(w)}:{line} {t}.{n}" for w, line, t, n in privates],
+        "cross_package_private": [
+            f"{rel(w)}:{line} {t}.{n}"
+            for w, line, t, n in privates
+            if package_of(root, w.mod) != package_of(root, t)
+        ],
+        "reached": [
+            f"{rel(w)}:{line} .{name} (defined in {', '.join(sorted(owners[name]))})"
+            for w in walkers
+            for line, name in w.reached
+            if name in owners
+            and not any(package_of(root, o) == package_of(root, w.mod) for o in owners[name])
+        ],
+        "circles": sccs({w.mod: w.edges for w in walkers}),
+        "lazy": [f"{rel(w)}:{line} {t}" for w in walkers for line, t in w.lazy],
+    }
 
-    print(f"modules importing lib/ffi besides _native: {len(lib_users)}")
-    if args.verbose:
-        for w in lib_users:
-            print(f"    {rel(w)}")
-    print(f"_native.check() calls outside _native: {len(checks)}")
-    if args.verbose:
-        for where, line in checks:
-            print(f"    {where}:{line}")
-    print(f"private names imported across packages: {len(cross_pkg)}")
-    print(f"private names imported across modules (any package): {len(privates)}")
-    if args.verbose:
-        for w, line, target, name in privates:
-            mark = "*" if (w, line, target, name) in cross_pkg else " "
-            print(f"  {mark} {rel(w)}:{line}  {target}.{name}")
-    print(f"private attributes of another module's objects reached (obj._x): {len(reached)}")
-    if args.verbose:
-        for w, line, name, where in reached:
-            print(f"    {rel(w)}:{line}  ._{name.lstrip('_')}  (defined in {', '.join(where)})")
-    print(f"import circles (module-level): {len(circles)}")
-    for comp in circles:
-        print(f"    {' <-> '.join(comp)}")
-    print(f"function-level imports of mxprof modules: {len(lazy)}")
-    if args.verbose:
-        for where, line, target in lazy:
-            print(f"    {where}:{line}  {target}")
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("package", nargs="?", default=str(Path(__file__).parent.parent / "mxprof"))
+    ap.add_argument("--verbose", "-v", action="store_true", help="list every finding")
+    args = ap.parse_args()
+    m = measure(args.package)
+    rows = [
+        ("modules importing lib/ffi besides _native", "lib_users"),
+        ("_native.check() calls outside _native", "check_calls"),
+        ("private names imported across packages", "cross_package_private"),
+        ("private names imported across modules (any package)", "private"),
+        ("private attributes of another module's objects reached (obj._x)", "reached"),
+        ("import circles (module-level)", "circles"),
+        ("function-level imports of mxprof modules", "lazy"),
+    ]
+    for title, key in rows:
+        print(f"{title}: {len(m[key])}")
+        if args.verbose or key == "circles":
+            for item in m[key]:
+                print(f"    {' <-> '.join(item) if key == 'circles' else item}")
     return 0
 
 

@@ -10,7 +10,7 @@ from ._runtime import _state
 
 
 def _nbytes(value: object) -> int:
-    size = memory._size("nbytes", value)
+    size = memory.check_size("nbytes", value)
     if size == 0:
         raise ValueError("nbytes must be > 0")
     return size

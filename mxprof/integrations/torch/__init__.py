@@ -239,7 +239,7 @@ def instrument(
                 if getattr(sub, "inplace", False) is True:
                     handle.skipped_backward.append(path)
                 else:
-                    m.bw_id = dom.new_task(path + ".backward")._id
+                    m.bw_id = dom.new_task(path + ".backward").id
             handle._hooks.append(sub.register_forward_pre_hook(m.pre, prepend=True))
             handle._hooks.append(
                 sub.register_forward_hook(m.post, with_kwargs=True, always_call=True)

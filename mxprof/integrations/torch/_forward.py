@@ -9,7 +9,7 @@ import torch
 
 from ..._native import FLAG_MEMORY, FLAG_RECORD, NEW_THREAD
 from ..._threads import register_current
-from ...scope import DEFAULT, _current, scope_id
+from ...scope import CURRENT, DEFAULT, scope_id
 from . import _memory  # through the module, so that a test can replace its functions
 from ._backward import _watch_backward
 from ._state import _begin, _end, _flags, _imperative_on, _scope_set, _tls
@@ -42,7 +42,7 @@ class _Module:
         self.ref = weakref.ref(module)
         self.path = path
         self.leaf = leaf + ":"
-        self.task_id: int = handle._domain.new_task(path)._id
+        self.task_id: int = handle._domain.new_task(path).id
         self.bw_id = 0  # 0: no backward task
         self.probe: weakref.ref[torch.Tensor] | None = None  # a tensor that tells the device
         self.delta = handle.memory == "delta"
@@ -65,9 +65,9 @@ class _Module:
         if not st.on:
             stack.append([self, 0, None])
             return None
-        parent = _current.get()
+        parent = CURRENT.get()
         sc = self.scopes.get(parent) or self.scope_in(parent)
-        ctx = _current.set(sc[0])
+        ctx = CURRENT.set(sc[0])
         if _scope_set(sc[1]) == NEW_THREAD:
             register_current()
         before = _memory._allocated(st.mem) if self.delta and st.mem >= 0 else -1
@@ -99,9 +99,9 @@ class _Module:
 def _restore(entry: list[Any]) -> None:
     """Put back the scope that was current before entry's call."""
     try:
-        _current.reset(entry[2])
+        CURRENT.reset(entry[2])
     except (ValueError, RuntimeError):  # another context, or reset twice
-        _current.set(entry[3])
+        CURRENT.set(entry[3])
     _scope_set(entry[4])
 
 
