@@ -10,8 +10,8 @@ from .._native import FLAG_RECORD, flags_update
 from ..domain import Domain, check_domain
 from ..ranges import Task
 from ._devices import stream_handle
-from ._runtime import _state
-from ._timing import _Span
+from ._runtime import runtime_state
+from ._timing import Span
 
 DOMAIN = Domain("cuda")  # of gpu_range's tasks unless one is given
 
@@ -32,7 +32,7 @@ def synchronize() -> None:
         >>> cuda.synchronize()  # doctest: +SKIP
         >>> print(mxprof.dumps())  # doctest: +SKIP
     """
-    _state().timing.resolve(wait=True)
+    runtime_state().timing.resolve(wait=True)
 
 
 class GpuTask(Task):
@@ -67,7 +67,7 @@ class GpuTask(Task):
     __slots__ = ("_gpu_id", "_stream", "_timing", "_local")
 
     def __init__(self, domain: Domain, name: str, stream: Any = 0) -> None:
-        timing = _state().timing
+        timing = runtime_state().timing
         super().__init__(check_domain(domain, "Task"), name)
         self._stream = stream_handle(stream)
         self._gpu_id = _native.register(_native.KIND_GPU, domain.utf8, self._name.encode())
@@ -79,9 +79,9 @@ class GpuTask(Task):
         """The handle of the stream it times."""
         return self._stream
 
-    def _spans(self) -> list[_Span | None]:
+    def _spans(self) -> list[Span | None]:
         try:
-            stack: list[_Span | None] = self._local.stack
+            stack: list[Span | None] = self._local.stack
         except AttributeError:
             stack = self._local.stack = []
         return stack
@@ -89,13 +89,13 @@ class GpuTask(Task):
     # The host range is Task's; the GPU span extends it (ranges._Range's hooks).
     hooked = True
 
-    def on_begin(self) -> _Span | None:
+    def on_begin(self) -> Span | None:
         """Record the span's start event on the stream, while recording."""
         if not flags_update(0, 0) & FLAG_RECORD:
             return None
         return self._timing.begin(self._gpu_id, self._stream)
 
-    def on_end(self, state: _Span | None) -> None:
+    def on_end(self, state: Span | None) -> None:
         """Record the end event of the span that on_begin started."""
         if state is not None:
             self._timing.end(state)
@@ -145,7 +145,7 @@ def gpu_range(name: str, stream: Any = 0, domain: Domain | None = None) -> GpuTa
         >>> with cuda.gpu_range("forward", stream=0):  # doctest: +SKIP
         ...     launch_kernels()
     """
-    state = _state()
+    state = runtime_state()
     dom = DOMAIN if domain is None else check_domain(domain, "gpu_range")
     handle = stream_handle(stream)
     task = state.ranges.get((dom.name, name, handle))

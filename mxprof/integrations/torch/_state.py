@@ -1,27 +1,18 @@
-"""What the adapter's hooks share: the calling thread's open calls, the lock, the core's calls."""
+"""What the adapter's hooks share: the calling thread's open calls (tls) and the lock."""
 
 from __future__ import annotations
 
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ... import _native
 from ..._session import SESSION
 
 if TYPE_CHECKING:
-    from ._backward import _Dispatch
-
-# The core's calls that the hooks make per module call, bound here as module
-# globals (the hooks import them by name) so that each costs one global load
-# and the cffi call, with no lookup on _native.
-_begin = _native.range_begin_token
-_end = _native.range_end_token
-_scope_set = _native.scope_set
-_flags = _native.flags_update  # (0, 0) reads the core's flags
-_clock = _native.clock_ns
+    from ._backward import Dispatch
 
 
-def _imperative_on() -> bool:
+def imperative_on() -> bool:
+    """Whether the configuration asks for module calls (profile_imperative or profile_all)."""
     cfg = SESSION.config
     return bool(cfg["profile_all"] or cfg["profile_imperative"])
 
@@ -35,8 +26,8 @@ class _ThreadState(threading.local):
         self.mem = -1  # CUDA ordinal of memory="delta" measurement, -1: none
         self.pass_no = 0  # outermost calls so far
         self.track = 0  # this thread's backward track
-        self.nodes: dict[int, tuple[Any, _Dispatch]] = {}  # this pass's hooked nodes
+        self.nodes: dict[int, tuple[Any, Dispatch]] = {}  # this pass's hooked nodes
 
 
-_tls = _ThreadState()
-_lock = threading.RLock()  # instrument, remove, attach (re-entered by a finalizer in GC)
+tls = _ThreadState()
+adapter_lock = threading.RLock()  # instrument, remove, attach (re-entered by a finalizer in GC)
