@@ -1,22 +1,44 @@
-"""The only importer of the compiled core: ``ffi``, ``lib`` and thin helpers.
+"""The native tier: the only importer of the compiled core (``ffi``, ``lib``).
 
-Everything above this module speaks Python; everything below it is the C API
-declared in ``native/include/mxprof.h``.  Errors come back from C as negative
-codes and leave here as exceptions (``check``).
+Three tiers, as in PyNaCl: the C API declared in ``native/include/mxprof.h``,
+this module, and the public objects above it.  Nothing above this module
+imports ``lib`` or ``ffi`` (``tools/structure_metrics.py`` counts them).  This
+module offers two kinds of names:
+
+- **Hot path: bindings.**  ``range_enter``, ``counter_add``, ``marker_mark``
+  ... are the cffi functions themselves, bound here once.  They never raise
+  because of the profiler's state and return the core's code as is: 0, or
+  ``NEW_THREAD`` (bit 0: the first call on this thread, after which the
+  caller runs ``_threads.register_current()``), and for the enter/exit calls
+  ``IN_LOOP``.  A caller that runs them per event binds them as module
+  globals (``from ._native import range_enter``): a lookup on cffi's ``lib``
+  costs more than the call's own overhead in CPython.
+- **Control plane: checked wrappers.**  One function per C call that
+  configures, reads or writes (``profile_begin``, ``memory_device``,
+  ``stats_snapshot`` ...), with one return-code policy: a negative code goes
+  through :func:`check`, which raises ``ConfigError`` (MXP_E_INVALID),
+  ``StateError`` (MXP_E_STATE) or ``ProfilerError`` (the rest), naming what
+  was asked.  Where a negative code is an answer the caller acts on rather
+  than a failure, the wrapper returns it, and its docstring says which
+  (``trace_flush``, ``trace_path_set``, ``trace_format``, ``memory_alloc``).
+
+Calls that return only a value (``clock_ns``, ``trace_pending``) are bound
+as they are.  The test seams (fake clock, reset) stand at the end.
 """
 
 from __future__ import annotations
 
 import errno as _errno
+import os
+import threading
+from collections.abc import Iterable, Iterator
 from typing import Any, Callable, NamedTuple, TypeVar
 
-from .errors import ProfilerError
+from .errors import ConfigError, ProfilerError, StateError
 
 try:
     from ._mxprof_native import ffi, lib
 except ImportError as e:  # pragma: no cover - depends on how mxprof was installed
-    import os
-
     raise ImportError(
         f"mxprof's compiled core is missing from {os.path.dirname(__file__)}: this looks "
         "like the source tree, which has no compiled core unless installed with "
@@ -28,6 +50,7 @@ lib.mxp_init()
 
 __all__ = [
     "COUNT_FIELDS",
+    "MemoryStat",
     "ObjectInfo",
     "Stat",
     "check",
@@ -35,12 +58,24 @@ __all__ = [
     "ffi",
     "lib",
     "object_info",
+    "object_names",
     "read_all",
     "register",
     "stats_snapshot",
     "strerror",
     "utf8",
 ]
+
+# ---- codes and constants (mxprof.h) ----
+
+OK = lib.MXP_OK
+NEW_THREAD = lib.MXP_NEW_THREAD  # a hot call's code (a token's bit 0): first call on this thread
+IN_LOOP = lib.MXP_IN_LOOP  # range_enter/frame_enter/range_exit: an asyncio loop runs here
+E_INVALID = lib.MXP_E_INVALID
+E_NOMEM = lib.MXP_E_NOMEM
+E_IO = lib.MXP_E_IO
+E_STATE = lib.MXP_E_STATE
+E_FULL = lib.MXP_E_FULL
 
 KIND_TASK = lib.MXP_KIND_TASK
 KIND_FRAME = lib.MXP_KIND_FRAME
@@ -58,19 +93,78 @@ FLAG_AGGREGATE = lib.MXP_FLAG_AGGREGATE
 FLAG_MEMORY = lib.MXP_FLAG_MEMORY
 FLAG_MEMORY_EVENTS = lib.MXP_FLAG_MEMORY_EVENTS
 
+DEVICE_CPU = lib.MXP_DEVICE_CPU
+DEVICE_GPU = lib.MXP_DEVICE_GPU
+MEMORY_UNKNOWN = lib.MXP_MEMORY_UNKNOWN  # or'ed into memory_free's code: no such allocation
+
+FORMAT_JSON = lib.MXP_FORMAT_JSON
+FORMAT_JSON_GZ = lib.MXP_FORMAT_JSON_GZ
+FORMAT_PERFETTO = lib.MXP_FORMAT_PERFETTO
+
+# ---- hot path: the cffi functions, bound once (see the module docstring) ----
+
+range_enter = lib.mxp_range_enter
+frame_enter = lib.mxp_frame_enter
+range_exit = lib.mxp_range_exit
+range_begin_token = lib.mxp_range_begin_token
+range_end_token = lib.mxp_range_end_token
+track_begin = lib.mxp_track_begin
+track_end = lib.mxp_track_end
+range_add = lib.mxp_range_add
+counter_init = lib.mxp_counter_init
+counter_set = lib.mxp_counter_set
+counter_add = lib.mxp_counter_add
+counter_sub = lib.mxp_counter_sub
+counter_add_wide = lib.mxp_counter_add_wide
+counter_saturate = lib.mxp_counter_saturate
+counter_value = lib.mxp_counter_value
+marker_mark = lib.mxp_marker_mark
+scope_set = lib.mxp_scope_set
+memory_free = lib.mxp_memory_free  # NEW_THREAD and MEMORY_UNKNOWN bits
+flags_update = lib.mxp_flags_update  # (0, 0) reads the flags
+thread_tid = lib.mxp_thread_tid
+thread_loop_set = lib.mxp_thread_loop_set
+# Its codes are not checked: names are pushed at every trace write, also
+# from a signal handler; a name the core cannot keep leaves the old one.
+thread_name_set = lib.mxp_thread_name_set
+track_close = lib.mxp_track_close  # E_INVALID only for a tid that is not open
+
+# ---- values only (no error codes) ----
+
+clock_ns = lib.mxp_clock_ns
+clock_wall_ns = lib.mxp_clock_wall_ns
+trace_pending = lib.mxp_trace_pending
+trace_errno = lib.mxp_trace_errno
+stats_recorded_ns = lib.mxp_stats_recorded_ns
+stats_reset = lib.mxp_stats_reset
+flush_wait = lib.mxp_flush_wait  # 1 when woken, 0 on timeout
+flush_wake = lib.mxp_flush_wake
+
+# ---- control plane: one return-code policy ----
+
 _MESSAGES = {
-    lib.MXP_E_INVALID: "invalid argument",
-    lib.MXP_E_NOMEM: "out of memory",
-    lib.MXP_E_IO: "I/O error",
-    lib.MXP_E_STATE: "not possible in the current state",
-    lib.MXP_E_FULL: "table full",
+    E_INVALID: "invalid argument",
+    E_NOMEM: "out of memory",
+    E_IO: "I/O error",
+    E_STATE: "not possible in the current state",
+    E_FULL: "table full",
 }
+_ERRORS: dict[int, type[ProfilerError]] = {E_INVALID: ConfigError, E_STATE: StateError}
 
 
 def check(rc: int, what: str) -> int:
-    """Raise ProfilerError for a negative return code; return rc otherwise."""
+    """Raise for a negative return code of the core; return rc otherwise.
+
+    ``ConfigError`` for MXP_E_INVALID, ``StateError`` for MXP_E_STATE,
+    ``ProfilerError`` for every other code; the message starts with what.
+
+    Example:
+        >>> check(0, "setting the limit")
+        0
+    """
     if rc < 0:
-        raise ProfilerError(f"{what}: {_MESSAGES.get(rc, f'error {rc}')}")
+        error = _ERRORS.get(rc, ProfilerError)
+        raise error(f"{what}: {_MESSAGES.get(rc, f'error {rc}')}")
     return rc
 
 
@@ -79,8 +173,6 @@ def utf8(text: str, what: str) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as e:
-        from .errors import ConfigError
-
         raise ConfigError(f"{what} {text!r} is not valid Unicode text ({e.reason})") from None
 
 
@@ -101,7 +193,7 @@ def register(kind: int, domain: bytes, name: bytes) -> int:
     """
     out = ffi.new("uint32_t *")
     rc = lib.mxp_object_register(kind, domain, len(domain), name, len(name), out)
-    if rc < 0 and rc != lib.MXP_E_FULL:
+    if rc < 0 and rc != E_FULL:
         check(rc, "registering an object")
     return int(out[0])
 
@@ -151,6 +243,17 @@ class Stat(NamedTuple):
     p99: int
 
 
+def object_names(ids: Iterable[int]) -> Iterator[tuple[int, bytes, bytes]]:
+    """(id, domain, name) of each interned object id, as the core keeps them
+    (UTF-8 bytes).  One set of out-parameters serves every id, so that
+    learning many names at once costs no allocation per name."""
+    name, name_len = ffi.new("const char **"), ffi.new("size_t *")
+    dom, dom_len = ffi.new("const char **"), ffi.new("size_t *")
+    for oid in ids:
+        check(lib.mxp_object_info(oid, ffi.NULL, name, name_len, dom, dom_len), f"object {oid}")
+        yield oid, ffi.unpack(dom[0], dom_len[0]), ffi.unpack(name[0], name_len[0])
+
+
 T = TypeVar("T")
 
 
@@ -168,7 +271,7 @@ def read_all(
     while True:
         buf = ffi.new(f"{ctype}[]", cap)
         rc = fill(buf, cap, n)
-        if rc != lib.MXP_E_FULL:
+        if rc != E_FULL:
             break
         cap = n[0] + 64
     check(rc, what)
@@ -211,6 +314,163 @@ def counts() -> dict[str, int]:
 
 def strerror(code: int) -> str:
     """errno as text, e.g. 'EACCES (Permission denied)'."""
-    import os
-
     return f"{_errno.errorcode.get(code, code)} ({os.strerror(code)})"
+
+
+# ---- tracks ----
+
+
+def track_open(name: bytes) -> int:
+    """A new track with its own range stack (an asyncio task's); its tid, or
+    0 when the core cannot make one (never raises: the task's ranges then
+    stay on its thread)."""
+    out = ffi.new("uint32_t *")
+    if lib.mxp_track_open(name, len(name), out) < 0:
+        return 0
+    return int(out[0])
+
+
+# ---- memory ----
+
+
+def memory_device(kind: int, ordinal: int, what: str) -> int:
+    """The core's slot of a device (DEVICE_CPU/DEVICE_GPU, ordinal)."""
+    out = ffi.new("uint32_t *")
+    check(lib.mxp_memory_device(kind, ordinal, out), what)
+    return int(out[0])
+
+
+class _HandleOut(threading.local):
+    """Where the core writes a new handle: one per thread (the call releases
+    the GIL, so a shared one could be overwritten before it is read)."""
+
+    def __init__(self) -> None:
+        self.out = ffi.new("uint64_t *")
+
+
+_handle = _HandleOut()
+
+
+def memory_alloc(
+    ptr: int, nbytes: int, actual: int, device: int, scope: int, tag: int, reuse: bool
+) -> tuple[int, int]:
+    """Record an allocation: (code, handle).
+
+    code is 0 or NEW_THREAD, and handle is ptr or the new handle; while
+    memory is not recorded the code is E_STATE (an answer, not an error) and
+    nothing is recorded.  Any other negative code raises (:func:`check`).
+    """
+    out = _handle.out
+    rc = lib.mxp_memory_alloc(ptr, nbytes, actual, device, scope, tag, 1 if reuse else 0, out)
+    if rc == E_STATE:
+        return rc, 0
+    check(rc, "recording an allocation")
+    return rc, int(out[0])
+
+
+class MemoryStat(NamedTuple):
+    """Memory use of one device slot or scope (``mxp_memory_stat``)."""
+
+    counter: int
+    is_scope: bool
+    key: int
+    current: int
+    peak: int
+    allocated: int
+    allocs: int
+    frees: int
+
+
+def memory_live() -> list[tuple[int, int, int, int, int, int, bool]]:
+    """Every live allocation: (ptr, bytes, actual, device slot, scope id, tag id, reuse)."""
+    return read_all(
+        "mxp_alloc",
+        lib.mxp_memory_live,
+        lambda a: (a.ptr, a.bytes, a.actual, a.device, a.scope, a.tag, bool(a.reuse)),
+        "reading live allocations",
+    )
+
+
+def memory_usage() -> list[MemoryStat]:
+    """Use per device slot, then per scope, each in order of first use."""
+    return read_all(
+        "mxp_memory_stat",
+        lib.mxp_memory_usage,
+        lambda s: MemoryStat(
+            s.counter, bool(s.is_scope), s.key, s.current, s.peak, s.allocated, s.allocs, s.frees
+        ),
+        "reading memory usage",
+    )
+
+
+# ---- profiles and trace files ----
+
+
+def max_events_set(max_events: int) -> None:
+    """The most trace records held in memory (0: no limit)."""
+    check(lib.mxp_max_events_set(max_events), "setting max_events")
+
+
+def flush_threshold_set(records: int) -> None:
+    """Wake the background writer once this many records wait (0: never)."""
+    check(lib.mxp_flush_threshold_set(records), "setting the flush threshold")
+
+
+def profile_begin() -> None:
+    """Begin a new profile (see ``mxp_profile_begin``)."""
+    check(lib.mxp_profile_begin(), "beginning a profile")
+
+
+def trace_meta_set(process: bytes, top_json: bytes, other_json: bytes) -> None:
+    """The metadata written with every later trailer."""
+    check(
+        lib.mxp_trace_meta_set(
+            process, len(process), top_json, len(top_json), other_json, len(other_json)
+        ),
+        "setting the trace's metadata",
+    )
+
+
+def trace_format(path: bytes) -> int:
+    """The FORMAT_* a trace file named path is written in, or E_INVALID (an
+    answer) when this build cannot write it (gzip without zlib)."""
+    return int(lib.mxp_trace_format(path, len(path)))
+
+
+def trace_path_set(path: bytes) -> int:
+    """Use path from the next write on.  Returns 0, or (answers) E_IO when
+    the old path could not be written first (the switch still happened;
+    errno in :func:`trace_errno`) and E_INVALID when this build cannot write
+    path's format (no change)."""
+    return int(lib.mxp_trace_path_set(path, len(path)))
+
+
+def trace_flush(finish: bool) -> int:
+    """Write the buffered records.  Returns 0, or (answers) E_IO when the
+    write failed (errno in :func:`trace_errno`; the records stay buffered)
+    and E_STATE when no profile is open or it has no path."""
+    return int(lib.mxp_trace_flush(1 if finish else 0))
+
+
+def trace_continue(path: bytes) -> None:
+    """Continue a finished profile's file in a new file at path."""
+    check(lib.mxp_trace_continue(path, len(path)), "continuing the trace")
+
+
+def trace_discard() -> None:
+    """Drop every buffered record unwritten."""
+    check(lib.mxp_trace_discard(), "discarding the trace")
+
+
+def ranges_cut() -> int:
+    """End every open range now, cut short; how many.  Out of memory is an
+    answer (E_NOMEM): the ranges left open end later as usual, so a stop
+    never fails for it."""
+    return int(lib.mxp_ranges_cut())
+
+
+# ---- test seams (mxprof._testing, benchmarks) ----
+
+reset_for_testing = lib.mxp_reset  # forget all state except interned objects
+clock_fake = lib.mxp_clock_fake  # (1, now_ns) freezes the clock; (0, 0) thaws it
+clock_fake_advance = lib.mxp_clock_fake_advance

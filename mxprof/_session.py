@@ -13,6 +13,7 @@ reads the core's flags, which this module keeps in step with the state.
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import socket
 import sys
@@ -21,7 +22,7 @@ import warnings
 from types import FrameType
 from typing import Any, Callable
 
-from . import _children, _signals, _threads, config
+from . import _children, _native, _signals, _threads, config
 from ._native import (
     COUNT_FIELDS,
     FLAG_AGGREGATE,
@@ -29,12 +30,12 @@ from ._native import (
     FLAG_MEMORY_EVENTS,
     FLAG_RECORD,
     FLAG_TRACE,
-    lib,
     strerror,
     utf8,
 )
 from ._tracejson import dumps as trace_json
 from ._version import __version__
+from .domain import Domain
 from .errors import ConfigError, OutputError, ProfilerError, StateError
 
 STATES = ("run", "stop")
@@ -110,7 +111,7 @@ class _Flusher:
         # The core waits in int64 ns (config keeps the period within it).
         timeout_ns = min(max(round(self.period * 1e9), 1), 2**63 - 1)
         while not self._stop.is_set():
-            lib.mxp_flush_wait(timeout_ns)
+            _native.flush_wait(timeout_ns)
             if self._stop.is_set():
                 return
             try:
@@ -139,7 +140,7 @@ class _Flusher:
     def stop(self) -> None:
         """Stop and wait; safe with the session lock held (see background_flush)."""
         self._stop.set()
-        lib.mxp_flush_wake()
+        _native.flush_wake()
         if threading.current_thread() is not self.thread:
             self.thread.join()
 
@@ -199,9 +200,9 @@ class Session:
         if self.state == "run" and config.source_enabled(self.config, "profile_memory"):
             want |= FLAG_MEMORY | (FLAG_MEMORY_EVENTS if self.config["memory_events"] else 0)
         every = FLAG_RECORD | FLAG_TRACE | FLAG_AGGREGATE | FLAG_MEMORY | FLAG_MEMORY_EVENTS
-        lib.mxp_flags_update(want, every & ~want)
+        _native.flags_update(want, every & ~want)
         if self.config["max_events"] != self.applied_max_events:
-            lib.mxp_max_events_set(self.config["max_events"])
+            _native.max_events_set(self.config["max_events"])
             self.applied_max_events = self.config["max_events"]
         period = self.config["dump_period"]
         wanted = self.writing and self.config["continuous_dump"]
@@ -210,7 +211,7 @@ class Session:
             self.flusher = None
         if wanted and self.flusher is None:
             self.flusher = _Flusher(self, period)
-        lib.mxp_flush_threshold_set(self.config["dump_events"] if wanted else 0)
+        _native.flush_threshold_set(self.config["dump_events"] if wanted else 0)
         if self.profile_open and self.state == "run" and self.config["follow_children"]:
             base = self.inherited_base or self.config["filename"]
             _children.export(self.config, base, self.paused)
@@ -222,7 +223,7 @@ class Session:
 
     def begin_profile(self) -> None:
         self.close_continuation()
-        lib.mxp_profile_begin()
+        _native.profile_begin()
         argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
         process = utf8(argv0 if argv0 not in ("", "-c", "-m") else "python", "process name")
         other = (
@@ -242,7 +243,7 @@ class Session:
         """Hand the core the profile's metadata (written with every trailer)."""
         process, other = self.meta
         top = self.top_json.encode()
-        lib.mxp_trace_meta_set(process, len(process), top, len(top), other, len(other))
+        _native.trace_meta_set(process, top, other)
 
     def set_top_json(self, text: str) -> None:
         """Extra top-level members of the trace (e.g. '"distributedInfo":{...}')."""
@@ -253,13 +254,13 @@ class Session:
     def set_path(self, path: str) -> None:
         """Point the core at path; this profile's events so far go to the old one."""
         data = utf8(path, "filename")
-        rc = lib.mxp_trace_path_set(data, len(data))
-        if rc != lib.MXP_E_INVALID and path not in self.trace_paths:
+        rc = _native.trace_path_set(data)
+        if rc != _native.E_INVALID and path not in self.trace_paths:
             self.trace_paths.append(path)
-        if rc == lib.MXP_E_IO:
+        if rc == _native.E_IO:
             warn(
                 "mxprof: could not write the trace file before switching to "
-                f"{path!r}: {strerror(lib.mxp_trace_errno())}; its events go to {path!r}"
+                f"{path!r}: {strerror(_native.trace_errno())}; its events go to {path!r}"
             )
         elif self.pending is not None:
             warn(f"mxprof: {self.pending}; the events it kept go to {path!r}")
@@ -290,12 +291,12 @@ class Session:
         """Before a write while continuing: open the next file, named after
         the finished one; False when nothing waits to be written."""
         assert self.continuation is not None
-        if lib.mxp_trace_pending() == 0:
+        if _native.trace_pending() == 0:
             return False
         self.segments += 1
         path = _children.with_infix(self.continuation, f"-{self.segments}")
         data = utf8(path, "filename")
-        lib.mxp_trace_continue(data, len(data))
+        _native.trace_continue(data)
         self.trace_paths.append(path)
         warn(
             f"mxprof: events were recorded after dump(finished=True) completed "
@@ -316,14 +317,12 @@ class Session:
         # A finishing write times nothing: its range would end after the file.
         if recording and not finish and config.source_enabled(self.config, "profile_api"):
             if self._flush_task is None:
-                from .domain import Domain
-
                 self._flush_task = Domain("mxprof").new_task("flush")
             task = self._flush_task
         if task is not None:
             task.start()
         try:
-            rc = lib.mxp_trace_flush(1 if finish else 0)
+            rc = _native.trace_flush(finish)
         finally:
             if task is not None:
                 task.stop()
@@ -335,12 +334,10 @@ class Session:
                 )
             self.pending = None
             return
-        if rc == lib.MXP_E_STATE:
+        if rc == _native.E_STATE:
             raise StateError("no trace file to write: the profile has no path")
-        import errno
-
         path = self.config["filename"]
-        code = lib.mxp_trace_errno()
+        code = _native.trace_errno()
         why = {
             errno.ESPIPE: "; a pipe or socket cannot hold a trace, whose end is rewritten at "
             "every write: use a regular file (or a device such as /dev/null)",
@@ -379,7 +376,7 @@ class Session:
 
     def cut_open_ranges(self) -> None:
         """Close every range open on any thread or task as ending now, cut short."""
-        lib.mxp_ranges_cut()
+        _native.ranges_cut()
         _threads.register_current()  # the cut may be this thread's first call
 
     def end_profile(self) -> None:
@@ -395,7 +392,7 @@ class Session:
     def discard_profile(self) -> str:
         """End the profile without writing what it still buffers; its path."""
         with self.lock:
-            lib.mxp_trace_discard()
+            _native.trace_discard()
             self.end_profile()
             return str(self.config["filename"])
 

@@ -27,17 +27,15 @@ from asyncio.events import _get_running_loop as running_loop
 from threading import get_ident
 from typing import Any, Callable
 
-from ._native import ffi, lib
+from . import _native
+from ._native import IN_LOOP, NEW_THREAD
+from ._native import track_begin as _track_begin
+from ._native import track_end as _track_end
 from ._threads import register_current
 
 __all__ = ["begun", "ended", "install", "running_loop", "track_of"]
 
-IN_LOOP = lib.MXP_IN_LOOP
-NEW_THREAD = lib.MXP_NEW_THREAD
-
 _current_task = asyncio.current_task
-_track_begin = lib.mxp_track_begin
-_track_end = lib.mxp_track_end
 _tracks: dict[asyncio.Task[Any], int] = {}
 # The loop running on each thread (by thread ident), as _set_running_loop
 # was told: cheaper to look up than asking asyncio (which, in Python 3.11,
@@ -67,10 +65,9 @@ def _open(task: asyncio.Task[Any]) -> int:
         name = task.get_name().encode("utf-8", "replace")
     except Exception:  # a Task-like object from another event loop library
         name = b"asyncio task"
-    out = ffi.new("uint32_t *")
-    if lib.mxp_track_open(name, len(name), out) < 0:
+    tid = _native.track_open(name)
+    if not tid:
         return 0
-    tid = int(out[0])
     _tracks[task] = tid
     task.add_done_callback(_close)
     return tid
@@ -79,7 +76,7 @@ def _open(task: asyncio.Task[Any]) -> int:
 def _close(task: asyncio.Task[Any]) -> None:
     tid = _tracks.pop(task, None)
     if tid is not None:
-        lib.mxp_track_close(tid)
+        _native.track_close(tid)
 
 
 def begun(rc: int, rid: int) -> None:
@@ -111,7 +108,7 @@ def _announce(loop: Any) -> None:
         _loops.pop(get_ident(), None)
     else:
         _loops[get_ident()] = loop
-    if lib.mxp_thread_loop_set(0 if loop is None else 1) == NEW_THREAD:
+    if _native.thread_loop_set(0 if loop is None else 1) == NEW_THREAD:
         register_current()
 
 

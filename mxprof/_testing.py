@@ -12,8 +12,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from . import memory
-from ._native import lib
+from . import _native, control, memory
 from ._session import SESSION
 
 
@@ -22,8 +21,8 @@ def reset() -> None:
     with SESSION.lock:
         if SESSION.flusher is not None:
             SESSION.flusher.stop()
-        lib.mxp_reset()
-        memory._state["gpu_used"] = False
+        _native.reset_for_testing()
+        memory.reset()
         SESSION.reset()
         SESSION.sync()
 
@@ -36,25 +35,21 @@ def fake_clock(start_ns: int = 0) -> Iterator[Callable[[int], None]]:
         >>> with fake_clock() as advance:  # doctest: +SKIP
         ...     task.start(); advance(1_000_000); task.stop()   # exactly 1 ms
     """
-    lib.mxp_clock_fake(1, start_ns)
+    _native.clock_fake(1, start_ns)
     try:
-        yield lib.mxp_clock_fake_advance
+        yield _native.clock_fake_advance
     finally:
-        lib.mxp_clock_fake(0, 0)
+        _native.clock_fake(0, 0)
 
 
 def start(trace_file: object, **config: Any) -> None:
     """Record into trace_file with statistics on and mxprof's own tasks off."""
-    from . import control
-
     control.set_config(filename=str(trace_file), aggregate_stats=True, profile_api=False, **config)
     control.set_state("run")
 
 
 def finish(trace_file: object) -> dict[str, Any]:
     """Stop, write, and parse the trace file."""
-    from . import control
-
     control.set_state("stop")
     control.dump()
     return load_trace(trace_file)

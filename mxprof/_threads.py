@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import threading
 
-from ._native import lib
+from . import _native
 
 _known: dict[int, threading.Thread] = {}
 
 
 def register_current() -> None:
     """Remember the calling thread under its trace id."""
-    _known[lib.mxp_thread_tid()] = threading.current_thread()
+    _known[_native.thread_tid()] = threading.current_thread()
 
 
 def sync_names() -> None:
     """Push every known thread's current name into the core."""
     for tid, thread in list(_known.items()):
         name = thread.name.encode("utf-8", "replace")
-        lib.mxp_thread_name_set(tid, name, len(name))
+        _native.thread_name_set(tid, name, len(name))
         if not thread.is_alive():
             # Its final name is in the core now; let the Thread object go.
             _known.pop(tid, None)

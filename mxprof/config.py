@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from . import _native
 from .errors import ConfigError
 
 
@@ -69,10 +70,7 @@ def _path(key: str, value: Any) -> str:
 
 def _filename(key: str, value: Any) -> str:
     path = _path(key, value)
-    from ._native import lib  # config is imported before _native elsewhere
-
-    data = path.encode("utf-8")
-    if lib.mxp_trace_format(data, len(data)) < 0:
+    if _native.trace_format(path.encode("utf-8")) < 0:
         raise ConfigError(
             f"{key} {path!r}: gzip output needs zlib, and this build of mxprof has none "
             "(reinstall it where zlib's header, zlib.h, is present)"

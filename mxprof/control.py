@@ -8,6 +8,7 @@ from . import _session, config
 from ._session import SESSION, STATES, check_process, remote
 from .config import check_bool
 from .errors import ConfigError, OutputError, StateError
+from .memory import csv_path, write_gpu_csv
 
 
 def set_config(**kwargs: Any) -> None:
@@ -177,8 +178,6 @@ def dump(finished: bool = True, profile_process: str = "worker") -> None:
 
 
 def _write_gpu_csv(prefix: str) -> None:
-    from .memory import csv_path, write_gpu_csv
-
     try:
         write_gpu_csv(prefix)
     except OSError as e:

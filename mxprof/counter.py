@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import SupportsInt
+from typing import TYPE_CHECKING, SupportsInt
 
 from . import _native
-from ._native import lib
-from ._threads import register_current
-from .domain import Domain, Named, check_domain
+from ._named import Named, check_domain
 
-_set = lib.mxp_counter_set
-_add = lib.mxp_counter_add
-_sub = lib.mxp_counter_sub
-_value = lib.mxp_counter_value
+# The per-event calls, bound as module globals: a lookup on _native (or
+# cffi's lib) per update would cost about as much as the call itself.
+from ._native import counter_add as _add
+from ._native import counter_set as _set
+from ._native import counter_sub as _sub
+from ._native import counter_value as _value
+from ._threads import register_current
+
+if TYPE_CHECKING:
+    from .domain import Domain
 
 _MIN = -(2**63)
 _MAX = 2**63 - 1
@@ -73,10 +77,10 @@ class Counter(Named):
         if value is None:
             return
         try:
-            rc = lib.mxp_counter_init(self._id, value)
+            rc = _native.counter_init(self._id, value)
         except _REFUSED:
             rc = self._update(_INIT, value, "the initial value")
-        if rc == 1:
+        if rc == _native.NEW_THREAD:
             register_current()
 
     @property
@@ -142,12 +146,12 @@ class Counter(Named):
             number = -number
         rc: int
         if _MIN <= number <= _MAX:  # a float, or a number type cffi does not convert
-            call = lib.mxp_counter_init if op == _INIT else _set if op == _SET else _add
+            call = _native.counter_init if op == _INIT else _set if op == _SET else _add
             rc = call(self._id, number)
         elif op in (_INIT, _SET) or abs(number) >= _WIDE:  # the result is a limit
-            rc = lib.mxp_counter_saturate(self._id, number < 0, op == _INIT)
+            rc = _native.counter_saturate(self._id, number < 0, op == _INIT)
         else:
-            rc = lib.mxp_counter_add_wide(self._id, number < 0, abs(number))
+            rc = _native.counter_add_wide(self._id, number < 0, abs(number))
         return rc
 
     def _integer(self, value: object, what: str) -> int:

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _native
-from ._native import lib
+from ._named import Named, check_domain
+
+# Bound as a module global: one cffi call per mark, no lookup on _native.
+from ._native import marker_mark as _mark
 from ._threads import register_current
-from .domain import Domain, Named, check_domain
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .domain import Domain
 
 # MXNet's (and ITT's) scope names and values.
 SCOPES = {"global": 1, "process": 2, "thread": 3, "task": 4, "marker": 5}
-
-_mark = lib.mxp_marker_mark
 
 
 class Marker(Named):

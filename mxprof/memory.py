@@ -24,22 +24,23 @@ import csv
 import io
 import os
 import re
-import threading
 from typing import NamedTuple, Union
 
 from . import _native
-from ._native import ffi, lib
+from ._native import DEVICE_CPU, DEVICE_GPU, MEMORY_UNKNOWN, NEW_THREAD
 from ._threads import register_current
 from .scope import DEFAULT, current_scope, scope_id
 
 __all__ = [
     "Allocation",
     "Usage",
+    "check_size",
     "csv_path",
     "device_name",
     "live",
     "record_alloc",
     "record_free",
+    "reset",
     "usage",
     "write_gpu_csv",
 ]
@@ -65,7 +66,7 @@ def _parse(device: Device) -> tuple[int, int]:
     if isinstance(device, int):
         if device < 0:
             raise ValueError(f"device ordinal must be >= 0, got {device}")
-        kind, ordinal = lib.MXP_DEVICE_GPU, device
+        kind, ordinal = DEVICE_GPU, device
     else:
         m = _DEVICE_RE.match(device.strip().lower())
         if m is None:
@@ -73,7 +74,7 @@ def _parse(device: Device) -> tuple[int, int]:
                 f"device must be 'cpu', 'cpu:N', 'gpu:N', 'cuda:N' (or '/' for ':') or an int "
                 f"GPU ordinal, got {device!r}"
             )
-        kind = lib.MXP_DEVICE_CPU if m.group(1) == "cpu" else lib.MXP_DEVICE_GPU
+        kind = DEVICE_CPU if m.group(1) == "cpu" else DEVICE_GPU
         ordinal = int(m.group(2) or 0)
     if ordinal >= _ORDINALS:
         where = "" if isinstance(device, int) else f" in {device!r}"
@@ -85,12 +86,10 @@ def _slot(device: Device) -> int:
     slot = _slots.get(device)
     if slot is None:
         kind, ordinal = _parse(device)
-        out = ffi.new("uint32_t *")
-        _native.check(lib.mxp_memory_device(kind, ordinal, out), f"device {device!r}")
-        slot = int(out[0])
+        slot = _native.memory_device(kind, ordinal, f"device {device!r}")
         _slots[device] = slot
-        _names[slot] = f"{'gpu' if kind == lib.MXP_DEVICE_GPU else 'cpu'}/{ordinal}"
-        if kind == lib.MXP_DEVICE_GPU:
+        _names[slot] = f"{'gpu' if kind == DEVICE_GPU else 'cpu'}/{ordinal}"
+        if kind == DEVICE_GPU:
             _gpu_slots.add(slot)
     return slot
 
@@ -113,7 +112,9 @@ def _tag(tag: str) -> int:
     return scope_id(tag) if tag else 0
 
 
-def _size(what: str, value: object) -> int:
+def check_size(what: str, value: object) -> int:
+    """value when it is an int number of bytes within 0 .. 2**63 - 1, else
+    TypeError / ValueError naming what.  Example: ``check_size("nbytes", 4096)``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(
             f"{what} must be an int number of bytes, got {type(value).__name__} {value!r}"
@@ -131,17 +132,6 @@ def _ptr(value: object) -> int:
     if not 0 <= value < 2**64:
         raise ValueError(f"ptr must be within 0 .. 2**64 - 1, got {value}")
     return value
-
-
-class _HandleOut(threading.local):
-    """Where the core writes a new handle: one per thread (the call releases
-    the GIL, so a shared one could be overwritten before it is read)."""
-
-    def __init__(self) -> None:
-        self.out = ffi.new("uint64_t *")
-
-
-_handle = _HandleOut()
 
 
 def record_alloc(
@@ -188,26 +178,23 @@ def record_alloc(
         True
         >>> mxprof.set_state("stop")
     """
-    nbytes = _size("nbytes", nbytes)
-    taken = nbytes if actual is None else _size("actual", actual)
+    nbytes = check_size("nbytes", nbytes)
+    taken = nbytes if actual is None else check_size("actual", actual)
     address = 0 if ptr is None else _ptr(ptr)
     if ptr is not None and address == 0:
         raise ValueError("ptr must not be 0 (pass None to get a handle)")
     slot = _slot(device)
     tag_id = _tag(tag)
-    out = _handle.out
-    rc = lib.mxp_memory_alloc(
-        address, nbytes, taken, slot, scope_id(current_scope()), tag_id, 1 if reuse else 0, out
+    rc, handle = _native.memory_alloc(
+        address, nbytes, taken, slot, scope_id(current_scope()), tag_id, reuse
     )
-    if rc == 1:  # the first call this thread makes into the core
+    if rc == NEW_THREAD:  # the first call this thread makes into the core
         register_current()
-        rc = 0
-    if rc == lib.MXP_E_STATE:
+    elif rc:  # memory is not being recorded
         return 0
-    _native.check(rc, "recording an allocation")
     if slot in _gpu_slots:
         _state["gpu_used"] = True
-    return address or int(out[0])
+    return address or handle
 
 
 def record_free(ptr: int) -> bool:
@@ -221,10 +208,10 @@ def record_free(ptr: int) -> bool:
     address = _ptr(ptr)
     if address == 0:
         return False
-    rc = lib.mxp_memory_free(address)
-    if rc & 1:  # the first call this thread makes into the core
+    rc = _native.memory_free(address)
+    if rc & NEW_THREAD:  # the first call this thread makes into the core
         register_current()
-    return not rc & lib.MXP_MEMORY_UNKNOWN
+    return not rc & MEMORY_UNKNOWN
 
 
 class Allocation(NamedTuple):
@@ -264,7 +251,7 @@ def _name_of(oid: int) -> str:
 def _slot_name(slot: int) -> str:
     name = _names.get(slot)
     if name is None:  # registered by native code: its counter is "Memory: <name>"
-        for s in _usage_raw():
+        for s in _native.memory_usage():
             if not s.is_scope and s.key == slot:
                 name = _native.object_info(s.counter).name.removeprefix("Memory: ")
                 _names[slot] = name
@@ -276,12 +263,6 @@ def _slot_name(slot: int) -> str:
 
 def live() -> list[Allocation]:
     """Every allocation recorded and not yet freed, in no particular order."""
-    raw = _native.read_all(
-        "mxp_alloc",
-        lib.mxp_memory_live,
-        lambda a: (a.ptr, a.bytes, a.actual, a.device, a.scope, a.tag, a.reuse),
-        "reading live allocations",
-    )
     return [
         Allocation(
             ptr,
@@ -290,44 +271,28 @@ def live() -> list[Allocation]:
             _slot_name(device),
             _name_of(scope),
             "" if tag == 0 else _native.object_info(tag).name,
-            bool(reuse),
+            reuse,
         )
-        for ptr, nbytes, actual, device, scope, tag, reuse in raw
+        for ptr, nbytes, actual, device, scope, tag, reuse in _native.memory_live()
     ]
-
-
-class _RawUsage(NamedTuple):
-    counter: int
-    is_scope: bool
-    key: int
-    current: int
-    peak: int
-    allocated: int
-    allocs: int
-    frees: int
-
-
-def _usage_raw() -> list[_RawUsage]:
-    return _native.read_all(
-        "mxp_memory_stat",
-        lib.mxp_memory_usage,
-        lambda s: _RawUsage(
-            s.counter, bool(s.is_scope), s.key, s.current, s.peak, s.allocated, s.allocs, s.frees
-        ),
-        "reading memory usage",
-    )
 
 
 def usage() -> list[Usage]:
     """Devices (in order of first use), then scopes (likewise)."""
     out = []
-    for s in _usage_raw():
+    for s in _native.memory_usage():
         if s.is_scope:
             kind, name = "scope", _name_of(s.key)
         else:
             kind, name = "device", _slot_name(s.key)
         out.append(Usage(kind, name, s.current, s.peak, s.allocated, s.allocs, s.frees, s.counter))
     return out
+
+
+def reset() -> None:
+    """Forget that a GPU allocation was recorded (no CSV is due until the
+    next); the core's own tables are reset with the core (``mxprof._testing``)."""
+    _state["gpu_used"] = False
 
 
 def csv_path(prefix: str) -> str:

@@ -20,26 +20,66 @@ range; a stop with no start anywhere is tallied, never raised.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from . import _native, _tasks
-from ._native import lib
+from ._named import Named, check_domain
+
+# The per-event calls, bound as module globals: each start/stop is then one
+# global load and one cffi call (a lookup on _native or cffi's lib per event
+# would cost about as much as the call).
+from ._native import NEW_THREAD
+from ._native import frame_enter as _frame_begin
+from ._native import range_begin_token as _begin_token
+from ._native import range_end_token as _end_token
+from ._native import range_enter as _begin
+from ._native import range_exit as _end
+from ._native import track_begin as _track_begin
+from ._native import track_end as _track_end
 from ._tasks import begun as _begun
 from ._tasks import ended as _ended
 from ._tasks import running_loop as _loop
 from ._threads import register_current
-from .domain import Domain, Named, check_domain
+from .errors import DeviceUnavailable
+
+if TYPE_CHECKING:
+    from .domain import Domain
+
+__all__ = ["Event", "Frame", "Task", "set_stream_task"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_begin = lib.mxp_range_enter
-_frame_begin = lib.mxp_frame_enter
-_end = lib.mxp_range_exit
-_begin_token = lib.mxp_range_begin_token
-_end_token = lib.mxp_range_end_token
-_track_begin = lib.mxp_track_begin
-_track_end = lib.mxp_track_end
+# What Task(domain, name, stream=s) makes: mxprof.cuda sets it when imported
+# (set_stream_task), so that this module needs no device code.
+_stream_task: type[Task] | None = None
+
+
+def set_stream_task(cls: type[Task]) -> None:
+    """Make ``Task(domain, name, stream=s)`` an instance of cls (a Task
+    subclass taking ``(domain, name, stream)``).  ``mxprof.cuda`` calls this
+    with :class:`mxprof.cuda.GpuTask` when it is imported.
+
+    Example: ``ranges.set_stream_task(GpuTask)``.
+    """
+    global _stream_task
+    _stream_task = cls
+
+
+def _stream_class() -> type[Task]:
+    if _stream_task is None:
+        # The optional CUDA extension registers itself on import; mxprof.cuda
+        # imports no CUDA library, so this fails only with a broken install.
+        try:
+            importlib.import_module(".cuda", __package__)
+        except ImportError as e:
+            raise DeviceUnavailable(
+                f"Task(..., stream=...) needs mxprof.cuda, which cannot be imported ({e}); "
+                'install it with pip install "mxprof[cuda]"'
+            ) from e
+    assert _stream_task is not None, "mxprof.cuda did not register its stream task"
+    return _stream_task
 
 
 class _Range(Named):
@@ -73,6 +113,27 @@ class _Range(Named):
         if rc:
             _ended(rc, self._id)
 
+    # Extension point: a subclass that times something more with each range
+    # (mxprof.cuda.GpuTask: the span on a CUDA stream) overrides on_begin and
+    # on_end; the decorator below then calls them around every call.
+    hooked = False  # set by a subclass that overrides on_begin/on_end
+
+    def on_begin(self) -> Any:
+        """Called by the decorator right after each begin of the range (only
+        for a subclass with ``hooked = True``); what it returns is handed to
+        :meth:`on_end` of the same call.  Must not raise.
+
+        Example: ``def on_begin(self): return record_gpu_start()``.
+        """
+        return None
+
+    def on_end(self, state: Any) -> None:
+        """Called by the decorator right before each end of the range, with
+        what :meth:`on_begin` returned for the same call.  Must not raise.
+
+        Example: ``def on_end(self, state): record_gpu_end(state)``.
+        """
+
     def __call__(self, fn: F) -> F:
         """Decorate fn so that every call of it is one range.
 
@@ -84,6 +145,8 @@ class _Range(Named):
             raise TypeError(f"{type(self).__name__} decorates a callable, got {fn!r}")
         rid = self._id
         begin = _frame_begin if self._kind == _native.KIND_FRAME else _begin
+        hooked = self.hooked
+        on_begin, on_end = self.on_begin, self.on_end
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
@@ -92,19 +155,43 @@ class _Range(Named):
                 tid = _tasks.track_of(loop, True) if loop is not None else 0
                 if tid:
                     _track_begin(tid, rid)
+                    state = on_begin() if hooked else None
                     try:
                         return await fn(*args, **kwargs)
                     finally:
+                        if hooked:
+                            on_end(state)
                         _track_end(tid, rid)
                 token = _begin_token(rid)
-                if token & 1:
+                if token & NEW_THREAD:
                     register_current()
+                state = on_begin() if hooked else None
                 try:
                     return await fn(*args, **kwargs)
                 finally:
+                    if hooked:
+                        on_end(state)
                     _end_token(rid, token)
 
             return timed_coroutine  # type: ignore[return-value]
+
+        if hooked:
+
+            @functools.wraps(fn)
+            def timed_hooked(*args: Any, **kwargs: Any) -> Any:
+                rc = begin(rid)
+                if rc:
+                    _begun(rc, rid)
+                state = on_begin()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    on_end(state)
+                    rc = _end(rid)
+                    if rc:
+                        _ended(rc, rid)
+
+            return timed_hooked  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -128,8 +215,9 @@ class Task(_Range):
         domain: the Domain it belongs to.
         name: its name; tasks with the same domain and name aggregate together.
         stream: a CUDA stream to time the range on as well (see
-            :class:`mxprof.cuda.GpuTask`, which is what a stream makes);
-            without CUDA this raises :class:`mxprof.DeviceUnavailable`.
+            :class:`mxprof.cuda.GpuTask`, which is what a stream makes; it
+            imports :mod:`mxprof.cuda` on first use); without CUDA this raises
+            :class:`mxprof.DeviceUnavailable`.
 
     Example:
         >>> import mxprof
@@ -145,9 +233,7 @@ class Task(_Range):
         # (Defaults: copy and pickle call cls.__new__(cls).)
         if stream is None or cls is not Task:
             return super().__new__(cls)
-        from .cuda import GpuTask
-
-        return super().__new__(GpuTask)
+        return super().__new__(_stream_class())
 
     def __init__(self, domain: Domain, name: str, stream: Any = None) -> None:
         if stream is not None:

@@ -4,6 +4,11 @@ The current scope lives in a context variable, so every thread and every
 asyncio task has its own.  It is mirrored into the core for the calling
 thread (one integer) on every enter and exit, so native code can attribute
 by thread without calling Python.
+
+``CURRENT`` is that context variable (a str, ``DEFAULT`` when no scope is
+set): code that sets scopes on a hot path (the torch adapter, per module
+call) sets and resets it directly and mirrors the scope's id with
+``_native.scope_set``, as :func:`scope` does.
 """
 
 from __future__ import annotations
@@ -13,12 +18,13 @@ import contextvars
 from collections.abc import Iterator
 
 from . import _native
-from ._native import lib
 from ._threads import register_current
+
+__all__ = ["CURRENT", "DEFAULT", "current_scope", "scope", "scope_id"]
 
 DEFAULT = "<unk>:"
 
-_current: contextvars.ContextVar[str] = contextvars.ContextVar("mxprof_scope", default=DEFAULT)
+CURRENT: contextvars.ContextVar[str] = contextvars.ContextVar("mxprof_scope", default=DEFAULT)
 _ids: dict[str, int] = {DEFAULT: 0}
 
 
@@ -40,11 +46,11 @@ def current_scope() -> str:
         ...     mxprof.current_scope()
         'model:'
     """
-    return _current.get()
+    return CURRENT.get()
 
 
 def _mirror(name: str) -> None:
-    if lib.mxp_scope_set(scope_id(name)) == 1:
+    if _native.scope_set(scope_id(name)) == _native.NEW_THREAD:
         register_current()
 
 
@@ -77,14 +83,14 @@ def scope(name: str = DEFAULT, append_mode: bool = True) -> Iterator[str]:
         raise TypeError(f"append_mode must be a bool, got {append_mode!r}")
     if not name.endswith(":"):
         name += ":"
-    parent = _current.get()
+    parent = CURRENT.get()
     if append_mode and parent != DEFAULT:
         name = parent + name
     _native.utf8(name, "scope name")
-    token = _current.set(name)
+    token = CURRENT.set(name)
     _mirror(name)
     try:
         yield name
     finally:
-        _current.reset(token)
-        _mirror(_current.get())
+        CURRENT.reset(token)
+        _mirror(CURRENT.get())

@@ -49,12 +49,11 @@ from ._native import (
     KIND_MARKER,
     KIND_TASK,
     Stat,
-    ffi,
-    lib,
 )
 from ._session import SESSION, run_sync_hooks, warn
 from .config import check_bool
 from .errors import ConfigError
+from .memory import usage
 
 FORMATS = ("table", "json")
 SORT_KEYS = ("total", "avg", "min", "max", "count", "self", "p50", "p90", "p99")
@@ -111,8 +110,6 @@ def _memory_values(s: Stat, peak: int | None) -> tuple[Any, ...]:
 
 def _peaks() -> dict[int, int]:
     """Peak bytes in use per memory counter id (they restart with the statistics)."""
-    from .memory import usage
-
     return {u.counter: u.peak for u in usage()}
 
 
@@ -130,19 +127,13 @@ def _learn_names(ids: Iterable[int]) -> None:
     """Ask the core for the domain and name of ids, reusing one set of
     out-parameters for all of them (object_info allocates five per call,
     which made the first dumps() over many names cost seconds)."""
-    name, name_len = ffi.new("const char **"), ffi.new("size_t *")
-    dom, dom_len = ffi.new("const char **"), ffi.new("size_t *")
     decoded: dict[bytes, str] = {}  # the few domains, decoded once
-    for oid in ids:
-        rc = lib.mxp_object_info(oid, ffi.NULL, name, name_len, dom, dom_len)
-        if rc < 0:
-            _native.check(rc, f"object {oid}")
-        raw = ffi.unpack(dom[0], dom_len[0])
+    for oid, raw, name in _native.object_names(ids):
         domain = decoded.get(raw)
         if domain is None:
             domain = decoded[raw] = raw.decode("utf-8", "replace")
         _domains[oid] = domain
-        _names[oid] = ffi.unpack(name[0], name_len[0]).decode("utf-8", "replace")
+        _names[oid] = name.decode("utf-8", "replace")
 
 
 def collect(stats: list[Stat], wall_ns: int, peaks: dict[int, int]) -> Sections:
@@ -453,7 +444,7 @@ def dumps(
             _warn_statistics_off()
             return ""
         run_sync_hooks(False)
-        wall_ns = lib.mxp_stats_recorded_ns()  # before a reset restarts it
+        wall_ns = _native.stats_recorded_ns()  # before a reset restarts it
         peaks = _peaks()  # likewise
         sections = collect(_native.stats_snapshot(reset), wall_ns, peaks)
         for section, cats in sections.items():
@@ -489,5 +480,5 @@ def reset() -> None:
     """Start new statistics, as ``dumps(reset=True)`` does, without rendering."""
     with SESSION.lock:
         now = _native.counts()
-        lib.mxp_stats_reset()
+        _native.stats_reset()
         SESSION.baseline = now

@@ -55,7 +55,7 @@ class FakeEvent:
 
 
 class FakeCuda:
-    """The _Backend interface over a pretend machine of `ndev` GPUs.
+    """The Backend interface over a pretend machine of `ndev` GPUs.
 
     Events are stamped with `gpu_ms`, which then moves on by `step_ms`;
     they complete at once when `ready`, else when waited for or finished.
@@ -186,7 +186,7 @@ class FakeCuda:
 @pytest.fixture
 def fake(monkeypatch):
     backend = FakeCuda()
-    monkeypatch.setattr(_runtime, "_result", (_runtime._State(backend), None))
+    monkeypatch.setattr(_runtime, "_result", (_runtime.RuntimeState(backend), None))
     return backend
 
 
@@ -435,17 +435,17 @@ def test_ranges_wait_for_their_events_and_the_last_write_waits_for_all(fake, tra
     for _ in range(3):
         with k:
             clock(1 * MS)
-    assert len(_runtime._state().timing.pending) == 3
+    assert len(_runtime.runtime_state().timing.pending) == 3
     assert "GPU" not in dumps_json()["Time"]["cuda"]["k"]  # nothing finished yet
     assert fake.waits == 1  # the anchor only: dumps() never blocks on ranges
     fake.events[2].done = True  # the first range's end (events[1] is its start)
     assert dumps_json()["Time"]["cuda"]["k"]["GPU"] == 1.0
-    assert len(_runtime._state().timing.pending) == 2
+    assert len(_runtime.runtime_state().timing.pending) == 2
     mxprof.set_state("stop")
     mxprof.dump(finished=True)  # the profile's last write waits for the rest
     trace = _testing.load_trace(trace_file)
     assert [e["dur"] for e in gpu_events(trace)] == [1000.0, 1000.0, 1000.0]
-    assert _runtime._state().timing.pending == []
+    assert _runtime.runtime_state().timing.pending == []
 
 
 def test_synchronize_records_every_pending_range(fake, clock):
@@ -456,7 +456,7 @@ def test_synchronize_records_every_pending_range(fake, clock):
     with cuda.gpu_range("a"):
         pass
     cuda.synchronize()
-    assert _runtime._state().timing.pending == []
+    assert _runtime.runtime_state().timing.pending == []
     assert dumps_json()["Time"]["cuda"]["a"]["GPU"] == 2.0
 
 
@@ -469,10 +469,10 @@ def test_too_many_pending_ranges_make_the_host_wait(fake, monkeypatch, clock):
     for _ in range(3):
         with r:
             pass
-    assert len(_runtime._state().timing.pending) == 3
+    assert len(_runtime.runtime_state().timing.pending) == 3
     with r:
         pass
-    assert _runtime._state().timing.pending == []
+    assert _runtime.runtime_state().timing.pending == []
     assert dumps_json()["Time"]["cuda"]["r"]["GPU"] == 0.0
     assert next(s for s in mxprof._native.stats_snapshot() if s.id == r._gpu_id).count == 4
 
@@ -567,6 +567,46 @@ def test_task_with_a_stream_is_a_gpu_task_in_every_form(fake, trace_file, clock)
     assert (row["Count"], row["GPU"]) == (4, 10.0)
 
 
+def test_a_gpu_task_extends_the_task_decorator_instead_of_copying_it():
+    # One decorator, with ranges._Range's begin/end hooks: what plain tasks
+    # do (asyncio tracks, NEW_THREAD) GPU tasks do too.
+    assert cuda.GpuTask.__call__ is mxprof.Task.__call__
+    assert cuda.GpuTask.hooked and not mxprof.Task.hooked
+
+
+def test_a_gpu_task_inside_an_event_loop_records_its_host_range(fake, trace_file, clock):
+    # The copied GpuTask.start took the core's MXP_IN_LOOP answer for "first
+    # call on this thread" and recorded no host range inside an event loop.
+    d = mxprof.Domain("net")
+    task = mxprof.Task(d, "step", stream=0)
+
+    async def main():
+        with task:
+            clock(1 * MS)
+            fake.gpu_ms += 1.0
+        task.start()
+        clock(1 * MS)
+        fake.gpu_ms += 2.0
+        task.stop()
+
+    start(trace_file)
+    asyncio.run(main())
+    trace = finish(trace_file)
+    host = [e for e in _testing.events(trace, "X", "step") if e["cat"] == "net"]
+    assert [e["dur"] for e in host] == [1000.0, 1000.0]
+    assert sorted(e["dur"] for e in gpu_events(trace, "net,gpu")) == [1000.0, 2000.0]
+    assert dumps_json()["Time"]["net"]["step"]["Count"] == 2
+
+
+def test_a_stream_without_mxprof_cuda_raises_naming_it(monkeypatch):
+    from mxprof import ranges
+
+    monkeypatch.setattr(ranges, "_stream_task", None)
+    monkeypatch.setitem(sys.modules, "mxprof.cuda", None)  # as if it failed to import
+    with pytest.raises(mxprof.DeviceUnavailable, match=r"needs mxprof\.cuda"):
+        mxprof.Task(mxprof.Domain("d"), "t", stream=0)
+
+
 def test_a_raising_body_still_ends_both_ranges(fake, trace_file, clock):
     start(trace_file)
     task = cuda.gpu_range("boom")
@@ -614,7 +654,7 @@ def test_a_failing_cuda_call_drops_the_gpu_range_with_one_warning(fake, trace_fi
             with r:
                 clock(1 * MS)
     assert len(caught) == 1
-    assert _runtime._state().timing.lost == 3
+    assert _runtime.runtime_state().timing.lost == 3
     del fake.fail["EventRecord"]
     trace = finish(trace_file)
     assert len(gpu_events(trace)) == 1
@@ -632,7 +672,7 @@ def test_a_failing_query_loses_only_that_range(fake, clock):
         warnings.simplefilter("always")
         mxprof.dumps()
     assert any("cudaErrorLaunchFailure" in str(w.message) for w in caught)
-    assert _runtime._state().timing.pending == []
+    assert _runtime.runtime_state().timing.pending == []
     del fake.fail["EventQuery"]
     with cuda.gpu_range("r"):
         pass

@@ -542,8 +542,8 @@ def test_delta_mode_records_what_each_module_left_allocated(trace_file, monkeypa
             return self.child(t) if self.child is not None else t
 
     net = Grow(100, Grow(40))
-    monkeypatch.setattr(mxtorch_memory, "_cuda_ordinal", lambda m, module, args: 0)
-    monkeypatch.setattr(mxtorch_memory, "_allocated", lambda ordinal: bytes_in_use[0])
+    monkeypatch.setattr(mxtorch_memory, "cuda_ordinal", lambda m, module, args: 0)
+    monkeypatch.setattr(mxtorch_memory, "cuda_allocated", lambda ordinal: bytes_in_use[0])
     handle = instrument(net, memory="delta")
     snapshots = []
 
@@ -565,15 +565,15 @@ def test_delta_mode_records_what_each_module_left_allocated(trace_file, monkeypa
 
 def test_a_dropped_handle_gives_back_its_use_of_the_allocator_tracker():
     gc.collect()  # handles that other tests dropped
-    before = mxtorch_memory._TRACKER.users
+    before = mxtorch_memory.TRACKER.users
     handle = instrument(Net(), memory="allocator")
-    assert mxtorch_memory._TRACKER.users == before + 1
+    assert mxtorch_memory.TRACKER.users == before + 1
     del handle
     gc.collect()
-    assert mxtorch_memory._TRACKER.users == before
+    assert mxtorch_memory.TRACKER.users == before
     with instrument(Net(), memory="allocator"):
-        assert mxtorch_memory._TRACKER.users == before + 1
-    assert mxtorch_memory._TRACKER.users == before
+        assert mxtorch_memory.TRACKER.users == before + 1
+    assert mxtorch_memory.TRACKER.users == before
 
 
 @needs_cuda
@@ -595,7 +595,7 @@ def test_cuda_allocator_mode_attributes_blocks_to_module_scopes(trace_file):
     usage = {u.name: u for u in memory.usage()}
     assert usage["gpu/0"].allocs >= 2
     handle.remove()
-    assert not mxtorch_memory._TRACKER.attached
+    assert not mxtorch_memory.TRACKER.attached
 
 
 @needs_cuda

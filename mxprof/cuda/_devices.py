@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from ..errors import DeviceUnavailable
-from ._runtime import _Backend, _state
+from ._runtime import Backend, runtime_state
 
 
 class DeviceInfo(NamedTuple):
@@ -19,7 +19,9 @@ class DeviceInfo(NamedTuple):
     compute_capability: tuple[int, int]
 
 
-def _ordinal(backend: _Backend, device: object) -> int:
+def check_ordinal(backend: Backend, device: object) -> int:
+    """device when it is the ordinal of a visible GPU, else TypeError /
+    DeviceUnavailable.  Example: ``check_ordinal(backend, 0)``."""
     if isinstance(device, bool) or not isinstance(device, int):
         raise TypeError(
             f"device must be an int GPU ordinal, got {type(device).__name__} {device!r}"
@@ -33,7 +35,7 @@ def _ordinal(backend: _Backend, device: object) -> int:
 
 
 @contextlib.contextmanager
-def _on_device(backend: _Backend, ordinal: int) -> Iterator[None]:
+def on_device(backend: Backend, ordinal: int) -> Iterator[None]:
     """Make ordinal the calling thread's current device for a while."""
     before = backend.current_device()
     if before == ordinal:
@@ -57,7 +59,7 @@ def device_count() -> int:
         >>> cuda.device_count()  # doctest: +SKIP
         8
     """
-    return _state().backend.device_count()
+    return runtime_state().backend.device_count()
 
 
 def devices() -> list[DeviceInfo]:
@@ -71,7 +73,7 @@ def devices() -> list[DeviceInfo]:
         >>> [d.name for d in cuda.devices()]  # doctest: +SKIP
         ['NVIDIA H200']
     """
-    backend = _state().backend
+    backend = runtime_state().backend
     out = []
     for i in range(backend.device_count()):
         name, total, major, minor = backend.properties(i)
@@ -89,8 +91,8 @@ def memory_info(device: int = 0) -> tuple[int, int]:
         >>> from mxprof import cuda
         >>> free, total = cuda.memory_info(0)  # doctest: +SKIP
     """
-    backend = _state().backend
-    with _on_device(backend, _ordinal(backend, device)):
+    backend = runtime_state().backend
+    with on_device(backend, check_ordinal(backend, device)):
         return backend.mem_info()
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import memory
-from ._devices import _on_device, _ordinal, stream_handle
-from ._runtime import _state
+from ._devices import check_ordinal, on_device, stream_handle
+from ._runtime import runtime_state
 
 
 def _nbytes(value: object) -> int:
-    size = memory._size("nbytes", value)
+    size = memory.check_size("nbytes", value)
     if size == 0:
         raise ValueError("nbytes must be > 0")
     return size
@@ -55,11 +55,11 @@ def malloc(nbytes: int, device: int = 0, tag: str = "") -> int:
         ...     ptr = cuda.malloc(1 << 20, tag="weight")
         >>> cuda.free(ptr)  # doctest: +SKIP
     """
-    backend = _state().backend
+    backend = runtime_state().backend
     size = _nbytes(nbytes)
     _check_tag(tag)
-    ordinal = _ordinal(backend, device)
-    with _on_device(backend, ordinal):
+    ordinal = check_ordinal(backend, device)
+    with on_device(backend, ordinal):
         ptr = backend.malloc(size)
     return _record(size, ordinal, ptr, tag, lambda: backend.free(ptr))
 
@@ -78,7 +78,7 @@ def free(ptr: int) -> None:
         >>> from mxprof import cuda
         >>> cuda.free(cuda.malloc(4096))  # doctest: +SKIP
     """
-    backend = _state().backend
+    backend = runtime_state().backend
     memory.record_free(ptr)
     backend.free(ptr)
 
@@ -100,8 +100,8 @@ class MemoryPool:
     __slots__ = ("device", "handle", "_backend", "_owned")
 
     def __init__(self, device: int = 0) -> None:
-        backend = _state().backend
-        self.device = _ordinal(backend, device)
+        backend = runtime_state().backend
+        self.device = check_ordinal(backend, device)
         self._backend = backend
         self._owned = True
         self.handle: Any = backend.pool_create(self.device)
@@ -112,9 +112,9 @@ class MemoryPool:
 
         Example: ``cuda.MemoryPool.default(0).usage()``.
         """
-        state = _state()
+        state = runtime_state()
         pool = cls.__new__(cls)
-        pool.device = _ordinal(state.backend, device)
+        pool.device = check_ordinal(state.backend, device)
         pool._backend = state.backend
         pool._owned = False
         pool.handle = state.default_pool(pool.device)
@@ -176,13 +176,13 @@ def malloc_async(
         >>> ptr = cuda.malloc_async(1 << 20, stream=0, tag="activations")  # doctest: +SKIP
         >>> cuda.free_async(ptr, stream=0)  # doctest: +SKIP
     """
-    state = _state()
+    state = runtime_state()
     backend = state.backend
     size = _nbytes(nbytes)
     _check_tag(tag)
     handle = stream_handle(stream)
     if pool is None:
-        ordinal = _ordinal(backend, 0 if device is None else device)
+        ordinal = check_ordinal(backend, 0 if device is None else device)
         pool_handle = state.default_pool(ordinal)
     else:
         if not isinstance(pool, MemoryPool):
@@ -207,7 +207,7 @@ def free_async(ptr: int, stream: Any) -> None:
         >>> from mxprof import cuda
         >>> cuda.free_async(cuda.malloc_async(4096, stream=0), stream=0)  # doctest: +SKIP
     """
-    backend = _state().backend
+    backend = runtime_state().backend
     handle = stream_handle(stream)
     memory.record_free(ptr)
     backend.free_async(ptr, handle)

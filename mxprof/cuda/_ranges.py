@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
 import threading
-from typing import Any, Callable, TypeVar
+from typing import Any
 
-from .. import _native
-from .._native import FLAG_RECORD, lib
-from .._threads import register_current
+from .. import _native, ranges
+from .._native import FLAG_RECORD, flags_update
 from ..domain import Domain, check_domain
-from ..ranges import Task, _begin, _begin_token, _end, _end_token
+from ..ranges import Task
 from ._devices import stream_handle
-from ._runtime import _state
-from ._timing import _Span
-
-F = TypeVar("F", bound=Callable[..., Any])
+from ._runtime import runtime_state
+from ._timing import Span
 
 DOMAIN = Domain("cuda")  # of gpu_range's tasks unless one is given
 
@@ -37,7 +32,7 @@ def synchronize() -> None:
         >>> cuda.synchronize()  # doctest: +SKIP
         >>> print(mxprof.dumps())  # doctest: +SKIP
     """
-    _state().timing.resolve(wait=True)
+    runtime_state().timing.resolve(wait=True)
 
 
 class GpuTask(Task):
@@ -50,6 +45,8 @@ class GpuTask(Task):
     current on the calling thread when the range starts (as
     cudaEventRecord requires).  Misuse and CUDA failures never raise from
     start/stop: a GPU range that cannot be timed is dropped with a warning.
+    Decorating a coroutine function, the GPU range spans from the call to
+    its return, so it includes whatever else ran on the stream meanwhile.
 
     Args:
         domain: the Domain it belongs to.
@@ -70,10 +67,10 @@ class GpuTask(Task):
     __slots__ = ("_gpu_id", "_stream", "_timing", "_local")
 
     def __init__(self, domain: Domain, name: str, stream: Any = 0) -> None:
-        timing = _state().timing
+        timing = runtime_state().timing
         super().__init__(check_domain(domain, "Task"), name)
         self._stream = stream_handle(stream)
-        self._gpu_id = _native.register(_native.KIND_GPU, domain._utf8, self._name.encode())
+        self._gpu_id = _native.register(_native.KIND_GPU, domain.utf8, self._name.encode())
         self._timing = timing
         self._local = threading.local()
 
@@ -82,32 +79,37 @@ class GpuTask(Task):
         """The handle of the stream it times."""
         return self._stream
 
-    def _gpu_begin(self) -> _Span | None:
-        if not lib.mxp_flags_update(0, 0) & FLAG_RECORD:
-            return None
-        return self._timing.begin(self._gpu_id, self._stream)
-
-    def _spans(self) -> list[_Span | None]:
+    def _spans(self) -> list[Span | None]:
         try:
-            stack: list[_Span | None] = self._local.stack
+            stack: list[Span | None] = self._local.stack
         except AttributeError:
             stack = self._local.stack = []
         return stack
 
+    # The host range is Task's; the GPU span extends it (ranges._Range's hooks).
+    hooked = True
+
+    def on_begin(self) -> Span | None:
+        """Record the span's start event on the stream, while recording."""
+        if not flags_update(0, 0) & FLAG_RECORD:
+            return None
+        return self._timing.begin(self._gpu_id, self._stream)
+
+    def on_end(self, state: Span | None) -> None:
+        """Record the end event of the span that on_begin started."""
+        if state is not None:
+            self._timing.end(state)
+
     def start(self) -> None:
         """Begin the range on the calling thread and on the stream."""
-        if _begin(self._id):
-            register_current()
-        self._spans().append(self._gpu_begin())
+        super().start()
+        self._spans().append(self.on_begin())
 
     def stop(self) -> None:
         """End the innermost open range of this task on the calling thread and its stream."""
         stack = self._spans()
-        span = stack.pop() if stack else None
-        if span is not None:
-            self._timing.end(span)
-        if _end(self._id):
-            register_current()
+        self.on_end(stack.pop() if stack else None)
+        super().stop()
 
     def __enter__(self) -> GpuTask:
         self.start()
@@ -116,49 +118,12 @@ class GpuTask(Task):
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.stop()
 
-    def __call__(self, fn: F) -> F:
-        """Decorate fn so that every call of it is one range on the host and the stream.
-
-        A coroutine function's GPU range spans from its call to its return,
-        so it includes whatever else ran on the stream meanwhile.
-        """
-        if not callable(fn):
-            raise TypeError(f"{type(self).__name__} decorates a callable, got {fn!r}")
-        rid = self._id
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def timed_coroutine(*args: Any, **kwargs: Any) -> Any:
-                token = _begin_token(rid)
-                if token & 1:
-                    register_current()
-                span = self._gpu_begin()
-                try:
-                    return await fn(*args, **kwargs)
-                finally:
-                    if span is not None:
-                        self._timing.end(span)
-                    _end_token(rid, token)
-
-            return timed_coroutine  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if _begin(rid):
-                register_current()
-            span = self._gpu_begin()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                if span is not None:
-                    self._timing.end(span)
-                _end(rid)
-
-        return timed  # type: ignore[return-value]
-
     def __repr__(self) -> str:
         domain = self._domain.name if self._domain is not None else ""
         return f"GpuTask({domain!r}, {self._name!r}, stream={self._stream:#x})"
+
+
+ranges.set_stream_task(GpuTask)
 
 
 def gpu_range(name: str, stream: Any = 0, domain: Domain | None = None) -> GpuTask:
@@ -180,7 +145,7 @@ def gpu_range(name: str, stream: Any = 0, domain: Domain | None = None) -> GpuTa
         >>> with cuda.gpu_range("forward", stream=0):  # doctest: +SKIP
         ...     launch_kernels()
     """
-    state = _state()
+    state = runtime_state()
     dom = DOMAIN if domain is None else check_domain(domain, "gpu_range")
     handle = stream_handle(stream)
     task = state.ranges.get((dom.name, name, handle))

@@ -1,8 +1,8 @@
 """The CUDA backend and whether it can be used.
 
-cuda-python sits behind one object (:class:`_Runtime`, the :class:`_Backend`
+cuda-python sits behind one object (:class:`_Runtime`, the :class:`Backend`
 protocol); the probe loads it once and, when CUDA is unusable, says why.
-Every entry point that needs CUDA starts with :func:`_state`, which returns
+Every entry point that needs CUDA starts with :func:`runtime_state`, which returns
 what the probe left (or raises its reason).
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from .. import _session
 from ..errors import DeviceUnavailable, ProfilerError
-from ._timing import _Timing
+from ._timing import Timing
 
 if TYPE_CHECKING:
     from ._ranges import GpuTask
@@ -41,7 +41,7 @@ class CudaError(ProfilerError):
 # ---- the backend: the few cuda-python calls made, behind one object ----
 
 
-class _Backend(Protocol):
+class Backend(Protocol):
     """What mxprof asks of CUDA; CUDA's failures leave as CudaError."""
 
     def device_count(self) -> int: ...
@@ -67,7 +67,7 @@ class _Backend(Protocol):
 
 
 class _Runtime:
-    """_Backend over cuda-python's runtime module (calls return ``(err, *values)``)."""
+    """Backend over cuda-python's runtime module (calls return ``(err, *values)``)."""
 
     def __init__(self, rt: Any) -> None:
         self.rt = rt
@@ -223,12 +223,12 @@ def _diagnose(rt: Any) -> str | None:
 # ---- the state: probed once, cached for the process ----
 
 
-class _State:
+class RuntimeState:
     """What a usable backend brings: the backend, its GPU ranges, caches."""
 
-    def __init__(self, backend: _Backend) -> None:
+    def __init__(self, backend: Backend) -> None:
         self.backend = backend
-        self.timing = _Timing(backend)
+        self.timing = Timing(backend)
         self.ranges: dict[tuple[str, str, int], GpuTask] = {}
         self._pools: dict[int, Any] = {}
 
@@ -240,10 +240,10 @@ class _State:
 
 
 _probe_lock = threading.Lock()
-_result: tuple[_State | None, str | None] | None = None  # None until probed
+_result: tuple[RuntimeState | None, str | None] | None = None  # None until probed
 
 
-def _load() -> tuple[_State | None, str | None]:
+def _load() -> tuple[RuntimeState | None, str | None]:
     try:
         rt = _import_runtime()
     except ImportError as e:
@@ -254,10 +254,10 @@ def _load() -> tuple[_State | None, str | None]:
         reason = _diagnose(rt)
     except Exception as e:
         reason = f"the CUDA probe failed: {e!r}"
-    return (None, reason) if reason is not None else (_State(_Runtime(rt)), None)
+    return (None, reason) if reason is not None else (RuntimeState(_Runtime(rt)), None)
 
 
-def _probe() -> tuple[_State | None, str | None]:
+def _probe() -> tuple[RuntimeState | None, str | None]:
     global _result
     result = _result
     if result is None:
@@ -268,7 +268,10 @@ def _probe() -> tuple[_State | None, str | None]:
     return result
 
 
-def _state() -> _State:
+def runtime_state() -> RuntimeState:
+    """What the probe found (backend, timing, ranges), probing once; raises
+    DeviceUnavailable with the probe's reason where there is no CUDA.
+    Example: ``runtime_state().timing.resolve(wait=True)``."""
     state, reason = _probe()
     if state is None:
         raise DeviceUnavailable(f"CUDA is not available: {reason}")

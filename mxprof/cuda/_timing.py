@@ -2,7 +2,7 @@
 
 See the ``Timing`` paragraph of :mod:`mxprof.cuda`: a range's events are read
 late and without blocking, and reach the host clock through a per-device
-anchor.  :class:`_Timing` is one backend's share of this; the tasks that use
+anchor.  :class:`Timing` is one backend's share of this; the tasks that use
 it are in :mod:`mxprof.cuda._ranges`.
 """
 
@@ -13,11 +13,10 @@ import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import _native, _session
-from .._native import lib
 from ..errors import ProfilerError
 
 if TYPE_CHECKING:
-    from ._runtime import _Backend
+    from ._runtime import Backend
 
 ANCHOR_PERIOD_NS = 1_000_000_000
 MAX_PENDING = 1024  # GPU ranges awaiting their events; beyond, the host waits for them
@@ -58,7 +57,7 @@ class _Device:
         self.spare: list[Any] = []  # events to reuse
 
 
-class _Span(NamedTuple):
+class Span(NamedTuple):
     """One GPU range: its object and track, and the events that time it."""
 
     gpu_id: int
@@ -70,14 +69,14 @@ class _Span(NamedTuple):
     end: Any  # taken with start, so that both belong to the start's device
 
 
-class _Timing:
+class Timing:
     """The GPU ranges of one backend: devices, anchors, ranges awaiting their events."""
 
-    def __init__(self, backend: _Backend) -> None:
+    def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.lock = threading.Lock()
         self.devices: dict[int, _Device] = {}
-        self.pending: list[_Span] = []
+        self.pending: list[Span] = []
         self.alive = True
         self.lost = 0  # GPU ranges not recorded because a CUDA call failed
         self._warned: set[str] = set()
@@ -96,13 +95,13 @@ class _Timing:
         event = self._take(dev)
         self.backend.event_record(event, dev.stream)
         self.backend.event_wait(event)
-        anchor = _Anchor(event, lib.mxp_clock_ns())
+        anchor = _Anchor(event, _native.clock_ns())
         old, dev.anchor = dev.anchor, anchor
         if old is not None and old.users == 0:
             self._give(dev, old.event)
         return anchor
 
-    def _release(self, span: _Span) -> None:
+    def _release(self, span: Span) -> None:
         # Caller holds the lock.
         dev, anchor = span.device, span.anchor
         anchor.users -= 1
@@ -118,7 +117,7 @@ class _Timing:
             self._warned.add(key)
             _session.warn(f"mxprof.cuda: a GPU range was not recorded: {e}")
 
-    def begin(self, gpu_id: int, stream: int) -> _Span | None:
+    def begin(self, gpu_id: int, stream: int) -> Span | None:
         """Record a range's start event on stream (which is the current device's)."""
         if not self.alive:
             return None
@@ -131,9 +130,9 @@ class _Timing:
                 if dev is None:
                     dev = self.devices[ordinal] = _Device(backend.stream_create())
                 anchor = dev.anchor
-                if anchor is None or lib.mxp_clock_ns() - anchor.host_ns > ANCHOR_PERIOD_NS:
+                if anchor is None or _native.clock_ns() - anchor.host_ns > ANCHOR_PERIOD_NS:
                     anchor = self._anchor(dev)
-                span = _Span(gpu_id, tid, stream, dev, anchor, self._take(dev), self._take(dev))
+                span = Span(gpu_id, tid, stream, dev, anchor, self._take(dev), self._take(dev))
                 anchor.users += 1
         except ProfilerError as e:
             self._fail(e)
@@ -145,7 +144,7 @@ class _Timing:
             return None
         return span
 
-    def end(self, span: _Span) -> None:
+    def end(self, span: Span) -> None:
         """Record the end event; the range waits in pending until it completes."""
         try:
             self.backend.event_record(span.end, span.stream)
@@ -160,7 +159,7 @@ class _Timing:
             if len(self.pending) >= MAX_PENDING:
                 self.resolve(wait=True)
 
-    def _drop(self, span: _Span, e: ProfilerError) -> None:
+    def _drop(self, span: Span, e: ProfilerError) -> None:
         with self.lock:
             self._release(span)
         self._fail(e)
@@ -170,7 +169,7 @@ class _Timing:
         with self.lock:
             batch, self.pending = self.pending, []
         backend = self.backend
-        waiting: list[_Span] = []
+        waiting: list[Span] = []
         for p in batch:
             try:
                 if wait:
@@ -184,7 +183,7 @@ class _Timing:
                 self._fail(e)
             else:
                 start_ns = p.anchor.host_ns + round(offset_ms * 1e6)
-                lib.mxp_range_add(p.gpu_id, p.tid, start_ns, max(0, round(dur_ms * 1e6)))
+                _native.range_add(p.gpu_id, p.tid, start_ns, max(0, round(dur_ms * 1e6)))
             with self.lock:
                 self._release(p)
         if waiting:

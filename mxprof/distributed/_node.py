@@ -17,12 +17,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import _session, control
-from .._native import lib
+from .. import _native, _session, control
 from .._session import SESSION
 from .._tracejson import dumps as trace_json
 from .._version import __version__
 from ..errors import ConfigError, ProfilerError
+from ..stats import dumps
 from . import _clock, _wire
 from ._clock import ClockModel
 from ._endpoint import Endpoint, PeerGone, RemoteFailure, Transport
@@ -41,7 +41,7 @@ class DistributedTimeout(DistributedError, TimeoutError):
 
 
 def wall_ns() -> int:
-    return int(lib.mxp_clock_wall_ns())
+    return int(_native.clock_wall_ns())
 
 
 @dataclass(frozen=True)
@@ -253,8 +253,6 @@ class Peer(Node):
         if kind == "upload":
             return self._upload(args)
         if kind == "dumps":
-            from ..stats import dumps
-
             return {}, dumps(**args).encode()
         raise DistributedError(f"unexpected request {kind!r}")
 
@@ -505,8 +503,6 @@ class Hub(Node):
 
     def statistics(self, args: dict[str, Any]) -> dict[str, str]:
         """Every process's dumps(**args), by process label, this one first."""
-        from ..stats import dumps
-
         texts = {self.me.label: dumps(**args)}  # checks the arguments before sending them
         slots = self.job.expected()
         for member, (_, body) in self.ask(slots, "dumps", args).items():
@@ -527,6 +523,8 @@ class Hub(Node):
         as it is now; those that have left gave theirs when leaving.  A
         process neither connected nor gone is waited for (job.timeout).
         """
+        # Imported here: merge imports distributed._clock, so at module level
+        # this would close the circle distributed -> _node -> merge -> distributed.
         from ..merge import merge
 
         slots = self.job.expected()

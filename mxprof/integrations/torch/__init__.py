@@ -68,17 +68,18 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "mxprof.integrations.torch needs PyTorch: pip install torch (or 'mxprof[torch]')"
     ) from e
 
+from ..._native import range_end_token
 from ...domain import Domain, check_name
 from ...errors import ConfigError, StateError
-from ._forward import _Module, _restore
-from ._memory import _TRACKER, _free_all, _gpu_trace
-from ._state import _end, _lock, _tls
+from ._forward import HookedModule, restore_scope
+from ._memory import TRACKER, free_all, gpu_trace_module
+from ._state import adapter_lock, tls
 
 __all__ = ["MEMORY_MODES", "Handle", "instrument", "uninstrument"]
 
 MEMORY_MODES = ("allocator", "delta")
 
-_owners: weakref.WeakValueDictionary[int, _Module] = weakref.WeakValueDictionary()
+_owners: weakref.WeakValueDictionary[int, HookedModule] = weakref.WeakValueDictionary()
 
 
 class Handle:
@@ -99,9 +100,9 @@ class Handle:
         self.memory = memory
         self.paths: list[str] = []
         self.skipped_backward: list[str] = []
-        self._modules: list[_Module] = []
+        self._modules: list[HookedModule] = []
         self._hooks: list[Any] = []
-        self._release: weakref.finalize[Any, Any] | None = None  # our use of _TRACKER
+        self._release: weakref.finalize[Any, Any] | None = None  # our use of TRACKER
 
     @property
     def active(self) -> bool:
@@ -115,7 +116,7 @@ class Handle:
         BaseException such as KeyboardInterrupt) are closed and its scope put
         back.  Memory recorded by ``memory="delta"`` is freed.
         """
-        with _lock:
+        with adapter_lock:
             if not self._hooks:
                 return
             for h in self._hooks:
@@ -126,23 +127,23 @@ class Handle:
                 if module is not None and _owners.get(id(module)) is m:
                     del _owners[id(module)]
                 for _, handles in list(m.held.values()):
-                    _free_all(handles)
+                    free_all(handles)
                 m.held.clear()
             if self._release is not None:
                 self._release()
         self._unwind()
 
     def _unwind(self) -> None:
-        stack = _tls.stack
+        stack = tls.stack
         for i, entry in enumerate(stack):
             if entry[0].handle is self:
                 for inner in reversed(stack[i:]):
                     if inner[2] is not None:
-                        _end(inner[0].task_id, inner[1])
+                        range_end_token(inner[0].task_id, inner[1])
                 if stack[i][2] is not None:
-                    _restore(stack[i])
+                    restore_scope(stack[i])
                 del stack[i:]
-                _tls.nodes.clear()
+                tls.nodes.clear()
                 return
 
     def __enter__(self) -> Handle:
@@ -160,7 +161,7 @@ def _memory_mode(memory: Any) -> str | None:
     if memory is False:
         return None
     if memory is True:
-        return "allocator" if _gpu_trace() is not None else "delta"
+        return "allocator" if gpu_trace_module() is not None else "delta"
     if memory in MEMORY_MODES:
         return str(memory)
     raise ConfigError(f"memory must be True, False, 'allocator' or 'delta', got {memory!r}")
@@ -222,7 +223,7 @@ def instrument(
         raise TypeError(f"backward must be a bool, got {backward!r}")
     mode = _memory_mode(memory)
     handle = Handle(dom, root, mode)
-    with _lock:
+    with adapter_lock:
         named = list(module.named_modules())  # a shared submodule once, by its first name
         for qname, sub in named:
             owner = _owner(sub)
@@ -234,12 +235,12 @@ def instrument(
                 )
         for qname, sub in named:
             path = root if not qname else f"{root}.{qname}"
-            m = _Module(handle, sub, path, qname.rpartition(".")[2] or root)
+            m = HookedModule(handle, sub, path, qname.rpartition(".")[2] or root)
             if backward:
                 if getattr(sub, "inplace", False) is True:
                     handle.skipped_backward.append(path)
                 else:
-                    m.bw_id = dom.new_task(path + ".backward")._id
+                    m.bw_id = dom.new_task(path + ".backward").id
             handle._hooks.append(sub.register_forward_pre_hook(m.pre, prepend=True))
             handle._hooks.append(
                 sub.register_forward_hook(m.post, with_kwargs=True, always_call=True)
@@ -248,13 +249,13 @@ def instrument(
             handle.paths.append(path)
             _owners[id(sub)] = m
         if mode == "allocator":
-            _TRACKER.users += 1
+            TRACKER.users += 1
             # A handle dropped without remove() gives its use back when collected.
-            handle._release = weakref.finalize(handle, _TRACKER.release)
+            handle._release = weakref.finalize(handle, TRACKER.release)
     return handle
 
 
-def _owner(module: torch.nn.Module) -> _Module | None:
+def _owner(module: torch.nn.Module) -> HookedModule | None:
     m = _owners.get(id(module))
     return m if m is not None and m.ref() is module else None
 

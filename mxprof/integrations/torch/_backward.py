@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from ... import _native
-from ..._native import FLAG_RECORD, lib
+from ..._native import FLAG_RECORD, clock_ns, flags_update, range_add
 from ...errors import ProfilerError
-from ._state import _clock, _flags, _tls
+from ._state import tls
 
 if TYPE_CHECKING:
-    from ._forward import _Module
+    from ._forward import HookedModule
 
 _graph_task_id: Callable[[], int] = getattr(torch._C, "_current_graph_task_id", lambda: 0)
 
@@ -47,11 +47,11 @@ class _BackwardCall:
             self.finish(now)
 
     def finish(self, now: int) -> None:
-        lib.mxp_range_add(self.id, self.track, self.start, max(0, now - self.start))
+        range_add(self.id, self.track, self.start, max(0, now - self.start))
         self.start = 0
 
 
-class _Dispatch:
+class Dispatch:
     """The one pre-hook of an autograd node, run when the gradients of the
     node's outputs are ready: it ends the calls that took one of those
     outputs as input, then begins the calls that returned one, outermost
@@ -66,24 +66,24 @@ class _Dispatch:
         self.ends: list[_BackwardCall] = []
 
     def __call__(self, grad_outputs: Any) -> None:
-        now = _clock()
+        now = clock_ns()
         for call in self.ends:
             call.arrived(now)
-        if self.begins and _flags(0, 0) & FLAG_RECORD:
-            track = _tls.track or _new_track()
+        if self.begins and flags_update(0, 0) & FLAG_RECORD:
+            track = tls.track or _new_track()
             group = _pass_group()
             for call in self.begins:
                 call.begin(now, track, group)
         return None
 
 
-def _dispatch(node: Any) -> _Dispatch:
+def _dispatch(node: Any) -> Dispatch:
     """node's dispatcher in this forward pass, hooking node on first use."""
-    nodes = _tls.nodes
+    nodes = tls.nodes
     got = nodes.get(id(node))
     if got is not None:
         return got[1]
-    d = _Dispatch()
+    d = Dispatch()
     node.register_prehook(d)
     nodes[id(node)] = (node, d)  # holds node (and so its id) until the pass ends
     return d
@@ -109,7 +109,7 @@ def _pass_group() -> list[_BackwardCall]:
 def _end_pass(gid: int) -> None:
     with _passes_lock:
         group = _passes.pop(gid, [])
-    now = _clock()
+    now = clock_ns()
     for call in reversed(group):  # innermost first
         if call.start:
             call.finish(now)
@@ -119,10 +119,10 @@ def _new_track() -> int:
     thread = threading.current_thread()
     who = "autograd" if type(thread).__name__ == "_DummyThread" else thread.name
     try:
-        _tls.track = _native.new_track(f"torch backward ({who} {threading.get_ident():x})")
+        tls.track = _native.new_track(f"torch backward ({who} {threading.get_ident():x})")
     except ProfilerError:  # no track: this thread's backward ranges are not recorded
-        _tls.track = 0
-    return _tls.track
+        tls.track = 0
+    return tls.track
 
 
 def _tensors(obj: Any, out: list[torch.Tensor], depth: int = 0) -> None:
@@ -138,7 +138,9 @@ def _tensors(obj: Any, out: list[torch.Tensor], depth: int = 0) -> None:
             _tensors(item, out, depth + 1)
 
 
-def _watch_backward(m: _Module, args: Any, kwargs: dict[str, Any], out: Any) -> None:
+def watch_backward(m: HookedModule, args: Any, kwargs: dict[str, Any], out: Any) -> None:
+    """After a forward call of m: hook the autograd nodes of its outputs and
+    inputs so that the call's backward becomes a range."""
     outs: list[torch.Tensor] = []
     _tensors(out, outs)
     if not outs:

@@ -7,12 +7,22 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..._native import FLAG_MEMORY, FLAG_RECORD
+# The core's calls made per module call, imported by name: one global load
+# and the cffi call each.  flags_update(0, 0) reads the core's flags.
+from ..._native import (
+    FLAG_MEMORY,
+    FLAG_RECORD,
+    NEW_THREAD,
+    flags_update,
+    range_begin_token,
+    range_end_token,
+    scope_set,
+)
 from ..._threads import register_current
-from ...scope import DEFAULT, _current, scope_id
+from ...scope import CURRENT, DEFAULT, scope_id
 from . import _memory  # through the module, so that a test can replace its functions
-from ._backward import _watch_backward
-from ._state import _begin, _end, _flags, _imperative_on, _scope_set, _tls
+from ._backward import watch_backward
+from ._state import imperative_on, tls
 
 if TYPE_CHECKING:
     from . import Handle
@@ -20,7 +30,7 @@ if TYPE_CHECKING:
 _grad_enabled = torch.is_grad_enabled
 
 
-class _Module:
+class HookedModule:
     """One hooked module: its task ids and scope names, made at instrument time."""
 
     __slots__ = (
@@ -42,7 +52,7 @@ class _Module:
         self.ref = weakref.ref(module)
         self.path = path
         self.leaf = leaf + ":"
-        self.task_id: int = handle._domain.new_task(path)._id
+        self.task_id: int = handle._domain.new_task(path).id
         self.bw_id = 0  # 0: no backward task
         self.probe: weakref.ref[torch.Tensor] | None = None  # a tensor that tells the device
         self.delta = handle.memory == "delta"
@@ -58,21 +68,21 @@ class _Module:
         return entry
 
     def pre(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        st = _tls
+        st = tls
         stack = st.stack
         if not stack:
             _outermost(self, module, args)
         if not st.on:
             stack.append([self, 0, None])
             return None
-        parent = _current.get()
+        parent = CURRENT.get()
         sc = self.scopes.get(parent) or self.scope_in(parent)
-        ctx = _current.set(sc[0])
-        if _scope_set(sc[1]) == 1:
+        ctx = CURRENT.set(sc[0])
+        if scope_set(sc[1]) == NEW_THREAD:
             register_current()
-        before = _memory._allocated(st.mem) if self.delta and st.mem >= 0 else -1
-        token = _begin(self.task_id)
-        if token & 1:
+        before = _memory.cuda_allocated(st.mem) if self.delta and st.mem >= 0 else -1
+        token = range_begin_token(self.task_id)
+        if token & NEW_THREAD:
             register_current()
         stack.append([self, token, ctx, sc[2], sc[3], before, 0])
         return None
@@ -80,42 +90,42 @@ class _Module:
     def post(
         self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
     ) -> None:
-        stack = _tls.stack
+        stack = tls.stack
         if not stack or stack[-1][0] is not self:
             return None  # our pre-hook did not run (an earlier hook raised)
         entry = stack.pop()
         if entry[2] is not None:
-            _end(self.task_id, entry[1])
+            range_end_token(self.task_id, entry[1])
             if entry[5] >= 0:
-                _memory._record_growth(self, entry, stack)
-            _restore(entry)
-            if self.bw_id and _grad_enabled() and _flags(0, 0) & FLAG_RECORD:
-                _watch_backward(self, args, kwargs, out)
+                _memory.record_growth(self, entry, stack)
+            restore_scope(entry)
+            if self.bw_id and _grad_enabled() and flags_update(0, 0) & FLAG_RECORD:
+                watch_backward(self, args, kwargs, out)
         if not stack:
-            _tls.nodes.clear()
+            tls.nodes.clear()
         return None
 
 
-def _restore(entry: list[Any]) -> None:
+def restore_scope(entry: list[Any]) -> None:
     """Put back the scope that was current before entry's call."""
     try:
-        _current.reset(entry[2])
+        CURRENT.reset(entry[2])
     except (ValueError, RuntimeError):  # another context, or reset twice
-        _current.set(entry[3])
-    _scope_set(entry[4])
+        CURRENT.set(entry[3])
+    scope_set(entry[4])
 
 
-def _outermost(m: _Module, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+def _outermost(m: HookedModule, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
     """The first call on a thread's empty stack: read the switches once."""
-    st = _tls
-    st.on = on = _imperative_on()
+    st = tls
+    st.on = on = imperative_on()
     st.pass_no += 1
     st.mem = -1
     mode = m.handle.memory
-    if on and mode is not None and _flags(0, 0) & FLAG_MEMORY:
-        ordinal = _memory._cuda_ordinal(m, module, args)
+    if on and mode is not None and flags_update(0, 0) & FLAG_MEMORY:
+        ordinal = _memory.cuda_ordinal(m, module, args)
         if ordinal >= 0:
             if mode == "allocator":
-                _memory._TRACKER.attach()
+                _memory.TRACKER.attach()
             else:
                 st.mem = ordinal

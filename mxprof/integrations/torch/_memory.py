@@ -14,10 +14,10 @@ import torch
 
 from ... import memory
 from ..._session import warn
-from ._state import _imperative_on, _lock, _tls
+from ._state import adapter_lock, imperative_on, tls
 
 if TYPE_CHECKING:
-    from ._forward import _Module
+    from ._forward import HookedModule
 
 ACTIVATIONS = "activations"  # the tag of memory="delta" records
 
@@ -25,7 +25,7 @@ ACTIVATIONS = "activations"  # the tag of memory="delta" records
 _NO_TENSOR = weakref.ref(torch.empty(0))  # dead at once: "the module has no tensors"
 
 
-def _cuda_ordinal(m: _Module, module: torch.nn.Module, args: tuple[Any, ...]) -> int:
+def cuda_ordinal(m: HookedModule, module: torch.nn.Module, args: tuple[Any, ...]) -> int:
     """The CUDA device of module's first parameter or buffer, else of its first
     tensor argument; -1: not CUDA.
 
@@ -49,21 +49,22 @@ def _cuda_ordinal(m: _Module, module: torch.nn.Module, args: tuple[Any, ...]) ->
     return probe.get_device() if probe.is_cuda else -1
 
 
-def _allocated(ordinal: int) -> int:
+def cuda_allocated(ordinal: int) -> int:
+    """Bytes torch's caching allocator has allocated on a CUDA device now."""
     return _cuda_stats(ordinal)[0]
 
 
-def _record_growth(m: _Module, entry: list[Any], stack: list[list[Any]]) -> None:
+def record_growth(m: HookedModule, entry: list[Any], stack: list[list[Any]]) -> None:
     """memory="delta": record what this call's own code left allocated."""
-    st = _tls
-    grown = _allocated(st.mem) - entry[5]
+    st = tls
+    grown = cuda_allocated(st.mem) - entry[5]
     if stack and len(stack[-1]) > 3:
         stack[-1][6] += grown  # the parent's own growth excludes ours
     key = threading.get_ident()
     kept = m.held.get(key)
     if kept is None or kept[0] != st.pass_no:  # this thread's first call this pass
         if kept is not None:
-            _free_all(kept[1])
+            free_all(kept[1])
         kept = m.held[key] = (st.pass_no, [])
     own = grown - entry[6]
     if own > 0:
@@ -72,7 +73,8 @@ def _record_growth(m: _Module, entry: list[Any], stack: list[list[Any]]) -> None
             kept[1].append(handle)
 
 
-def _free_all(handles: Iterable[int]) -> None:
+def free_all(handles: Iterable[int]) -> None:
+    """Record the free of each handle (memory="delta" growth a call left)."""
     for h in handles:
         memory.record_free(h)
 
@@ -80,7 +82,7 @@ def _free_all(handles: Iterable[int]) -> None:
 # ---- memory="allocator" ---------------------------------------------------------
 
 
-def _gpu_trace() -> Any:
+def gpu_trace_module() -> Any:
     """torch's per-allocation callbacks (the CUDA sanitizer's), or None."""
     if not hasattr(torch._C, "_activate_gpu_trace"):
         return None
@@ -151,7 +153,7 @@ class _AllocatorTracker:
         self._stats = stats
         self._current = current
         self._read_blocks = blocks
-        self._lock = threading.Lock()
+        self.adapter_lock = threading.Lock()
         self._blocks: dict[int, tuple[int, int, int, bool]] = {}  # ptr -> device, sizes, recorded
         self._seen: dict[int, tuple[int, int]] = {}  # device -> bytes as of the last event
         self.users = 0  # instrument() handles in allocator mode
@@ -162,7 +164,7 @@ class _AllocatorTracker:
     def start(self) -> None:
         """Learn the live blocks and every device's statistics."""
         blocks, devices = self._read_blocks()
-        with self._lock:
+        with self.adapter_lock:
             self._blocks = blocks
             self._seen = {d: self._stats(d) for d in devices}
 
@@ -170,10 +172,10 @@ class _AllocatorTracker:
         """Start receiving torch's callbacks (once, while some handle uses them)."""
         if self.attached or not self.users or self.failed:
             return
-        with _lock:
+        with adapter_lock:
             if self.attached or not self.users or self.failed:
                 return
-            trace = _gpu_trace()
+            trace = gpu_trace_module()
             try:
                 if trace is None:
                     raise RuntimeError("this torch has no torch.cuda._gpu_trace callbacks")
@@ -190,7 +192,7 @@ class _AllocatorTracker:
 
     def release(self) -> None:
         """One handle fewer uses the tracker; the last one detaches it."""
-        with _lock:
+        with adapter_lock:
             self.users -= 1
             if not self.users and self.attached:
                 self.detach()
@@ -206,7 +208,7 @@ class _AllocatorTracker:
             ):
                 if cb in registry.callback_list:
                     registry.callback_list.remove(cb)
-        with self._lock:
+        with self.adapter_lock:
             self._blocks.clear()
             self._seen.clear()
 
@@ -217,7 +219,7 @@ class _AllocatorTracker:
             allocated, requested = self._stats(ordinal)
         except Exception:  # never fail an allocation
             return
-        with self._lock:
+        with self.adapter_lock:
             seen = self._seen.get(ordinal)
             self._seen[ordinal] = (allocated, requested)
             actual = 0 if seen is None else allocated - seen[0]
@@ -228,13 +230,13 @@ class _AllocatorTracker:
             if not 0 < asked <= actual:
                 asked = actual
             recorded = bool(
-                _imperative_on() and memory.record_alloc(asked, ordinal, ptr=ptr, actual=actual)
+                imperative_on() and memory.record_alloc(asked, ordinal, ptr=ptr, actual=actual)
             )
             self._blocks[ptr] = (ordinal, actual, asked, recorded)
 
     def on_free(self, ptr: int) -> None:
         """torch is about to take back the block at ptr."""
-        with self._lock:
+        with self.adapter_lock:
             block = self._blocks.pop(ptr, None)
             if block is None:
                 return
@@ -246,4 +248,4 @@ class _AllocatorTracker:
             memory.record_free(ptr)
 
 
-_TRACKER = _AllocatorTracker()
+TRACKER = _AllocatorTracker()
