@@ -140,7 +140,7 @@ def test_wheel_is_abi3_manylinux_with_zlib_inside(wheel, tmp_path):
         for sym in elf.get_section_by_name(".dynsym").iter_symbols():
             if sym["st_shndx"] != "SHN_UNDEF" and sym.name:
                 exported.add(sym.name)
-    assert needed - SYSTEM_LIBS <= {f"ld-linux-{MACHINE.replace('_', '-')}.so.2"}, needed
+    assert {n for n in needed - SYSTEM_LIBS if not n.startswith("ld-linux-")} == set(), needed
     glibc = [tuple(map(int, v[6:].split("."))) for v in versions if v.startswith("GLIBC_2")]
     assert glibc and max(glibc) <= GLIBC_FLOOR, sorted(versions)
     # zlib's symbols stay inside: the module exports only its init function.
