@@ -24,11 +24,15 @@ _Atomic int64_t mxpi_fake_now;
 
 static int real_mode = MXP_CLOCK_MONOTONIC;
 static pthread_mutex_t tb_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#if MXPI_HAVE_TSC
+/* The TSC's side of the timebase; without a TSC ticks are ns and need none. */
 static int64_t anchor_tick;
 static int64_t anchor_ns;
 
 /* Ticks must span at least this long before their rate is trusted. */
 #define MIN_CALIBRATION_NS 2000000
+#endif
 
 int64_t mxpi_monotonic_ns(void) {
     struct timespec ts;
