@@ -38,6 +38,12 @@ def test_record_while_dumping_pausing_and_switching_files(tmp_path):
             if i % 100 == 0:
                 marker.mark("thread")
                 time.sleep(0)  # let the control thread have the GIL now and then
+            if i >= PER_WORKER:
+                # Waiting for the control thread: still recording, but slowly,
+                # so that on a loaded machine its writes catch up with the
+                # events (at full speed each round wrote more than the last,
+                # and the rounds took minutes).
+                time.sleep(0.001)
             i += 1
         recorded.append(i)
 
