@@ -23,7 +23,6 @@ from typing import Any, Callable
 
 from . import _children, _signals, _threads, config
 from ._native import (
-    COUNT_FIELDS,
     FLAG_AGGREGATE,
     FLAG_MEMORY,
     FLAG_MEMORY_EVENTS,
@@ -173,7 +172,6 @@ class Session:
         # reset), continuations included, in order of first use: the files
         # this process's profiles wrote (`mxprof run` lists those that exist).
         self.trace_paths: list[str] = []
-        self.baseline = dict.fromkeys(COUNT_FIELDS, 0)
         self.applied_max_events = -1
         self.meta = (b"python", b"")
         self._flush_task: Any = None

@@ -41,7 +41,6 @@ from typing import Any
 
 from . import _native
 from ._native import (
-    COUNT_FIELDS,
     KIND_COUNTER,
     KIND_EVENT,
     KIND_FRAME,
@@ -459,15 +458,11 @@ def dumps(
         for section, cats in sections.items():
             for cat, rows in cats.items():
                 cats[cat] = _sorted(section, rows, sort_by, ascending)
-        now = _native.counts()
-        tallies = {k: now[k] - SESSION.baseline[k] for k in COUNT_FIELDS}
+        # The core keeps the tallies' start with the statistics' (reset too).
+        tallies = _native.stats_counts(reset)
         if format == "table":
-            text = render_table(sections, tallies, percentiles)
-        else:
-            text = render_json(sections, tallies)
-        if reset:
-            SESSION.baseline = now
-        return text
+            return render_table(sections, tallies, percentiles)
+        return render_json(sections, tallies)
 
 
 _warned_off = False
@@ -488,6 +483,4 @@ def _warn_statistics_off() -> None:
 def reset() -> None:
     """Start new statistics, as ``dumps(reset=True)`` does, without rendering."""
     with SESSION.lock:
-        now = _native.counts()
-        lib.mxp_stats_reset()
-        SESSION.baseline = now
+        lib.mxp_stats_reset()  # the tallies dumps() shows begin again with them
