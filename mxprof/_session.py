@@ -124,7 +124,7 @@ class _Flusher:
         Without the session lock: a control call holding it may be joining
         this thread (see stop), and one assignment needs no lock."""
         if not isinstance(error, OutputError):
-            path = str(self._session.config["filename"])
+            path = self._session.config.filename
             kept = OutputError(
                 f"a background write of trace file {path!r} failed: {error!r}; the events "
                 "not written are kept in memory for the next successful write",
@@ -154,7 +154,7 @@ class Session:
 
     def reset(self) -> None:
         """Back to the state of a fresh import (the core is reset separately)."""
-        self.config: dict[str, Any] = config.defaults()
+        self.config = config.Config()
         self.state = "stop"
         self.paused = False
         self.ever_ran = False
@@ -190,28 +190,28 @@ class Session:
         want = (
             (FLAG_RECORD if recording else 0)
             | (FLAG_TRACE if self.writing else 0)
-            | (FLAG_AGGREGATE if self.config["aggregate_stats"] else 0)
+            | (FLAG_AGGREGATE if self.config.aggregate_stats else 0)
         )
         # Memory is kept from run to stop, paused or not, so that a free seen
         # during a pause still finds its allocation.
-        if self.state == "run" and config.source_enabled(self.config, "profile_memory"):
-            want |= FLAG_MEMORY | (FLAG_MEMORY_EVENTS if self.config["memory_events"] else 0)
+        if self.state == "run" and self.config.enabled("profile_memory"):
+            want |= FLAG_MEMORY | (FLAG_MEMORY_EVENTS if self.config.memory_events else 0)
         every = FLAG_RECORD | FLAG_TRACE | FLAG_AGGREGATE | FLAG_MEMORY | FLAG_MEMORY_EVENTS
         lib.mxp_flags_update(want, every & ~want)
-        if self.config["max_events"] != self.applied_max_events:
-            lib.mxp_max_events_set(self.config["max_events"])
-            self.applied_max_events = self.config["max_events"]
-        period = self.config["dump_period"]
-        wanted = self.writing and self.config["continuous_dump"]
+        if self.config.max_events != self.applied_max_events:
+            lib.mxp_max_events_set(self.config.max_events)
+            self.applied_max_events = self.config.max_events
+        period = self.config.dump_period
+        wanted = self.writing and self.config.continuous_dump
         if self.flusher is not None and (not wanted or self.flusher.period != period):
             self.flusher.stop()
             self.flusher = None
         if wanted and self.flusher is None:
             self.flusher = _Flusher(self, period)
-        lib.mxp_flush_threshold_set(self.config["dump_events"] if wanted else 0)
-        if self.profile_open and self.state == "run" and self.config["follow_children"]:
-            base = self.inherited_base or self.config["filename"]
-            _children.export(self.config, base, self.paused)
+        lib.mxp_flush_threshold_set(self.config.dump_events if wanted else 0)
+        if self.profile_open and self.state == "run" and self.config.follow_children:
+            base = self.inherited_base or self.config.filename
+            _children.export(self.config.as_dict(), base, self.paused)
             if not self.mp_hooked:
                 _children.write_at_multiprocessing_exit(self)
                 self.mp_hooked = True
@@ -228,12 +228,12 @@ class Session:
         ).encode()
         self.meta = (process, other)
         self.push_meta()
-        self.set_path(self.config["filename"])
-        self.traced = self.config["write_trace"]
+        self.set_path(self.config.filename)
+        self.traced = self.config.write_trace
         self.profile_open = True
         self.ever_ran = True
         self.pending = None
-        if self.config["flush_on_signal"]:
+        if self.config.flush_on_signal:
             _signals.install(self.signal_flush)
 
     def push_meta(self) -> None:
@@ -270,7 +270,7 @@ class Session:
         what is recorded from now on stays buffered for a continuation file,
         which the first write that has something for it creates."""
         if self.continuation is None:
-            self.continuation = str(self.config["filename"])
+            self.continuation = self.config.filename
         self.end_profile()
 
     def close_continuation(self) -> None:
@@ -312,7 +312,7 @@ class Session:
         task = None
         recording = self.state == "run" and not self.paused
         # A finishing write times nothing: its range would end after the file.
-        if recording and not finish and config.source_enabled(self.config, "profile_api"):
+        if recording and not finish and self.config.enabled("profile_api"):
             if self._flush_task is None:
                 from .domain import Domain
 
@@ -337,7 +337,7 @@ class Session:
             raise StateError("no trace file to write: the profile has no path")
         import errno
 
-        path = self.config["filename"]
+        path = self.config.filename
         code = lib.mxp_trace_errno()
         why = {
             errno.ESPIPE: "; a pipe or socket cannot hold a trace, whose end is rewritten at "
@@ -372,7 +372,7 @@ class Session:
         """Write everything buffered (from a signal handler: never raises),
         unless flush_on_signal has been turned off since the handler went in."""
         with self.lock:
-            if self.writing and self.config["flush_on_signal"]:
+            if self.writing and self.config.flush_on_signal:
                 self.flush(finish=False, explicit=False)
 
     def cut_open_ranges(self) -> None:
@@ -395,7 +395,7 @@ class Session:
         with self.lock:
             lib.mxp_trace_discard()
             self.end_profile()
-            return str(self.config["filename"])
+            return self.config.filename
 
     def at_exit(self) -> None:
         with self.lock:
@@ -418,7 +418,7 @@ class Session:
         # thread and any lock holder do not exist here.
         self.lock = threading.RLock()
         self.flusher = None
-        follow = self.profile_open and self.state == "run" and self.config["follow_children"]
+        follow = self.profile_open and self.state == "run" and self.config.follow_children
         self.profile_open = False
         if not follow:
             self.state = "stop"
@@ -426,13 +426,14 @@ class Session:
             self.sync()
             return
         self.continuation = None  # the parent's to write
-        self.inherited_base = self.inherited_base or self.config["filename"]
+        self.inherited_base = self.inherited_base or self.config.filename
         self.start_child(self.paused)
 
     def start_child(self, paused: bool) -> None:
         """Profile this child process into <stem>.<pid><ext> of the parent's file."""
         assert self.inherited_base is not None
-        self.config["filename"] = _children.child_filename(self.inherited_base, os.getpid())
+        filename = _children.child_filename(self.inherited_base, os.getpid())
+        self.config = self.config.with_(filename=filename)
         self.begin_profile()
         self.state = "run"
         self.paused = paused
@@ -449,7 +450,7 @@ class Session:
             return  # an offer from another mxprof version: not ours to follow
         values.pop("profile_process", None)
         with self.lock:
-            self.config.update(values)
+            self.config = self.config.with_(**values)
             self.inherited_base = offer["base"]
             self.start_child(bool(offer.get("paused")))
 

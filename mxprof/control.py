@@ -44,20 +44,19 @@ def set_config(**kwargs: Any) -> None:
     if "filename" in values and _session.RENAME is not None:
         values["filename"] = _session.RENAME(values["filename"])
     with SESSION.lock:
-        old = dict(SESSION.config)
-        SESSION.config.update(values)
+        old = SESSION.config
+        SESSION.config = old.with_(**values)
         try:
             SESSION.sync()
         except BaseException:
             # Atomic: what failed to apply is taken back, and the core with it.
-            SESSION.config.clear()
-            SESSION.config.update(old)
+            SESSION.config = old
             SESSION.sync()
             raise
         # Last, as it cannot be taken back (the old file is completed); with
         # a validated path it does not fail.
-        if SESSION.profile_open and SESSION.config["filename"] != old["filename"]:
-            SESSION.set_path(SESSION.config["filename"])
+        if SESSION.profile_open and SESSION.config.filename != old.filename:
+            SESSION.set_path(SESSION.config.filename)
 
 
 def set_state(state: str = "stop", profile_process: str = "worker") -> None:
@@ -172,8 +171,8 @@ def dump(finished: bool = True, profile_process: str = "worker") -> None:
             SESSION.end_profile_running()  # recording goes on: never into nowhere
         elif finished:
             SESSION.end_profile()
-        if config.source_enabled(SESSION.config, "profile_memory"):
-            _write_gpu_csv(SESSION.config["gpu_memory_profile_filename_prefix"])
+        if SESSION.config.enabled("profile_memory"):
+            _write_gpu_csv(SESSION.config.gpu_memory_profile_filename_prefix)
 
 
 def _write_gpu_csv(prefix: str) -> None:

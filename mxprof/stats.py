@@ -448,7 +448,7 @@ def dumps(
     if sort_by not in SORT_KEYS:
         raise ConfigError(f"sort_by must be one of {', '.join(SORT_KEYS)}; got {sort_by!r}")
     with SESSION.lock:
-        if not SESSION.config["aggregate_stats"]:
+        if not SESSION.config.aggregate_stats:
             _warn_statistics_off()
             return ""
         run_sync_hooks(False)

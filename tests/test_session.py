@@ -1,5 +1,6 @@
-"""The session's state: tallies kept by the core."""
+"""The session's state: a frozen, typed config; tallies kept by the core."""
 
+import dataclasses
 import json
 import os
 import sys
@@ -7,6 +8,40 @@ import sys
 import pytest
 
 import mxprof
+from mxprof import config
+from mxprof._session import SESSION
+
+
+def test_config_declares_every_key_once_typed_and_frozen():
+    fields = dataclasses.fields(config.Config)
+    assert list(config.KEYS) == [f.name for f in fields]
+    types = {"str": str, "bool": bool, "float": float, "int": int}
+    for f in fields:
+        key = config.KEYS[f.name]
+        assert key.default == f.default and key.doc
+        # Each default passes its own checker unchanged and has the field's type.
+        assert key.check(f.name, f.default) == f.default
+        assert type(f.default) is types[f.type], f.name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SESSION.config.filename = "x.json"  # type: ignore[misc]
+
+
+def test_set_config_replaces_the_config_whole(tmp_path):
+    held = SESSION.config
+    mxprof.set_config(aggregate_stats=True, filename=tmp_path / "t.json")
+    assert (held.aggregate_stats, held.filename) == (False, "profile.json")
+    assert (SESSION.config.aggregate_stats, SESSION.config.filename) == (
+        True,
+        str(tmp_path / "t.json"),
+    )
+    assert SESSION.config == held.with_(aggregate_stats=True, filename=str(tmp_path / "t.json"))
+    assert SESSION.config.as_dict()["filename"] == str(tmp_path / "t.json")
+
+
+def test_sources_follow_profile_all():
+    assert config.Config(profile_memory=False).enabled("profile_memory") is False
+    assert config.Config(profile_memory=False, profile_all=True).enabled("profile_memory")
+    assert config.Config().enabled("profile_api")
 
 
 def _tallies():

@@ -186,7 +186,7 @@ def _start(job: _node.Job, address: str, key: bytes) -> _node.Node:
     _session.RENAME = lambda path: _node.prefixed(path, prefix)
     from ..control import set_config
 
-    current = _session.SESSION.config["filename"]
+    current = _session.SESSION.config.filename
     if _node.prefixed(current, prefix) != current:
         set_config(filename=current)  # renamed on the way in
     # Profiles begun by remote calls begin on the channel's thread, which

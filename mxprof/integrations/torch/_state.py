@@ -19,8 +19,7 @@ _clock = lib.mxp_clock_ns
 
 
 def _imperative_on() -> bool:
-    cfg = SESSION.config
-    return bool(cfg["profile_all"] or cfg["profile_imperative"])
+    return SESSION.config.enabled("profile_imperative")
 
 
 class _ThreadState(threading.local):
