@@ -8,6 +8,11 @@ every write (see native/src/mxp_trace.c).
 
 All control calls serialise on one lock.  The hot path never takes it: it
 reads the core's flags, which this module keeps in step with the state.
+
+``Session`` is the only writer of its state: other modules call its methods
+(``configure``, ``run``/``stop``/``pause``/``resume``, ``dump``, the write
+hooks, the remote mode) and read its attributes; tests/test_session.py checks
+that no other module assigns them.
 """
 
 from __future__ import annotations
@@ -38,19 +43,10 @@ from .errors import ConfigError, OutputError, ProfilerError, StateError
 
 STATES = ("run", "stop")
 
-# Called as hook(final) under the session lock before every trace write and
-# every dumps(): producers of late records (GPU ranges resolved from CUDA
-# events) put what they have into the core.  final: the profile's last write.
-SYNC_HOOKS: list[Callable[[bool], None]] = []
-
-
-def run_sync_hooks(final: bool) -> None:
-    for hook in list(SYNC_HOOKS):
-        try:
-            hook(final)
-        except Exception as e:  # a hook must never cost the trace
-            warn(f"mxprof: a pre-write hook ({hook!r}) failed: {e!r}")
-
+# A pre-write hook, called as hook(final): see Session.add_write_hook.
+WriteHook = Callable[[bool], None]
+# The remote controller: command(call, args) applies a control call to every server.
+RemoteCommand = Callable[[str, dict[str, Any]], None]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -68,26 +64,6 @@ def check_process(value: Any) -> str:
     if value not in config.PROCESSES:
         raise ConfigError(f"profile_process must be 'worker' or 'server', got {value!r}")
     return str(value)
-
-
-# Set by mxprof.distributed on the rank-0 worker: REMOTE(call, args) applies
-# a control call to every server.  RENAME maps a filename the user gives to
-# the one this process writes (servers: rank<r>_<name>).
-REMOTE: Callable[[str, dict[str, Any]], None] | None = None
-RENAME: Callable[[str], str] | None = None
-# Why REMOTE is not set, when a distributed job has a reason (not the rank-0 worker).
-REMOTE_REFUSAL: str | None = None
-
-
-def remote(call: str, args: dict[str, Any]) -> None:
-    """Apply a profile_process='server' call to every server, or say why not."""
-    if REMOTE is None:
-        raise StateError(
-            REMOTE_REFUSAL
-            or f"{call}(profile_process='server') needs a distributed job: no kvstore server "
-            "is connected to this process (call mxprof.distributed.init first)"
-        )
-    REMOTE(call, args)
 
 
 class _Flusher:
@@ -150,6 +126,12 @@ class Session:
         self.lock = threading.RLock()
         self.top_json = ""  # set by mxprof.distributed; outlives reset()
         self.mp_hooked = False  # registered once per process
+        # Registered at import by the modules that own them; they outlive reset().
+        self._write_hooks: tuple[WriteHook, ...] = ()
+        # The remote mode (mxprof.distributed); outlives reset().
+        self._remote: RemoteCommand | None = None
+        self._refusal: str | None = None
+        self._rename: Callable[[str], str] | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -181,6 +163,154 @@ class Session:
         """Whether recorded events are buffered for a trace file: the open
         profile's, or a continuation's after dump(finished=True) while running."""
         return (self.profile_open or self.continuation is not None) and self.traced
+
+    # ---- control (mxprof.control's functions call these) ----
+
+    def configure(self, values: dict[str, Any]) -> None:
+        """Apply values that config.validate returned, all or none.
+
+        A filename goes through the remote mode's rename rule.  Changing it
+        while a profile is open completes the old file; later events go to the
+        new one.
+        """
+        if "filename" in values and self._rename is not None:
+            values = {**values, "filename": self._rename(values["filename"])}
+        with self.lock:
+            old = self.config
+            self.config = old.with_(**values)
+            try:
+                self.sync()
+            except BaseException:
+                # Atomic: what failed to apply is taken back, and the core with it.
+                self.config = old
+                self.sync()
+                raise
+            # Last, as it cannot be taken back (the old file is completed); with
+            # a validated path it does not fail.
+            if self.profile_open and self.config.filename != old.filename:
+                self.set_path(self.config.filename)
+
+    def run(self) -> None:
+        """State 'run', not paused; begins a profile when none is open."""
+        with self.lock:
+            if not self.profile_open:
+                self.begin_profile()
+            self.paused = False
+            self.state = "run"
+            self.sync()
+
+    def stop(self) -> None:
+        """State 'stop'; the ranges open on any thread end here, cut short."""
+        with self.lock:
+            was = self.state
+            self.state = "stop"
+            self.sync()
+            if was == "run":
+                self.cut_open_ranges()
+
+    def pause(self) -> None:
+        """Stop recording without leaving the state 'run'."""
+        with self.lock:
+            self.paused = True
+            self.sync()
+
+    def resume(self) -> None:
+        """Undo pause()."""
+        with self.lock:
+            self.paused = False
+            self.sync()
+
+    def dump(self, finished: bool) -> bool:
+        """Write what is buffered (mxprof.dump); False when no profile has
+        anything to write (nothing was done).
+
+        Raises:
+            StateError: the profiler has never run.
+            OutputError: the trace file cannot be written.
+        """
+        with self.lock:
+            if not self.ever_ran:
+                raise StateError(
+                    "dump() needs a profile, and the profiler has never run: "
+                    "call mxprof.set_state('run') first"
+                )
+            if not self.profile_open and self.continuation is None:
+                return False
+            if finished and self.state == "run" and self.profile_open:
+                self.cut_open_ranges()  # the profile ends here, and so do its ranges
+            if self.traced:
+                self.flush(finish=finished, explicit=True)
+            if finished and self.state == "run" and self.traced:
+                self.end_profile_running()  # recording goes on: never into nowhere
+            elif finished:
+                self.end_profile()
+            return True
+
+    # ---- pre-write hooks ----
+
+    def add_write_hook(self, hook: WriteHook) -> None:
+        """Call hook(final) under the session lock before every trace write and
+        every dumps(); final: the profile's last write.  Producers of late
+        records (GPU ranges resolved from CUDA events) put what they have into
+        the core there.  Adding a hook twice keeps one."""
+        with self.lock:
+            if hook not in self._write_hooks:
+                self._write_hooks = (*self._write_hooks, hook)
+
+    def remove_write_hook(self, hook: WriteHook) -> None:
+        """Undo add_write_hook (nothing when hook is not there)."""
+        with self.lock:
+            self._write_hooks = tuple(h for h in self._write_hooks if h != hook)
+
+    @property
+    def write_hooks(self) -> tuple[WriteHook, ...]:
+        """The pre-write hooks, in the order they were added."""
+        return self._write_hooks
+
+    def run_write_hooks(self, final: bool) -> None:
+        """Call every pre-write hook; one that raises is reported, never raised."""
+        for hook in self._write_hooks:
+            try:
+                hook(final)
+            except Exception as e:  # a hook must never cost the trace
+                warn(f"mxprof: a pre-write hook ({hook!r}) failed: {e!r}")
+
+    # ---- remote mode (mxprof.distributed) ----
+
+    def set_remote(self, command: RemoteCommand | None, refusal: str | None = None) -> None:
+        """Set (or with None, clear) the remote controller.
+
+        command(call, args) applies a control call to every server (the
+        rank-0 worker of a distributed job); refusal: why there is none, which
+        a profile_process='server' call then raises (e.g. on other ranks).
+        """
+        self._remote = command
+        self._refusal = refusal
+
+    def set_rename(self, rule: Callable[[str], str] | None) -> None:
+        """Map every filename set_config is given to the one this process
+        writes (servers: rank<r>_<name>); None: keep names as given."""
+        self._rename = rule
+
+    def clear_remote(self) -> None:
+        """Leave the remote mode: no controller, refusal or rename rule."""
+        self.set_remote(None)
+        self.set_rename(None)
+
+    def remote(self, call: str, args: dict[str, Any]) -> None:
+        """Apply a profile_process='server' call to every server, or say why not.
+
+        Raises:
+            StateError: this process has no remote controller.
+        """
+        command = self._remote
+        if command is None:
+            raise StateError(
+                self._refusal
+                or f"{call}(profile_process='server') needs a distributed job: no kvstore "
+                "server is connected to this process (call mxprof.distributed.init first)"
+            )
+        command(call, args)
 
     # ---- keeping the core in step ----
 
@@ -306,7 +436,7 @@ class Session:
     def flush(self, finish: bool, explicit: bool) -> None:
         """Write the buffered events; on failure raise (explicit) or keep the error."""
         _threads.sync_names()
-        run_sync_hooks(finish)
+        self.run_write_hooks(finish)
         if self.continuation is not None and not self._open_continuation():
             return
         task = None

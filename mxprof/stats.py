@@ -51,7 +51,7 @@ from ._native import (
     ffi,
     lib,
 )
-from ._session import SESSION, run_sync_hooks, warn
+from ._session import SESSION, warn
 from .config import check_bool
 from .errors import ConfigError
 
@@ -451,7 +451,7 @@ def dumps(
         if not SESSION.config.aggregate_stats:
             _warn_statistics_off()
             return ""
-        run_sync_hooks(False)
+        SESSION.run_write_hooks(False)
         wall_ns = lib.mxp_stats_recorded_ns()  # before a reset restarts it
         peaks = _peaks()  # likewise
         sections = collect(_native.stats_snapshot(reset), wall_ns, peaks)

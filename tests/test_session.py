@@ -1,8 +1,10 @@
-"""The session's state: a frozen, typed config; tallies kept by the core."""
+"""The session's API: one writer of its state, a frozen typed config, tallies kept by the core."""
 
+import ast
 import dataclasses
 import json
 import os
+import pathlib
 import sys
 
 import pytest
@@ -10,6 +12,40 @@ import pytest
 import mxprof
 from mxprof import config
 from mxprof._session import SESSION
+
+PACKAGE = pathlib.Path(mxprof.__file__).parent
+MUTATORS = {"append", "extend", "insert", "remove", "pop", "clear", "update", "setdefault", "add"}
+
+
+def _on_session(node: ast.AST) -> bool:
+    """Whether an attribute/subscript chain starts at SESSION or the _session module."""
+    if not isinstance(node, (ast.Attribute, ast.Subscript)):
+        return False
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in ("SESSION", "_session")
+
+
+def test_only_the_session_module_writes_session_state():
+    writes = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "_session.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Assign, ast.Delete)):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                targets = [node.func.value] if node.func.attr in MUTATORS else []
+            else:
+                continue
+            writes += [
+                f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(t)}"
+                for t in targets
+                if _on_session(t)
+            ]
+    assert writes == []
 
 
 def test_config_declares_every_key_once_typed_and_frozen():
@@ -42,6 +78,73 @@ def test_sources_follow_profile_all():
     assert config.Config(profile_memory=False).enabled("profile_memory") is False
     assert config.Config(profile_memory=False, profile_all=True).enabled("profile_memory")
     assert config.Config().enabled("profile_api")
+
+
+def test_write_hooks_run_before_every_write_and_dumps(trace_file):
+    calls = []
+
+    def hook(final):
+        calls.append(final)
+
+    SESSION.add_write_hook(hook)
+    SESSION.add_write_hook(hook)  # once is enough
+    try:
+        assert SESSION.write_hooks.count(hook) == 1
+        mxprof.set_config(filename=trace_file, aggregate_stats=True, continuous_dump=False)
+        mxprof.set_state("run")
+        mxprof.dumps()
+        mxprof.dump(finished=False)
+        mxprof.dump(finished=True)
+        assert calls == [False, False, True]
+    finally:
+        SESSION.remove_write_hook(hook)
+    assert hook not in SESSION.write_hooks
+    mxprof.dumps()
+    assert calls == [False, False, True]
+
+
+def test_a_failing_write_hook_warns_and_the_write_goes_on(trace_file):
+    def broken(final):
+        raise RuntimeError("no device")
+
+    SESSION.add_write_hook(broken)
+    try:
+        mxprof.set_config(filename=trace_file, continuous_dump=False, profile_api=False)
+        mxprof.set_state("run")
+        mxprof.Domain("d").new_marker("m").mark()
+        with pytest.warns(RuntimeWarning, match="pre-write hook.*no device"):
+            mxprof.dump()
+    finally:
+        SESSION.remove_write_hook(broken)
+    with open(trace_file, encoding="utf-8") as f:
+        assert [e["name"] for e in json.load(f)["traceEvents"] if e["ph"] == "i"] == ["m"]
+
+
+def test_remote_mode_routes_server_calls_and_renames_files():
+    sent = []
+    SESSION.set_remote(lambda call, args: sent.append((call, args)))
+    SESSION.set_rename(lambda path: "rank0_" + path)
+    try:
+        mxprof.set_state("run", profile_process="server")
+        mxprof.set_config(aggregate_stats=True, profile_process="server")
+        mxprof.pause(profile_process="server")
+        assert sent == [
+            ("set_state", {"state": "run"}),
+            ("set_config", {"aggregate_stats": True}),
+            ("pause", {}),
+        ]
+        assert SESSION.state == "stop" and not SESSION.config.aggregate_stats  # not here
+        mxprof.set_config(filename="job.json")
+        assert SESSION.config.filename == "rank0_job.json"
+        SESSION.set_remote(None, "only the rank-0 worker sends them; this is server 1")
+        with pytest.raises(mxprof.StateError, match="this is server 1"):
+            mxprof.resume(profile_process="server")
+    finally:
+        SESSION.clear_remote()
+    with pytest.raises(mxprof.StateError, match="needs a distributed job"):
+        mxprof.dump(profile_process="server")
+    mxprof.set_config(filename="job.json")
+    assert SESSION.config.filename == "job.json"
 
 
 def _tallies():

@@ -626,5 +626,4 @@ class Hub(Node):
 
 
 def install_remote(hub: Hub | None, refusal: str | None) -> None:
-    _session.REMOTE = hub.command if hub is not None else None
-    _session.REMOTE_REFUSAL = refusal
+    SESSION.set_remote(hub.command if hub is not None else None, refusal)
