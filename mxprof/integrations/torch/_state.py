@@ -19,7 +19,8 @@ _clock = lib.mxp_clock_ns
 
 
 def _imperative_on() -> bool:
-    return SESSION.config.enabled("profile_imperative")
+    cfg = SESSION.config  # as Config.enabled, without its call: allocations ask this
+    return cfg.profile_all or cfg.profile_imperative
 
 
 class _ThreadState(threading.local):
