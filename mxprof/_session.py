@@ -252,15 +252,17 @@ class Session:
         """Call hook(final) under the session lock before every trace write and
         every dumps(); final: the profile's last write.  Producers of late
         records (GPU ranges resolved from CUDA events) put what they have into
-        the core there.  Adding a hook twice keeps one."""
-        with self.lock:
-            if hook not in self._write_hooks:
-                self._write_hooks = (*self._write_hooks, hook)
+        the core there.  Adding a hook twice keeps one.
+
+        Without the session lock: modules add their hooks while they are
+        imported, and a control call holding the lock may be importing one.
+        Readers take the tuple as it is, so a change never disturbs a write."""
+        if hook not in self._write_hooks:
+            self._write_hooks = (*self._write_hooks, hook)
 
     def remove_write_hook(self, hook: WriteHook) -> None:
         """Undo add_write_hook (nothing when hook is not there)."""
-        with self.lock:
-            self._write_hooks = tuple(h for h in self._write_hooks if h != hook)
+        self._write_hooks = tuple(h for h in self._write_hooks if h != hook)
 
     @property
     def write_hooks(self) -> tuple[WriteHook, ...]:
