@@ -61,6 +61,7 @@ __all__ = [
     "object_names",
     "read_all",
     "register",
+    "stats_counts",
     "stats_snapshot",
     "strerror",
     "utf8",
@@ -309,6 +310,13 @@ def counts() -> dict[str, int]:
     """The core's tallies of events it did not record as asked."""
     c = ffi.new("mxp_counts *")
     lib.mxp_counts_get(c)
+    return {f: int(getattr(c, f)) for f in COUNT_FIELDS}
+
+
+def stats_counts(reset: bool = False) -> dict[str, int]:
+    """The core's tallies since the statistics began; reset: begin them again."""
+    c = ffi.new("mxp_counts *")
+    lib.mxp_stats_counts_get(c, 1 if reset else 0)
     return {f: int(getattr(c, f)) for f in COUNT_FIELDS}
 
 

@@ -8,6 +8,11 @@ every write (see native/src/mxp_trace.c).
 
 All control calls serialise on one lock.  The hot path never takes it: it
 reads the core's flags, which this module keeps in step with the state.
+
+``Session`` is the only writer of its state: other modules call its methods
+(``configure``, ``run``/``stop``/``pause``/``resume``, ``dump``, the write
+hooks, the remote mode) and read its attributes; tests/test_session.py checks
+that no other module assigns them.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ from typing import Any, Callable
 
 from . import _children, _native, _signals, _threads, config
 from ._native import (
-    COUNT_FIELDS,
     FLAG_AGGREGATE,
     FLAG_MEMORY,
     FLAG_MEMORY_EVENTS,
@@ -40,19 +44,10 @@ from .errors import ConfigError, OutputError, ProfilerError, StateError
 
 STATES = ("run", "stop")
 
-# Called as hook(final) under the session lock before every trace write and
-# every dumps(): producers of late records (GPU ranges resolved from CUDA
-# events) put what they have into the core.  final: the profile's last write.
-SYNC_HOOKS: list[Callable[[bool], None]] = []
-
-
-def run_sync_hooks(final: bool) -> None:
-    for hook in list(SYNC_HOOKS):
-        try:
-            hook(final)
-        except Exception as e:  # a hook must never cost the trace
-            warn(f"mxprof: a pre-write hook ({hook!r}) failed: {e!r}")
-
+# A pre-write hook, called as hook(final): see Session.add_write_hook.
+WriteHook = Callable[[bool], None]
+# The remote controller: command(call, args) applies a control call to every server.
+RemoteCommand = Callable[[str, dict[str, Any]], None]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -70,26 +65,6 @@ def check_process(value: Any) -> str:
     if value not in config.PROCESSES:
         raise ConfigError(f"profile_process must be 'worker' or 'server', got {value!r}")
     return str(value)
-
-
-# Set by mxprof.distributed on the rank-0 worker: REMOTE(call, args) applies
-# a control call to every server.  RENAME maps a filename the user gives to
-# the one this process writes (servers: rank<r>_<name>).
-REMOTE: Callable[[str, dict[str, Any]], None] | None = None
-RENAME: Callable[[str], str] | None = None
-# Why REMOTE is not set, when a distributed job has a reason (not the rank-0 worker).
-REMOTE_REFUSAL: str | None = None
-
-
-def remote(call: str, args: dict[str, Any]) -> None:
-    """Apply a profile_process='server' call to every server, or say why not."""
-    if REMOTE is None:
-        raise StateError(
-            REMOTE_REFUSAL
-            or f"{call}(profile_process='server') needs a distributed job: no kvstore server "
-            "is connected to this process (call mxprof.distributed.init first)"
-        )
-    REMOTE(call, args)
 
 
 class _Flusher:
@@ -126,7 +101,7 @@ class _Flusher:
         Without the session lock: a control call holding it may be joining
         this thread (see stop), and one assignment needs no lock."""
         if not isinstance(error, OutputError):
-            path = str(self._session.config["filename"])
+            path = self._session.config.filename
             kept = OutputError(
                 f"a background write of trace file {path!r} failed: {error!r}; the events "
                 "not written are kept in memory for the next successful write",
@@ -152,11 +127,17 @@ class Session:
         self.lock = threading.RLock()
         self.top_json = ""  # set by mxprof.distributed; outlives reset()
         self.mp_hooked = False  # registered once per process
+        # Registered at import by the modules that own them; they outlive reset().
+        self._write_hooks: tuple[WriteHook, ...] = ()
+        # The remote mode (mxprof.distributed); outlives reset().
+        self._remote: RemoteCommand | None = None
+        self._refusal: str | None = None
+        self._rename: Callable[[str], str] | None = None
         self.reset()
 
     def reset(self) -> None:
         """Back to the state of a fresh import (the core is reset separately)."""
-        self.config: dict[str, Any] = config.defaults()
+        self.config = config.Config()
         self.state = "stop"
         self.paused = False
         self.ever_ran = False
@@ -174,7 +155,6 @@ class Session:
         # reset), continuations included, in order of first use: the files
         # this process's profiles wrote (`mxprof run` lists those that exist).
         self.trace_paths: list[str] = []
-        self.baseline = dict.fromkeys(COUNT_FIELDS, 0)
         self.applied_max_events = -1
         self.meta = (b"python", b"")
         self._flush_task: Any = None
@@ -185,6 +165,156 @@ class Session:
         profile's, or a continuation's after dump(finished=True) while running."""
         return (self.profile_open or self.continuation is not None) and self.traced
 
+    # ---- control (mxprof.control's functions call these) ----
+
+    def configure(self, values: dict[str, Any]) -> None:
+        """Apply values that config.validate returned, all or none.
+
+        A filename goes through the remote mode's rename rule.  Changing it
+        while a profile is open completes the old file; later events go to the
+        new one.
+        """
+        if "filename" in values and self._rename is not None:
+            values = {**values, "filename": self._rename(values["filename"])}
+        with self.lock:
+            old = self.config
+            self.config = old.with_(**values)
+            try:
+                self.sync()
+            except BaseException:
+                # Atomic: what failed to apply is taken back, and the core with it.
+                self.config = old
+                self.sync()
+                raise
+            # Last, as it cannot be taken back (the old file is completed); with
+            # a validated path it does not fail.
+            if self.profile_open and self.config.filename != old.filename:
+                self.set_path(self.config.filename)
+
+    def run(self) -> None:
+        """State 'run', not paused; begins a profile when none is open."""
+        with self.lock:
+            if not self.profile_open:
+                self.begin_profile()
+            self.paused = False
+            self.state = "run"
+            self.sync()
+
+    def stop(self) -> None:
+        """State 'stop'; the ranges open on any thread end here, cut short."""
+        with self.lock:
+            was = self.state
+            self.state = "stop"
+            self.sync()
+            if was == "run":
+                self.cut_open_ranges()
+
+    def pause(self) -> None:
+        """Stop recording without leaving the state 'run'."""
+        with self.lock:
+            self.paused = True
+            self.sync()
+
+    def resume(self) -> None:
+        """Undo pause()."""
+        with self.lock:
+            self.paused = False
+            self.sync()
+
+    def dump(self, finished: bool) -> bool:
+        """Write what is buffered (mxprof.dump); False when no profile has
+        anything to write (nothing was done).
+
+        Raises:
+            StateError: the profiler has never run.
+            OutputError: the trace file cannot be written.
+        """
+        with self.lock:
+            if not self.ever_ran:
+                raise StateError(
+                    "dump() needs a profile, and the profiler has never run: "
+                    "call mxprof.set_state('run') first"
+                )
+            if not self.profile_open and self.continuation is None:
+                return False
+            if finished and self.state == "run" and self.profile_open:
+                self.cut_open_ranges()  # the profile ends here, and so do its ranges
+            if self.traced:
+                self.flush(finish=finished, explicit=True)
+            if finished and self.state == "run" and self.traced:
+                self.end_profile_running()  # recording goes on: never into nowhere
+            elif finished:
+                self.end_profile()
+            return True
+
+    # ---- pre-write hooks ----
+
+    def add_write_hook(self, hook: WriteHook) -> None:
+        """Call hook(final) under the session lock before every trace write and
+        every dumps(); final: the profile's last write.  Producers of late
+        records (GPU ranges resolved from CUDA events) put what they have into
+        the core there.  Adding a hook twice keeps one.
+
+        Without the session lock: modules add their hooks while they are
+        imported, and a control call holding the lock may be importing one.
+        Readers take the tuple as it is, so a change never disturbs a write."""
+        if hook not in self._write_hooks:
+            self._write_hooks = (*self._write_hooks, hook)
+
+    def remove_write_hook(self, hook: WriteHook) -> None:
+        """Undo add_write_hook (nothing when hook is not there)."""
+        self._write_hooks = tuple(h for h in self._write_hooks if h != hook)
+
+    @property
+    def write_hooks(self) -> tuple[WriteHook, ...]:
+        """The pre-write hooks, in the order they were added."""
+        return self._write_hooks
+
+    def run_write_hooks(self, final: bool) -> None:
+        """Call every pre-write hook; one that raises is reported, never raised."""
+        for hook in self._write_hooks:
+            try:
+                hook(final)
+            except Exception as e:  # a hook must never cost the trace
+                warn(f"mxprof: a pre-write hook ({hook!r}) failed: {e!r}")
+
+    # ---- remote mode (mxprof.distributed) ----
+
+    def set_remote(self, command: RemoteCommand | None, refusal: str | None = None) -> None:
+        """Set (or with None, clear) the remote controller.
+
+        command(call, args) applies a control call to every server (the
+        rank-0 worker of a distributed job); refusal: why there is none, which
+        a profile_process='server' call then raises (e.g. on other ranks).
+        """
+        self._remote = command
+        self._refusal = refusal
+
+    def set_rename(self, rule: Callable[[str], str] | None) -> None:
+        """Map every filename set_config is given to the one this process
+        writes (servers: rank<r>_<name>); None: keep names as given."""
+        self._rename = rule
+
+    def clear_remote(self) -> None:
+        """Leave the remote mode: no controller, refusal or rename rule."""
+        self.set_remote(None)
+        self.set_rename(None)
+
+    def remote(self, call: str, args: dict[str, Any]) -> None:
+        """Apply a profile_process='server' call to every server, or say why not.
+
+        Raises:
+            StateError: this process has no remote controller.
+        """
+        command = self._remote
+        if command is None:
+            raise StateError(
+                self._refusal
+                or f"{call}(profile_process='server') needs a distributed job: no kvstore "
+                "server is connected to this process (call mxprof.distributed.init first)"
+            )
+        command(call, args)
+
     # ---- keeping the core in step ----
 
     def sync(self) -> None:
@@ -193,28 +323,28 @@ class Session:
         want = (
             (FLAG_RECORD if recording else 0)
             | (FLAG_TRACE if self.writing else 0)
-            | (FLAG_AGGREGATE if self.config["aggregate_stats"] else 0)
+            | (FLAG_AGGREGATE if self.config.aggregate_stats else 0)
         )
         # Memory is kept from run to stop, paused or not, so that a free seen
         # during a pause still finds its allocation.
-        if self.state == "run" and config.source_enabled(self.config, "profile_memory"):
-            want |= FLAG_MEMORY | (FLAG_MEMORY_EVENTS if self.config["memory_events"] else 0)
+        if self.state == "run" and self.config.enabled("profile_memory"):
+            want |= FLAG_MEMORY | (FLAG_MEMORY_EVENTS if self.config.memory_events else 0)
         every = FLAG_RECORD | FLAG_TRACE | FLAG_AGGREGATE | FLAG_MEMORY | FLAG_MEMORY_EVENTS
         _native.flags_update(want, every & ~want)
-        if self.config["max_events"] != self.applied_max_events:
-            _native.max_events_set(self.config["max_events"])
-            self.applied_max_events = self.config["max_events"]
-        period = self.config["dump_period"]
-        wanted = self.writing and self.config["continuous_dump"]
+        if self.config.max_events != self.applied_max_events:
+            _native.max_events_set(self.config.max_events)
+            self.applied_max_events = self.config.max_events
+        period = self.config.dump_period
+        wanted = self.writing and self.config.continuous_dump
         if self.flusher is not None and (not wanted or self.flusher.period != period):
             self.flusher.stop()
             self.flusher = None
         if wanted and self.flusher is None:
             self.flusher = _Flusher(self, period)
-        _native.flush_threshold_set(self.config["dump_events"] if wanted else 0)
-        if self.profile_open and self.state == "run" and self.config["follow_children"]:
-            base = self.inherited_base or self.config["filename"]
-            _children.export(self.config, base, self.paused)
+        _native.flush_threshold_set(self.config.dump_events if wanted else 0)
+        if self.profile_open and self.state == "run" and self.config.follow_children:
+            base = self.inherited_base or self.config.filename
+            _children.export(self.config.as_dict(), base, self.paused)
             if not self.mp_hooked:
                 _children.write_at_multiprocessing_exit(self)
                 self.mp_hooked = True
@@ -231,12 +361,12 @@ class Session:
         ).encode()
         self.meta = (process, other)
         self.push_meta()
-        self.set_path(self.config["filename"])
-        self.traced = self.config["write_trace"]
+        self.set_path(self.config.filename)
+        self.traced = self.config.write_trace
         self.profile_open = True
         self.ever_ran = True
         self.pending = None
-        if self.config["flush_on_signal"]:
+        if self.config.flush_on_signal:
             _signals.install(self.signal_flush)
 
     def push_meta(self) -> None:
@@ -273,7 +403,7 @@ class Session:
         what is recorded from now on stays buffered for a continuation file,
         which the first write that has something for it creates."""
         if self.continuation is None:
-            self.continuation = str(self.config["filename"])
+            self.continuation = self.config.filename
         self.end_profile()
 
     def close_continuation(self) -> None:
@@ -309,13 +439,13 @@ class Session:
     def flush(self, finish: bool, explicit: bool) -> None:
         """Write the buffered events; on failure raise (explicit) or keep the error."""
         _threads.sync_names()
-        run_sync_hooks(finish)
+        self.run_write_hooks(finish)
         if self.continuation is not None and not self._open_continuation():
             return
         task = None
         recording = self.state == "run" and not self.paused
         # A finishing write times nothing: its range would end after the file.
-        if recording and not finish and config.source_enabled(self.config, "profile_api"):
+        if recording and not finish and self.config.enabled("profile_api"):
             if self._flush_task is None:
                 self._flush_task = Domain("mxprof").new_task("flush")
             task = self._flush_task
@@ -336,7 +466,7 @@ class Session:
             return
         if rc == _native.E_STATE:
             raise StateError("no trace file to write: the profile has no path")
-        path = self.config["filename"]
+        path = self.config.filename
         code = _native.trace_errno()
         why = {
             errno.ESPIPE: "; a pipe or socket cannot hold a trace, whose end is rewritten at "
@@ -371,7 +501,7 @@ class Session:
         """Write everything buffered (from a signal handler: never raises),
         unless flush_on_signal has been turned off since the handler went in."""
         with self.lock:
-            if self.writing and self.config["flush_on_signal"]:
+            if self.writing and self.config.flush_on_signal:
                 self.flush(finish=False, explicit=False)
 
     def cut_open_ranges(self) -> None:
@@ -394,7 +524,7 @@ class Session:
         with self.lock:
             _native.trace_discard()
             self.end_profile()
-            return str(self.config["filename"])
+            return self.config.filename
 
     def at_exit(self) -> None:
         with self.lock:
@@ -417,7 +547,7 @@ class Session:
         # thread and any lock holder do not exist here.
         self.lock = threading.RLock()
         self.flusher = None
-        follow = self.profile_open and self.state == "run" and self.config["follow_children"]
+        follow = self.profile_open and self.state == "run" and self.config.follow_children
         self.profile_open = False
         if not follow:
             self.state = "stop"
@@ -425,13 +555,14 @@ class Session:
             self.sync()
             return
         self.continuation = None  # the parent's to write
-        self.inherited_base = self.inherited_base or self.config["filename"]
+        self.inherited_base = self.inherited_base or self.config.filename
         self.start_child(self.paused)
 
     def start_child(self, paused: bool) -> None:
         """Profile this child process into <stem>.<pid><ext> of the parent's file."""
         assert self.inherited_base is not None
-        self.config["filename"] = _children.child_filename(self.inherited_base, os.getpid())
+        filename = _children.child_filename(self.inherited_base, os.getpid())
+        self.config = self.config.with_(filename=filename)
         self.begin_profile()
         self.state = "run"
         self.paused = paused
@@ -448,7 +579,7 @@ class Session:
             return  # an offer from another mxprof version: not ours to follow
         values.pop("profile_process", None)
         with self.lock:
-            self.config.update(values)
+            self.config = self.config.with_(**values)
             self.inherited_base = offer["base"]
             self.start_child(bool(offer.get("paused")))
 

@@ -1,16 +1,19 @@
 """Typed configuration: MXNet's ``set_config`` keys plus mxprof's own.
 
-Every key is validated before anything is applied, so a call with one bad
-value changes nothing.  Keys not passed keep their current values (MXNet
-reset them to defaults on every call).
+``Config`` declares every key once (type, default, checker, doc) and is
+frozen: the session holds one and replaces it whole on each change, and
+readers use attributes (``SESSION.config.filename``).  Every key is
+validated before anything is applied, so a call with one bad value changes
+nothing.  Keys not passed keep their current values (MXNet reset them to
+defaults on every call).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, Literal
 
 from . import _native
 from .errors import ConfigError
@@ -107,134 +110,153 @@ def _process(key: str, value: Any) -> str:
     return str(value)
 
 
-KEYS: dict[str, Key] = {
-    k.name: k
-    for k in (
-        Key(
-            "filename",
-            "profile.json",
-            _filename,
-            "the trace file: Chrome JSON, gzip-compressed when it ends in .gz, Perfetto "
-            "protobuf when it ends in .perfetto-trace or .pftrace",
-        ),
-        Key(
-            "profile_all",
-            False,
-            check_bool,
-            "turns on every profile_* source, and statistics: a call with profile_all=True "
-            "that does not name aggregate_stats also sets aggregate_stats=True (MXNet's did "
-            "not, so its typical flow printed an empty dumps()); aggregate_stats named in the "
-            "same call or a later one wins",
-        ),
-        Key(
-            "profile_symbolic",
-            True,
-            check_bool,
-            "graph-mode sources of framework integrations (none in this release)",
-        ),
-        Key(
-            "profile_imperative",
-            True,
-            check_bool,
-            "eager-mode sources: the PyTorch adapter (mxprof.integrations.torch)",
-        ),
-        Key(
-            "profile_memory",
-            True,
-            check_bool,
-            "memory sources: mxprof.memory, mxprof.cuda's allocations, the torch adapter's "
-            "CUDA memory; recorded while the state is 'run'",
-        ),
-        Key(
-            "profile_api",
-            True,
-            check_bool,
-            "mxprof's own work: each trace write is a task 'flush' in domain 'mxprof'",
-        ),
-        Key(
-            "continuous_dump",
-            True,
-            check_bool,
-            "write the trace in the background every dump_period",
-        ),
-        Key(
-            "dump_period",
-            1.0,
-            _period,
-            "seconds between background writes (from 1e-09 to 9223372036: the core waits "
-            "in int64 nanoseconds)",
-        ),
-        Key(
-            "dump_events",
-            1_000_000,
-            _count,
-            "mxprof: also write in the background as soon as this many events wait in "
-            "memory, so memory stays flat in long, busy runs (0: only every dump_period; "
-            "at most 2**63 - 1)",
-        ),
-        Key(
-            "aggregate_stats",
-            False,
-            check_bool,
-            "keep per-name statistics for dumps() (profile_all=True turns it on too); while "
-            "it is off, dumps() returns '' and warns once",
-        ),
-        Key(
-            "profile_process",
-            "worker",
-            _process,
-            "'server' applies the call to every server of a distributed job instead "
-            "(on the rank-0 worker, after mxprof.distributed.init)",
-        ),
-        Key(
-            "gpu_memory_profile_filename_prefix",
-            "gpu_memory_profile",
-            _path,
-            "prefix of the GPU memory CSV <prefix>-pid_<pid>.csv that dump() writes when "
-            "GPU allocations were recorded",
-        ),
-        Key(
-            "max_events",
-            10_000_000,
-            _count,
-            "mxprof: most events held in memory awaiting the trace file; more are dropped "
-            "and counted (0 = no limit; at most 2**63 - 1)",
-        ),
-        Key(
-            "follow_children",
-            False,
-            check_bool,
-            "mxprof: child processes (fork, multiprocessing, Python subprocesses) profile "
-            "too, each into <stem>.<pid><ext> next to the trace file",
-        ),
-        Key(
-            "flush_on_signal",
-            True,
-            check_bool,
-            "mxprof: on SIGTERM/SIGINT write the trace, then let the signal act as before "
-            "(installed from the main thread when a profile begins)",
-        ),
-        Key(
-            "memory_events",
-            False,
-            check_bool,
-            "mxprof: with profile_memory, also an instant event per allocation and free "
-            "in the trace (device, attribute, bytes in args)",
-        ),
-        Key(
-            "write_trace",
-            True,
-            check_bool,
-            "mxprof: False records statistics only (no per-event records, no trace file); "
-            "takes effect when a profile begins",
-        ),
+Source = Literal["profile_symbolic", "profile_imperative", "profile_memory", "profile_api"]
+
+
+def _key(default: Any, check: Callable[[str, Any], Any], doc: str) -> Any:
+    """A Config field: its default, the checker set_config runs, and what it does."""
+    return field(default=default, metadata={"check": check, "doc": doc})
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration: a typed, read-only attribute per ``set_config`` key.
+
+    The single place where keys are declared: ``KEYS`` (name, default,
+    checker, doc) is read from these fields.  A change makes a new Config
+    (``with_``, after ``validate``), and the session swaps it whole, so a
+    reader holding one never sees it change.
+
+    Example:
+        >>> Config().filename
+        'profile.json'
+        >>> Config().with_(filename="run.json").filename
+        'run.json'
+    """
+
+    filename: str = _key(
+        "profile.json",
+        _filename,
+        "the trace file: Chrome JSON, gzip-compressed when it ends in .gz, Perfetto "
+        "protobuf when it ends in .perfetto-trace or .pftrace",
     )
+    profile_all: bool = _key(
+        False,
+        check_bool,
+        "turns on every profile_* source, and statistics: a call with profile_all=True "
+        "that does not name aggregate_stats also sets aggregate_stats=True (MXNet's did "
+        "not, so its typical flow printed an empty dumps()); aggregate_stats named in the "
+        "same call or a later one wins",
+    )
+    profile_symbolic: bool = _key(
+        True,
+        check_bool,
+        "graph-mode sources of framework integrations (none in this release)",
+    )
+    profile_imperative: bool = _key(
+        True,
+        check_bool,
+        "eager-mode sources: the PyTorch adapter (mxprof.integrations.torch)",
+    )
+    profile_memory: bool = _key(
+        True,
+        check_bool,
+        "memory sources: mxprof.memory, mxprof.cuda's allocations, the torch adapter's "
+        "CUDA memory; recorded while the state is 'run'",
+    )
+    profile_api: bool = _key(
+        True,
+        check_bool,
+        "mxprof's own work: each trace write is a task 'flush' in domain 'mxprof'",
+    )
+    continuous_dump: bool = _key(
+        True,
+        check_bool,
+        "write the trace in the background every dump_period",
+    )
+    dump_period: float = _key(
+        1.0,
+        _period,
+        "seconds between background writes (from 1e-09 to 9223372036: the core waits "
+        "in int64 nanoseconds)",
+    )
+    dump_events: int = _key(
+        1_000_000,
+        _count,
+        "mxprof: also write in the background as soon as this many events wait in "
+        "memory, so memory stays flat in long, busy runs (0: only every dump_period; "
+        "at most 2**63 - 1)",
+    )
+    aggregate_stats: bool = _key(
+        False,
+        check_bool,
+        "keep per-name statistics for dumps() (profile_all=True turns it on too); while "
+        "it is off, dumps() returns '' and warns once",
+    )
+    profile_process: str = _key(
+        "worker",
+        _process,
+        "'server' applies the call to every server of a distributed job instead "
+        "(on the rank-0 worker, after mxprof.distributed.init)",
+    )
+    gpu_memory_profile_filename_prefix: str = _key(
+        "gpu_memory_profile",
+        _path,
+        "prefix of the GPU memory CSV <prefix>-pid_<pid>.csv that dump() writes when "
+        "GPU allocations were recorded",
+    )
+    max_events: int = _key(
+        10_000_000,
+        _count,
+        "mxprof: most events held in memory awaiting the trace file; more are dropped "
+        "and counted (0 = no limit; at most 2**63 - 1)",
+    )
+    follow_children: bool = _key(
+        False,
+        check_bool,
+        "mxprof: child processes (fork, multiprocessing, Python subprocesses) profile "
+        "too, each into <stem>.<pid><ext> next to the trace file",
+    )
+    flush_on_signal: bool = _key(
+        True,
+        check_bool,
+        "mxprof: on SIGTERM/SIGINT write the trace, then let the signal act as before "
+        "(installed from the main thread when a profile begins)",
+    )
+    memory_events: bool = _key(
+        False,
+        check_bool,
+        "mxprof: with profile_memory, also an instant event per allocation and free "
+        "in the trace (device, attribute, bytes in args)",
+    )
+    write_trace: bool = _key(
+        True,
+        check_bool,
+        "mxprof: False records statistics only (no per-event records, no trace file); "
+        "takes effect when a profile begins",
+    )
+
+    def with_(self, **changes: Any) -> Config:
+        """A copy with changes applied; they must be validated (``validate``) already."""
+        return replace(self, **changes)
+
+    def enabled(self, source: Source) -> bool:
+        """Whether a profile_* source is on (profile_all turns every one on).
+
+        Example:
+            >>> Config(profile_all=True, profile_memory=False).enabled("profile_memory")
+            True
+        """
+        return self.profile_all or bool(getattr(self, source))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every key and its value (e.g. to hand to a child process as JSON)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+KEYS: dict[str, Key] = {
+    f.name: Key(f.name, f.default, f.metadata["check"], f.metadata["doc"]) for f in fields(Config)
 }
-
-
-def defaults() -> dict[str, Any]:
-    """A fresh dict of every key's default value."""
-    return {k.name: k.default for k in KEYS.values()}
 
 
 def validate(updates: dict[str, Any]) -> dict[str, Any]:
@@ -259,8 +281,3 @@ def validate(updates: dict[str, Any]) -> dict[str, Any]:
     if values.get("profile_all") and "aggregate_stats" not in values:
         values["aggregate_stats"] = True
     return values
-
-
-def source_enabled(config: dict[str, Any], key: str) -> bool:
-    """Whether a profile_* source is on (profile_all turns every one on)."""
-    return bool(config["profile_all"] or config[key])

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _session, config
-from ._session import SESSION, STATES, check_process, remote
+from . import config
+from ._session import SESSION, STATES, check_process
 from .config import check_bool
-from .errors import ConfigError, OutputError, StateError
+from .errors import ConfigError, OutputError
 from .memory import csv_path, write_gpu_csv
 
 
@@ -40,25 +40,9 @@ def set_config(**kwargs: Any) -> None:
     """
     values = config.validate(kwargs)
     if values.pop("profile_process", "worker") == "server":
-        remote("set_config", values)
+        SESSION.remote("set_config", values)
         return
-    if "filename" in values and _session.RENAME is not None:
-        values["filename"] = _session.RENAME(values["filename"])
-    with SESSION.lock:
-        old = dict(SESSION.config)
-        SESSION.config.update(values)
-        try:
-            SESSION.sync()
-        except BaseException:
-            # Atomic: what failed to apply is taken back, and the core with it.
-            SESSION.config.clear()
-            SESSION.config.update(old)
-            SESSION.sync()
-            raise
-        # Last, as it cannot be taken back (the old file is completed); with
-        # a validated path it does not fail.
-        if SESSION.profile_open and SESSION.config["filename"] != old["filename"]:
-            SESSION.set_path(SESSION.config["filename"])
+    SESSION.configure(values)
 
 
 def set_state(state: str = "stop", profile_process: str = "worker") -> None:
@@ -82,18 +66,12 @@ def set_state(state: str = "stop", profile_process: str = "worker") -> None:
     if state not in STATES:
         raise ConfigError(f"state must be 'run' or 'stop', got {state!r}")
     if check_process(profile_process) == "server":
-        remote("set_state", {"state": state})
+        SESSION.remote("set_state", {"state": state})
         return
-    with SESSION.lock:
-        was = SESSION.state
-        if state == "run":
-            if not SESSION.profile_open:
-                SESSION.begin_profile()
-            SESSION.paused = False
-        SESSION.state = state
-        SESSION.sync()
-        if was == "run" and state == "stop":
-            SESSION.cut_open_ranges()
+    if state == "run":
+        SESSION.run()
+    else:
+        SESSION.stop()
 
 
 def pause(profile_process: str = "worker") -> None:
@@ -104,11 +82,9 @@ def pause(profile_process: str = "worker") -> None:
         >>> mxprof.pause(); mxprof.resume()
     """
     if check_process(profile_process) == "server":
-        remote("pause", {})
+        SESSION.remote("pause", {})
         return
-    with SESSION.lock:
-        SESSION.paused = True
-        SESSION.sync()
+    SESSION.pause()
 
 
 def resume(profile_process: str = "worker") -> None:
@@ -119,11 +95,9 @@ def resume(profile_process: str = "worker") -> None:
         >>> mxprof.resume()
     """
     if check_process(profile_process) == "server":
-        remote("resume", {})
+        SESSION.remote("resume", {})
         return
-    with SESSION.lock:
-        SESSION.paused = False
-        SESSION.sync()
+    SESSION.resume()
 
 
 def dump(finished: bool = True, profile_process: str = "worker") -> None:
@@ -155,26 +129,11 @@ def dump(finished: bool = True, profile_process: str = "worker") -> None:
     """
     finished = check_bool("finished", finished)
     if check_process(profile_process) == "server":
-        remote("dump", {"finished": finished})
+        SESSION.remote("dump", {"finished": finished})
         return
     with SESSION.lock:
-        if not SESSION.ever_ran:
-            raise StateError(
-                "dump() needs a profile, and the profiler has never run: "
-                "call mxprof.set_state('run') first"
-            )
-        if not SESSION.profile_open and SESSION.continuation is None:
-            return
-        if finished and SESSION.state == "run" and SESSION.profile_open:
-            SESSION.cut_open_ranges()  # the profile ends here, and so do its ranges
-        if SESSION.traced:
-            SESSION.flush(finish=finished, explicit=True)
-        if finished and SESSION.state == "run" and SESSION.traced:
-            SESSION.end_profile_running()  # recording goes on: never into nowhere
-        elif finished:
-            SESSION.end_profile()
-        if config.source_enabled(SESSION.config, "profile_memory"):
-            _write_gpu_csv(SESSION.config["gpu_memory_profile_filename_prefix"])
+        if SESSION.dump(finished) and SESSION.config.enabled("profile_memory"):
+            _write_gpu_csv(SESSION.config.gpu_memory_profile_filename_prefix)
 
 
 def _write_gpu_csv(prefix: str) -> None:

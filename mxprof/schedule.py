@@ -166,7 +166,8 @@ class profile:  # noqa: N801 - torch.profiler's name, so ported code reads the s
         if self._running:
             raise StateError("profile.start(): this profile is already running")
         with SESSION.lock:
-            self._previous = {k: SESSION.config[k] for k in ("filename", "aggregate_stats")}
+            cfg = SESSION.config
+            self._previous = {"filename": cfg.filename, "aggregate_stats": cfg.aggregate_stats}
         set_config(aggregate_stats=True)
         self._running = True
         self.step_num = 0
@@ -274,7 +275,7 @@ class profile:  # noqa: N801 - torch.profiler's name, so ported code reads the s
         self._saved = current_averages()
         set_state("stop")
         dump(finished=True)
-        self.trace_files.append(SESSION.config["filename"])
+        self.trace_files.append(SESSION.config.filename)
         self._action = ProfilerAction.NONE
         if self.on_trace_ready is not None:
             self.on_trace_ready(self)

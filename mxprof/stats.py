@@ -41,7 +41,6 @@ from typing import Any
 
 from . import _native
 from ._native import (
-    COUNT_FIELDS,
     KIND_COUNTER,
     KIND_EVENT,
     KIND_FRAME,
@@ -50,7 +49,7 @@ from ._native import (
     KIND_TASK,
     Stat,
 )
-from ._session import SESSION, run_sync_hooks, warn
+from ._session import SESSION, warn
 from .config import check_bool
 from .errors import ConfigError
 from .memory import usage
@@ -440,25 +439,21 @@ def dumps(
     if sort_by not in SORT_KEYS:
         raise ConfigError(f"sort_by must be one of {', '.join(SORT_KEYS)}; got {sort_by!r}")
     with SESSION.lock:
-        if not SESSION.config["aggregate_stats"]:
+        if not SESSION.config.aggregate_stats:
             _warn_statistics_off()
             return ""
-        run_sync_hooks(False)
+        SESSION.run_write_hooks(False)
         wall_ns = _native.stats_recorded_ns()  # before a reset restarts it
         peaks = _peaks()  # likewise
         sections = collect(_native.stats_snapshot(reset), wall_ns, peaks)
         for section, cats in sections.items():
             for cat, rows in cats.items():
                 cats[cat] = _sorted(section, rows, sort_by, ascending)
-        now = _native.counts()
-        tallies = {k: now[k] - SESSION.baseline[k] for k in COUNT_FIELDS}
+        # The core keeps the tallies' start with the statistics' (reset too).
+        tallies = _native.stats_counts(reset)
         if format == "table":
-            text = render_table(sections, tallies, percentiles)
-        else:
-            text = render_json(sections, tallies)
-        if reset:
-            SESSION.baseline = now
-        return text
+            return render_table(sections, tallies, percentiles)
+        return render_json(sections, tallies)
 
 
 _warned_off = False
@@ -479,6 +474,4 @@ def _warn_statistics_off() -> None:
 def reset() -> None:
     """Start new statistics, as ``dumps(reset=True)`` does, without rendering."""
     with SESSION.lock:
-        now = _native.counts()
-        _native.stats_reset()
-        SESSION.baseline = now
+        _native.stats_reset()  # the tallies dumps() shows begin again with them

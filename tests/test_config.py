@@ -29,7 +29,7 @@ def test_every_mxnet_key_exists_with_mxnet_default():
     for key, default in MXNET_KEYS.items():
         assert config.KEYS[key].default == default, key
     for key in set(MXNET_KEYS) - {"profile_process"}:
-        assert SESSION.config[key] == MXNET_KEYS[key]
+        assert getattr(SESSION.config, key) == MXNET_KEYS[key]
 
 
 def test_mxprof_keys_are_documented():
@@ -66,7 +66,7 @@ def test_unknown_key_lists_the_valid_ones():
     ],
 )
 def test_bad_values_raise_naming_key_and_value(kwargs, fragment):
-    before = dict(SESSION.config)
+    before = SESSION.config
     with pytest.raises(mxprof.ConfigError) as e:
         mxprof.set_config(**kwargs)
     assert fragment in str(e.value)
@@ -77,26 +77,26 @@ def test_bad_values_raise_naming_key_and_value(kwargs, fragment):
 def test_one_bad_value_applies_nothing():
     with pytest.raises(mxprof.ConfigError):
         mxprof.set_config(aggregate_stats=True, dump_period=0)
-    assert SESSION.config["aggregate_stats"] is False
+    assert SESSION.config.aggregate_stats is False
 
 
 def test_bools_accept_true_false_one_zero():
     mxprof.set_config(aggregate_stats=1)
-    assert SESSION.config["aggregate_stats"] is True
+    assert SESSION.config.aggregate_stats is True
     mxprof.set_config(aggregate_stats=0)
-    assert SESSION.config["aggregate_stats"] is False
+    assert SESSION.config.aggregate_stats is False
 
 
 def test_keys_not_passed_keep_their_values(tmp_path):
     mxprof.set_config(aggregate_stats=True, dump_period=0.25)
     mxprof.set_config(filename=str(tmp_path / "x.json"))
-    assert SESSION.config["aggregate_stats"] is True
-    assert SESSION.config["dump_period"] == 0.25
+    assert SESSION.config.aggregate_stats is True
+    assert SESSION.config.dump_period == 0.25
 
 
 def test_pathlike_filename(tmp_path):
     mxprof.set_config(filename=tmp_path / "p.json")
-    assert SESSION.config["filename"] == str(tmp_path / "p.json")
+    assert SESSION.config.filename == str(tmp_path / "p.json")
 
 
 def test_set_config_never_touches_files(tmp_path):
@@ -113,7 +113,7 @@ def test_bad_state():
 
 
 def test_dumps_arguments_validated_even_when_stats_off():
-    assert SESSION.config["aggregate_stats"] is False
+    assert SESSION.config.aggregate_stats is False
     with pytest.raises(mxprof.ConfigError, match="'xml'"):
         mxprof.dumps(format="xml")
     with pytest.raises(mxprof.ConfigError, match="'median'"):
@@ -147,7 +147,7 @@ def record_one_task(clock, name="step"):
 def test_profile_all_turns_statistics_on(tmp_path, clock):
     # The typical flow printed an empty line: aggregate_stats defaults off.
     mxprof.set_config(profile_all=True, filename=str(tmp_path / "t.json"))
-    assert SESSION.config["aggregate_stats"] is True
+    assert SESSION.config.aggregate_stats is True
     record_one_task(clock)
     table = mxprof.dumps(sort_by="avg")
     row = next(ln for ln in table.splitlines() if ln.startswith("step "))
@@ -171,7 +171,7 @@ def test_an_explicit_aggregate_stats_wins_over_profile_all(clock, monkeypatch, c
     monkeypatch.setattr(stats, "_warned_off", True)
     for kwargs in calls:
         mxprof.set_config(write_trace=False, **kwargs)
-    assert SESSION.config["aggregate_stats"] is on
+    assert SESSION.config.aggregate_stats is on
     record_one_task(clock)
     text = mxprof.dumps(format="json")
     assert (text != "") is on
@@ -182,8 +182,8 @@ def test_an_explicit_aggregate_stats_wins_over_profile_all(clock, monkeypatch, c
 def test_profile_all_with_a_bad_value_elsewhere_applies_nothing():
     with pytest.raises(mxprof.ConfigError, match="dump_period"):
         mxprof.set_config(profile_all=True, dump_period=0)
-    assert SESSION.config["aggregate_stats"] is False
-    assert SESSION.config["profile_all"] is False
+    assert SESSION.config.aggregate_stats is False
+    assert SESSION.config.profile_all is False
 
 
 def test_dump_before_ever_running_is_a_state_error():
@@ -230,8 +230,8 @@ def test_deprecated_aliases_warn_every_call_and_work(tmp_path):
     for _ in range(2):
         with pytest.warns(DeprecationWarning, match="profiler_set_config"):
             mxprof.profiler_set_config(mode="all", filename=path)
-    assert SESSION.config["profile_all"] is True
-    assert SESSION.config["filename"] == path
+    assert SESSION.config.profile_all is True
+    assert SESSION.config.filename == path
     with pytest.warns(DeprecationWarning, match="profiler_set_state"):
         mxprof.profiler_set_state("run")
     assert SESSION.state == "run"
@@ -250,8 +250,8 @@ def test_symbolic_mode_alias():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         mxprof.profiler_set_config()
-    assert SESSION.config["profile_symbolic"] is True
-    assert SESSION.config["filename"] == "profile.json"
+    assert SESSION.config.profile_symbolic is True
+    assert SESSION.config.filename == "profile.json"
 
 
 def test_domain_name_must_be_non_empty_str():
@@ -309,7 +309,7 @@ def test_a_value_the_core_cannot_take_poisons_nothing(tmp_path, kwargs):
     # background writer or dump() with a raw OverflowError/UnicodeEncodeError.
     path = str(tmp_path / "t.json")
     mxprof.set_config(filename=path, profile_api=False, dump_period=0.5)
-    before = dict(SESSION.config)
+    before = SESSION.config
     ((key, value),) = kwargs.items()
     with pytest.raises(mxprof.ConfigError) as e:
         mxprof.set_config(**kwargs)
@@ -330,7 +330,7 @@ def test_a_value_the_core_cannot_take_poisons_nothing(tmp_path, kwargs):
 def test_integer_limits_at_the_edge_of_the_core(tmp_path):
     top = 2**63 - 1
     mxprof.set_config(max_events=top, dump_events=top, dump_period=(2**63 - 1) // 10**9)
-    assert (SESSION.config["max_events"], SESSION.config["dump_events"]) == (top, top)
+    assert (SESSION.config.max_events, SESSION.config.dump_events) == (top, top)
     for key, value, allowed in (
         ("max_events", top + 1, "9223372036854775807"),
         ("dump_events", top + 1, "9223372036854775807"),
@@ -352,7 +352,7 @@ def test_a_lone_surrogate_in_the_gpu_csv_prefix_is_refused(tmp_path):
 
     with pytest.raises(mxprof.ConfigError, match="gpu_memory_profile_filename_prefix.*Unicode"):
         mxprof.set_config(gpu_memory_profile_filename_prefix=str(tmp_path / "g\udcff"))
-    assert SESSION.config["gpu_memory_profile_filename_prefix"] == "gpu_memory_profile"
+    assert SESSION.config.gpu_memory_profile_filename_prefix == "gpu_memory_profile"
     prefix = str(tmp_path / "g")
     mxprof.set_config(filename=str(tmp_path / "t.json"), gpu_memory_profile_filename_prefix=prefix)
     mxprof.set_state("run")
@@ -370,7 +370,7 @@ def test_set_config_rolls_back_when_applying_fails(tmp_path, monkeypatch):
     path = str(tmp_path / "t.json")
     mxprof.set_config(filename=path, profile_api=False)
     mxprof.set_state("run")
-    before = dict(SESSION.config)
+    before = SESSION.config
 
     def broken_export(*args):
         raise RuntimeError("no room in the environment")

@@ -877,7 +877,7 @@ def test_gpu_real_range_times_a_memset(trace_file):
 
 
 def test_one_pre_write_hook_resolves_gpu_ranges():
-    from mxprof import _session
+    from mxprof._session import SESSION
 
-    hooks = [h for h in _session.SYNC_HOOKS if h.__module__.startswith("mxprof.cuda")]
+    hooks = [h for h in SESSION.write_hooks if h.__module__.startswith("mxprof.cuda")]
     assert hooks == [_runtime._sync_hook]

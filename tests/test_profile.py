@@ -217,8 +217,8 @@ def test_config_is_restored(tmp_path, clock):
     mxprof.set_config(filename="mine.json", aggregate_stats=False)
     with mxprof.profile(filename=str(tmp_path / "p.json")) as prof:
         run_loop(prof, 2, clock)
-    assert SESSION.config["filename"] == "mine.json"
-    assert SESSION.config["aggregate_stats"] is False
+    assert SESSION.config.filename == "mine.json"
+    assert SESSION.config.aggregate_stats is False
     assert {r.name for r in prof.key_averages()} >= {"user_work", "ProfilerStep#1"}
 
 

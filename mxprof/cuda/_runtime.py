@@ -13,7 +13,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from .. import _session
+from .._session import SESSION
 from ..errors import DeviceUnavailable, ProfilerError
 from ._timing import Timing
 
@@ -313,8 +313,7 @@ def _sync_hook(final: bool) -> None:
         result[0].timing.resolve(wait=final)
 
 
-if _sync_hook not in _session.SYNC_HOOKS:
-    _session.SYNC_HOOKS.append(_sync_hook)
+SESSION.add_write_hook(_sync_hook)
 
 
 def _after_fork_in_child() -> None:

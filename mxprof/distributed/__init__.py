@@ -25,7 +25,7 @@ import threading
 from typing import Any
 from urllib.parse import urlsplit
 
-from .. import _session
+from .._session import SESSION
 from ..errors import ConfigError, StateError
 from . import _node
 from ._node import DistributedError, DistributedTimeout, Member
@@ -183,10 +183,10 @@ def init(
 def _start(job: _node.Job, address: str, key: bytes) -> _node.Node:
     # File names first: once hello is answered, commands may arrive at once.
     prefix = _node.file_prefix(job.role, job.rank)
-    _session.RENAME = lambda path: _node.prefixed(path, prefix)
+    SESSION.set_rename(lambda path: _node.prefixed(path, prefix))
     from ..control import set_config
 
-    current = _session.SESSION.config["filename"]
+    current = SESSION.config.filename
     if _node.prefixed(current, prefix) != current:
         set_config(filename=current)  # renamed on the way in
     # Profiles begun by remote calls begin on the channel's thread, which
@@ -195,11 +195,11 @@ def _start(job: _node.Job, address: str, key: bytes) -> _node.Node:
     # set_config may still turn it on or off.
     from .. import _signals
 
-    _signals.install(_session.SESSION.signal_flush)
+    _signals.install(SESSION.signal_flush)
     try:
         node = _connect(job, address, key)
     except BaseException:
-        _session.RENAME = None
+        SESSION.set_rename(None)
         raise
     node.publish()
     return node
@@ -323,8 +323,7 @@ def shutdown() -> None:
         node = _node_ref.pop("node", None)
     if node is None:
         return
-    _node.install_remote(None, None)
-    _session.RENAME = None
+    SESSION.clear_remote()
     node.close()
 
 
@@ -332,9 +331,7 @@ def _forget_in_child() -> None:
     """A forked child is not a member of the job: drop the parent's channel
     without touching its sockets (ZeroMQ contexts do not survive a fork)."""
     _node_ref.clear()
-    _session.REMOTE = None
-    _session.REMOTE_REFUSAL = None
-    _session.RENAME = None
+    SESSION.clear_remote()
 
 
 atexit.register(shutdown)

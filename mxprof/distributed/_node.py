@@ -130,7 +130,7 @@ class Node:
         with SESSION.lock:
             if SESSION.profile_open and SESSION.traced:
                 SESSION.flush(finish=False, explicit=True)
-            path = str(SESSION.config["filename"])
+            path = SESSION.config.filename
             return path if SESSION.ever_ran and os.path.exists(path) else None
 
     def tally(self) -> dict[str, int]:
@@ -226,7 +226,7 @@ class Peer(Node):
             return
         try:
             size, offset = os.path.getsize(path), 0
-            name = os.path.basename(SESSION.config["filename"])
+            name = os.path.basename(SESSION.config.filename)
             with open(path, "rb") as f:
                 while True:
                     chunk = f.read(_wire.CHUNK)
@@ -283,7 +283,7 @@ class Peer(Node):
         with open(self._snapshot, "rb") as f:
             f.seek(offset)
             chunk = f.read(_wire.CHUNK)
-        name = os.path.basename(SESSION.config["filename"])
+        name = os.path.basename(SESSION.config.filename)
         if offset + len(chunk) >= size:
             os.unlink(self._snapshot)
             self._snapshot = None
@@ -624,5 +624,4 @@ class Hub(Node):
 
 
 def install_remote(hub: Hub | None, refusal: str | None) -> None:
-    _session.REMOTE = hub.command if hub is not None else None
-    _session.REMOTE_REFUSAL = refusal
+    SESSION.set_remote(hub.command if hub is not None else None, refusal)

@@ -454,6 +454,14 @@ int64_t mxp_stats_recorded_ns(void);
 /* Read the process-wide tallies. */
 void mxp_counts_get(mxp_counts *out);
 
+/* Read the tallies since the statistics began (mxp_stats_reset, the
+ * aggregate flag turning on, fork, mxp_reset): what dumps() reports beside
+ * the statistics.  reset != 0: they begin again from this same reading, so
+ * that none is lost or counted twice; call it so right after
+ * mxp_stats_snapshot(..., reset=1), which restarts the statistics only.
+ * Thread-safe. */
+void mxp_stats_counts_get(mxp_counts *out, int reset);
+
 /* ---- test and benchmark seams: NOT API ----
  * Tests and benchmarks drive the core through these (a full reset, a fake
  * clock, a wall clock set wrong, the escaper alone) or measure the floor of

@@ -6,7 +6,8 @@
  * recorded.  Their sums only grow; a reset stores the merged sums as a
  * baseline, in the same critical section as the snapshot it follows, so an
  * event is reported before or after a reset, never lost or counted twice.
- * Minimum and maximum cannot be subtracted: they restart per epoch.
+ * Minimum and maximum cannot be subtracted: they restart per epoch.  The
+ * tallies (mxp_counts) reported with the statistics start with them too.
  */
 #include "mxpi_agg.h"
 #include "mxpi_clock.h"
@@ -26,6 +27,34 @@ static void fold_dir(mxpi_agg *acc, mxpi_agg_dir *dir, uint32_t nobj, uint32_t e
         for (uint32_t i = 0; i < MXPI_PAGE_SIZE && page * MXPI_PAGE_SIZE + i < nobj; i++)
             mxpi_agg_fold(&acc[page * MXPI_PAGE_SIZE + i], &src[i], epoch);
     }
+}
+
+/* The tallies when the statistics began (mxp_stats_counts_get); under reg_lock. */
+static mxp_counts counts_base;
+
+static void counts_rebase(void) {
+    mxp_counts now;
+    mxp_counts_get(&now);
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    counts_base = now;
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+}
+
+void mxp_stats_counts_get(mxp_counts *out, int reset) {
+    mxp_counts now;
+    mxp_counts_get(&now); /* initialises the core */
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    const mxp_counts *b = &counts_base;
+    out->dropped_events = now.dropped_events - b->dropped_events;
+    out->unmatched_stops = now.unmatched_stops - b->unmatched_stops;
+    out->non_lifo_stops = now.non_lifo_stops - b->non_lifo_stops;
+    out->ignored_calls = now.ignored_calls - b->ignored_calls;
+    out->unknown_frees = now.unknown_frees - b->unknown_frees;
+    out->written_events = now.written_events - b->written_events;
+    out->cut_ranges = now.cut_ranges - b->cut_ranges;
+    out->saturated_values = now.saturated_values - b->saturated_values;
+    if (reset) counts_base = now;
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
 }
 
 /* Ticks recorded so far (caller holds reg_lock). */
@@ -206,6 +235,7 @@ int mxp_stats_snapshot(mxp_stat *out, uint32_t cap, uint32_t *n_out, int reset) 
 
 void mxp_stats_reset(void) {
     mxp_init();
+    counts_rebase();
     mxpi_memory_stats_reset();
     uint32_t nobj = mxp_object_count();
     mxpi_agg *acc = malloc((nobj ? nobj : 1) * sizeof *acc);

@@ -265,6 +265,32 @@ static void test_self_time_and_nesting(void) {
     mxp_clock_fake(0, 0);
 }
 
+/* The tallies reported with the statistics start with them: at a reset, when
+ * aggregation turns on, and at mxp_stats_counts_get(.., 1); the process-wide
+ * ones go on. */
+static void test_stats_tallies(void) {
+    fresh();
+    uint32_t t = reg(MXP_KIND_TASK, "t", "lone");
+    mxp_counts c;
+    mxp_range_end(t);
+    mxp_stats_counts_get(&c, 1);
+    CHECK_EQ(c.unmatched_stops, 1);
+    mxp_stats_counts_get(&c, 0);
+    CHECK_EQ(c.unmatched_stops, 0);
+    mxp_range_end(t);
+    mxp_stats_reset();
+    mxp_range_end(t);
+    mxp_stats_counts_get(&c, 0);
+    CHECK_EQ(c.unmatched_stops, 1);
+    mxp_flags_update(0, MXP_FLAG_AGGREGATE);
+    mxp_range_end(t);
+    mxp_flags_update(MXP_FLAG_AGGREGATE, 0);
+    mxp_stats_counts_get(&c, 0);
+    CHECK_EQ(c.unmatched_stops, 0);
+    mxp_counts_get(&c);
+    CHECK_EQ(c.unmatched_stops, 4);
+}
+
 static void test_tokens(void) {
     fresh();
     uint32_t r = reg(MXP_KIND_TASK, "t", "tok");
@@ -1130,6 +1156,7 @@ int main(void) {
     test_json_backslashes();
     test_registry();
     test_self_time_and_nesting();
+    test_stats_tallies();
     test_tokens();
     test_histogram_buckets();
     test_percentiles_and_recorded_time();

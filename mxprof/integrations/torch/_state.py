@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 
 def imperative_on() -> bool:
     """Whether the configuration asks for module calls (profile_imperative or profile_all)."""
-    cfg = SESSION.config
-    return bool(cfg["profile_all"] or cfg["profile_imperative"])
+    cfg = SESSION.config  # as Config.enabled, without its call: allocations ask this
+    return cfg.profile_all or cfg.profile_imperative
 
 
 class _ThreadState(threading.local):
