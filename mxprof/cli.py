@@ -16,7 +16,8 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from . import averages, control
+from . import control
+from ._render import ROW_SORT_KEYS
 from ._session import SESSION
 from ._version import __version__
 from .domain import Domain
@@ -212,7 +213,7 @@ def parser() -> argparse.ArgumentParser:
     # Statistics are on by default now; --aggregate stays accepted for old command lines.
     run.add_argument("--aggregate", dest="stats", action="store_true", help=argparse.SUPPRESS)
     run.add_argument(
-        "--sort", default="total", choices=sorted(averages.SORT_KEYS), help="table order (total)"
+        "--sort", default="total", choices=sorted(ROW_SORT_KEYS), help="table order (total)"
     )
     run.add_argument(
         "--top", type=_count, default=15, help="rows of the table (15; 0 for the header only)"
@@ -231,7 +232,7 @@ def parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("stats", help="statistics of a trace (mxprof, PyTorch, viztracer, ...)")
     st.add_argument("trace")
-    st.add_argument("--sort", default="total", choices=sorted(averages.SORT_KEYS), help="order")
+    st.add_argument("--sort", default="total", choices=sorted(ROW_SORT_KEYS), help="order")
     st.add_argument("--format", default="table", choices=("table", "json"))
     st.add_argument("--top", type=_count, default=None, help="show only the first N rows")
     st.set_defaults(func=cmd_stats)
