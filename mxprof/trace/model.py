@@ -267,7 +267,9 @@ class Trace(Sequence[Event]):
 
         ``self`` sums the ranges' self times (duration less direct children).
         Percentiles are exact, by the nearest-rank rule: P is the duration at
-        1-based rank ceil(P/100 * count) of the sorted durations.
+        1-based rank ceil(P/100 * count) of the sorted durations.  The live
+        core's (``dumps()``, ``profile().key_averages()``) follow the same
+        rule from a histogram, within 0.79 % of these (``mxprof.averages``).
 
         Example:
             >>> row = trace.key_averages()[0]  # doctest: +SKIP
