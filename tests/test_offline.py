@@ -4,6 +4,7 @@ one run, live and loaded, agree within the documented bound."""
 
 import json
 import math
+import os
 import random
 import subprocess
 import sys
@@ -32,10 +33,10 @@ PUBLIC = [
 ]  # fmt: skip
 
 
-def python(code, *args, cwd):
+def python(code, *args, cwd, flags=()):
     """Run code in a fresh interpreter; its stdout parsed as JSON."""
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+        [sys.executable, *flags, "-c", textwrap.dedent(code), *map(str, args)],
         cwd=str(cwd),
         capture_output=True,
         text=True,
@@ -183,3 +184,76 @@ def test_live_and_loaded_percentiles_of_one_run_agree_within_the_documented_boun
         assert abs(getattr(live, f"p{p}") - exact) <= exact / 128
         differ += getattr(live, f"p{p}") != exact
     assert differ  # the data tell the two apart
+
+
+def test_reading_needs_no_compiled_core(tmp_path):
+    """A copy of the package without its compiled core (a source tree never
+    built) still loads traces and runs stats and repair; a live name says
+    what is missing.  Without site-packages (-S): reading needs only the
+    standard library, and no installed mxprof can lend its core."""
+    import shutil
+
+    trace = recorded(tmp_path)
+    package = tmp_path / "src" / "mxprof"
+    shutil.copytree(
+        os.path.dirname(mxprof.__file__),
+        package,
+        ignore=shutil.ignore_patterns("_mxprof_native*", "__pycache__"),
+    )
+    out = python(
+        """
+        import json, sys
+        sys.path.insert(0, sys.argv[2])
+        import mxprof
+        from mxprof import cli
+        codes = [
+            cli.main(["stats", sys.argv[1]]),
+            cli.main(["repair", sys.argv[1], "-o", "r.json"]),
+        ]
+        try:
+            mxprof.set_config(filename="x.json")
+            error = ""
+        except ImportError as e:
+            error = str(e)
+        rows = [r.name for r in mxprof.load(sys.argv[1]).key_averages()]
+        print(json.dumps({"file": mxprof.__file__, "codes": codes, "rows": rows, "error": error}))
+        """,
+        trace,
+        tmp_path / "src",
+        cwd=tmp_path,
+        flags=["-S"],
+    )
+    assert out["file"].startswith(str(package))
+    assert out["codes"] == [0, 0] and out["rows"] == ["t"]
+    assert "compiled core is missing" in out["error"]
+    assert _testing.count(tmp_path / "r.json") == 1
+
+
+def test_the_offline_tier_imports_only_the_offline_tier():
+    """Who may import what (docs: architecture): the modules that read and
+    write trace files import, anywhere in their code, only each other."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(mxprof.__file__).parent
+    offline = {"errors", "_version", "_tracejson", "_render", "averages", "trace"}
+    offline |= {f"trace.{p.stem}" for p in (root / "trace").glob("*.py") if p.stem != "__init__"}
+    found = {}
+    for module in sorted(offline):
+        path = root / (module.replace(".", "/") + ("/__init__.py" if module == "trace" else ".py"))
+        package = module.split(".")[:-1] if module != "trace" else ["trace"]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package[: len(package) - node.level + 1]
+                names = [node.module] if node.module else [a.name for a in node.names]
+                targets = [".".join([*base, n]) for n in names]
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                absolute = [node.module] if isinstance(node, ast.ImportFrom) else []
+                absolute += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                targets = [n[len("mxprof.") :] for n in absolute if n and n.startswith("mxprof.")]
+            else:
+                continue
+            for target in targets:
+                if target not in offline:
+                    found.setdefault(module, []).append(target)
+    assert found == {}
