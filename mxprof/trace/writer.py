@@ -1,6 +1,6 @@
 """Trace files written from Python (``merge``, ``repair``): the format follows the name.
 
-The rule is the core's (``mxp_trace_format`` in native/src/mxp_trace.c), in
+The rule is the core's (``mxp_trace_format`` in native/src/mxp_format.c), in
 Python so that writing or repairing a file needs no compiled core:
 ``.perfetto-trace`` and ``.pftrace`` are Perfetto protobuf, ``.gz`` is
 gzip-compressed Chrome JSON, any other name Chrome JSON.
