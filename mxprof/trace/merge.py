@@ -30,7 +30,7 @@ from typing import Any
 from .._version import __version__
 from ..errors import TraceFormatError
 from .clock import IDENTITY, ClockModel
-from .model import _ns_ratio, _round, base_time_ns
+from .model import base_time_ns, ns_ratio, round_ratio
 from .reader import read_raw
 from .writer import encode, file_format
 
@@ -81,14 +81,14 @@ class _Move:
 def _moved(event: dict[str, Any], move: _Move) -> dict[str, Any]:
     """A copy of event with its start and, if it has a length, its end moved."""
     out = dict(event)
-    ts = _ns_ratio(event.get("ts"))
+    ts = ns_ratio(event.get("ts"))
     if ts is None or event.get("ph") == "M":
         return out
-    start = move(_round(*ts))
+    start = move(round_ratio(*ts))
     out["ts"] = start / 1000
-    length = _ns_ratio(event["dur"]) if "dur" in event else None
+    length = ns_ratio(event["dur"]) if "dur" in event else None
     if length is not None:
-        end = _round(ts[0] * length[1] + length[0] * ts[1], ts[1] * length[1])
+        end = round_ratio(ts[0] * length[1] + length[0] * ts[1], ts[1] * length[1])
         out["dur"] = (move(end) - start) / 1000
     return out
 
