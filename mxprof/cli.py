@@ -3,6 +3,10 @@
 Each subcommand is one small function taking the parsed arguments and
 returning an exit status.  Profiler output goes to stderr, so a profiled
 script's own stdout stays as it was.
+
+Only ``run`` loads the live profiler (the compiled core and the session with
+its exit, fork and signal hooks); ``stats``, ``merge`` and ``repair`` read
+files with the offline tier (``mxprof.trace``) alone.
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from . import averages, control
-from ._session import SESSION
+from ._render import ROW_SORT_KEYS
 from ._version import __version__
-from .domain import Domain
+from .averages import KeyAverages
 from .errors import ProfilerError, TraceFormatError
-from .schedule import current_averages
+from .trace import load
+from .trace.merge import merge
+from .trace.repair import repair
 
 
 def _error(command: str, message: str) -> int:
@@ -31,6 +36,13 @@ def _error(command: str, message: str) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Profile a script: state 'run' around it, then write the trace and print the table."""
+    # The one place the command loads the live tier: the other commands must
+    # not start a session in a process that only reads files.
+    from . import control
+    from ._session import SESSION
+    from .domain import Domain
+    from .schedule import current_averages
+
     script = args.script
     if not os.path.isfile(script):
         return _error("run", f"no such script: {script!r}")
@@ -63,9 +75,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             control.dump()
         except ProfilerError as e:
             print(f"mxprof run: {e}", file=sys.stderr)
-        _report_files()
+        _report_files(SESSION.trace_paths)
         if args.stats:
-            _print_table(args.sort, args.top)
+            _print_table(current_averages(), args.sort, args.top)
     if code is None:
         return 0
     if isinstance(code, int):
@@ -74,21 +86,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1
 
 
-def _report_files() -> None:
+def _report_files(paths: Sequence[str]) -> None:
     """Name the trace files this run wrote: the script may have chosen its own
     filename (several times), and dump(finished=True) while running continues
     in <stem>-1<ext>, so -o is not necessarily where the events went."""
-    written = [p for p in SESSION.trace_paths if os.path.isfile(p)]
+    written = [p for p in paths if os.path.isfile(p)]
     for path in written:
         print(f"mxprof: trace written to {path}", file=sys.stderr)
     if not written:
         print("mxprof: no trace file written", file=sys.stderr)
 
 
-def _print_table(sort_by: str, top: int | None) -> None:
+def _print_table(rows: KeyAverages, sort_by: str, top: int | None) -> None:
     """The run's statistics, top rows first; a note instead when the script
     turned statistics off (aggregate_stats=False) or recorded no range."""
-    rows = current_averages()
     if not rows:
         print(
             "mxprof: no statistics to show (no range was recorded with aggregate_stats on)",
@@ -102,8 +113,6 @@ def _print_table(sort_by: str, top: int | None) -> None:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """Print per-name statistics of any loadable trace."""
-    from .trace import load
-
     try:
         trace = load(args.trace)
     except (TraceFormatError, OSError) as e:  # TraceReadError names the path and cause
@@ -135,8 +144,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     """Merge traces onto one timeline by their baseTimeNanoseconds."""
-    from .merge import merge
-
     for path in args.traces:
         if not os.path.isfile(path):
             return _error("merge", f"no such file: {path!r}")
@@ -156,8 +163,6 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def cmd_repair(args: argparse.Namespace) -> int:
     """Rewrite a trace cut short as valid JSON (in place, or to -o)."""
-    from .repair import repair
-
     if not os.path.isfile(args.trace):
         return _error("repair", f"no such file: {args.trace!r}")
     try:
@@ -212,7 +217,7 @@ def parser() -> argparse.ArgumentParser:
     # Statistics are on by default now; --aggregate stays accepted for old command lines.
     run.add_argument("--aggregate", dest="stats", action="store_true", help=argparse.SUPPRESS)
     run.add_argument(
-        "--sort", default="total", choices=sorted(averages.SORT_KEYS), help="table order (total)"
+        "--sort", default="total", choices=sorted(ROW_SORT_KEYS), help="table order (total)"
     )
     run.add_argument(
         "--top", type=_count, default=15, help="rows of the table (15; 0 for the header only)"
@@ -231,7 +236,7 @@ def parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("stats", help="statistics of a trace (mxprof, PyTorch, viztracer, ...)")
     st.add_argument("trace")
-    st.add_argument("--sort", default="total", choices=sorted(averages.SORT_KEYS), help="order")
+    st.add_argument("--sort", default="total", choices=sorted(ROW_SORT_KEYS), help="order")
     st.add_argument("--format", default="table", choices=("table", "json"))
     st.add_argument("--top", type=_count, default=None, help="show only the first N rows")
     st.set_defaults(func=cmd_stats)

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import _native, stats
 from ._children import with_infix
+from ._render import category
 from ._session import SESSION
 from .averages import KeyAverages, Row
 from .control import dump, set_config, set_state
@@ -288,8 +289,10 @@ def current_averages() -> KeyAverages:
         if s.kind not in (_native.KIND_TASK, _native.KIND_FRAME, _native.KIND_EVENT):
             continue
         info = _native.object_info(s.id)
-        category = stats._category(s.kind, info.domain)
+        cat = category(
+            info.domain, frame=s.kind == _native.KIND_FRAME, event=s.kind == _native.KIND_EVENT
+        )
         rows.append(
-            Row(info.name, category, s.count, s.total, s.self, s.min, s.max, s.p50, s.p90, s.p99)
+            Row(info.name, cat, s.count, s.total, s.self, s.min, s.max, s.p50, s.p90, s.p99)
         )
     return rows

@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import functools
 import json.encoder
-import unicodedata
 from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
-from . import _native
+from . import _native, _render
 from ._native import (
     KIND_COUNTER,
     KIND_EVENT,
@@ -49,13 +48,13 @@ from ._native import (
     KIND_TASK,
     Stat,
 )
+from ._render import SORT_KEYS
 from ._session import SESSION, warn
 from .config import check_bool
 from .errors import ConfigError
 from .memory import usage
 
 FORMATS = ("table", "json")
-SORT_KEYS = ("total", "avg", "min", "max", "count", "self", "p50", "p90", "p99")
 
 NAME_WIDTH = 25  # MXNet's minimum; longer names widen the column
 COL_WIDTH = 16
@@ -73,14 +72,6 @@ FIELDS = {
     "Marker": (),
 }
 MEMORY_DOMAINS = ("Device Storage", "Scope Storage")
-
-
-def _category(kind: int, domain: str) -> str:
-    if kind == KIND_EVENT:
-        return "event"
-    if kind == KIND_FRAME:
-        return f"{domain},frame"
-    return domain
 
 
 # Integer nanoseconds and bytes are divided, not rounded: n / 1e6 is already
@@ -150,7 +141,7 @@ def collect(stats: list[Stat], wall_ns: int, peaks: dict[int, int]) -> Sections:
         kind, domain, name = s.kind, domains[s.id], names[s.id]
         if kind in (KIND_TASK, KIND_FRAME, KIND_EVENT):
             cats, row = time, (name, s.count, _time_values(s, wall_ns))
-            domain = _category(kind, domain)
+            domain = _render.category(domain, frame=kind == KIND_FRAME, event=kind == KIND_EVENT)
         elif kind == KIND_GPU:
             gpu[(domain, name)] = s
             continue
@@ -214,24 +205,6 @@ def _sorted(section: str, rows: list[Row], sort_by: str, ascending: bool) -> lis
 # ---- table ----
 
 
-def _display(name: str) -> str:
-    """The name as one table cell: control characters shown escaped."""
-    if name.isprintable():
-        return name
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in name)
-
-
-def _width(text: str) -> int:
-    """Columns text takes on a terminal: East Asian wide characters take two."""
-    if text.isascii():
-        return len(text)
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
-def _pad(text: str, width: int) -> str:
-    return text + " " * max(0, width - _width(text))
-
-
 # Per section: (header, field, format spec) of the columns after Total Count;
 # MXNet's first.
 _TABLE_COLUMNS = {
@@ -274,14 +247,14 @@ def _table_block(section: str, category: str, rows: list[Row], percentiles: bool
         for head, field, spec in _TABLE_COLUMNS[section]
         if (percentiles or field not in _PERCENTILE_FIELDS) and (gpu or field != "GPU")
     ]
-    names = [_display(r[0]) for r in rows]
-    width = max([NAME_WIDTH] + [_width(n) + 2 for n in names])
+    names = [_render.display(r[0]) for r in rows]
+    width = max([NAME_WIDTH] + [_render.width(n) + 2 for n in names])
 
     def line(first: str, cells: list[str]) -> str:
-        return _pad(first, width) + "".join(f" {c:>{COL_WIDTH}}" for c in cells)[1:]
+        return _render.pad(first, width) + "".join(f" {c:>{COL_WIDTH}}" for c in cells)[1:]
 
     heads = ["Total Count"] + [head for head, _, _ in cols]
-    out = [_display(category) + _TABLE_SUFFIX[section], "=" * 17]
+    out = [_render.display(category) + _TABLE_SUFFIX[section], "=" * 17]
     out.append(line("Name", heads))
     out.append(line("----", ["-" * len(h) for h in heads]))
     # One format call per row.  The name cell pads by display width, which
@@ -299,7 +272,7 @@ def _table_block(section: str, category: str, rows: list[Row], percentiles: bool
         elif name.isascii():
             out.append(ascii_row.format(name, count, *vals))
         else:
-            out.append(_pad(name, width) + cells.format(count, *vals))
+            out.append(_render.pad(name, width) + cells.format(count, *vals))
     out.append("")
     return out
 
@@ -318,9 +291,13 @@ def render_table(sections: Sections, tallies: dict[str, int], percentiles: bool 
     problems = {k: v for k, v in tallies.items() if v}
     if problems:
         width = max([NAME_WIDTH] + [len(k) + 2 for k in problems])
-        lines += ["Profiler", "=" * 17, _pad("Name", width) + f"{'Total Count':>{COL_WIDTH}}"]
-        lines.append(_pad("----", width) + f"{'-' * 11:>{COL_WIDTH}}")
-        lines += [_pad(k, width) + f"{v:>{COL_WIDTH}}" for k, v in problems.items()]
+        lines += [
+            "Profiler",
+            "=" * 17,
+            _render.pad("Name", width) + f"{'Total Count':>{COL_WIDTH}}",
+        ]
+        lines.append(_render.pad("----", width) + f"{'-' * 11:>{COL_WIDTH}}")
+        lines += [_render.pad(k, width) + f"{v:>{COL_WIDTH}}" for k, v in problems.items()]
         lines.append("")
     return "\n".join(lines) + "\n"
 

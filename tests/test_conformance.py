@@ -35,7 +35,7 @@ import pytest
 
 import mxprof
 from mxprof import _native, _testing, memory
-from mxprof.merge import merge
+from mxprof.trace.merge import merge
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _perfetto_engine  # noqa: E402

@@ -299,7 +299,7 @@ def test_repair_in_place_and_of_a_complete_file(tmp_path):
         task.stop()
     mxprof.dump()
     data = path.read_bytes()
-    from mxprof.repair import repair
+    from mxprof.trace.repair import repair
 
     result = repair(path, tmp_path / "copy.json.gz")
     assert result == {"events": len(_testing.load_trace(path)["traceEvents"]), "truncated": False}
@@ -328,7 +328,7 @@ def test_kill_9_perfetto_keeps_every_written_packet(tmp_path):
         "perfetto.protos.perfetto.trace.perfetto_trace_pb2",
         reason="decoding Perfetto traces needs the perfetto and protobuf packages",
     )
-    from mxprof.repair import repair
+    from mxprof.trace.repair import repair
 
     for attempt in range(3):
         path = tmp_path / f"k{attempt}.perfetto-trace"

@@ -18,8 +18,9 @@ import pytest
 
 import mxprof
 from mxprof import _testing
-from mxprof.distributed import _clock, _wire
-from mxprof.merge import merge
+from mxprof.distributed import _wire
+from mxprof.trace import clock as _clock
+from mxprof.trace.merge import merge
 
 zmq = pytest.importorskip("zmq", reason="the ZeroMQ transport needs pyzmq (mxprof[dist])")
 

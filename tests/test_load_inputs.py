@@ -147,7 +147,7 @@ def test_a_damaged_perfetto_trace_is_a_format_error_naming_the_file(tmp_path, cl
 
 
 def test_merge_reads_perfetto_inputs(tmp_path, clock):
-    from mxprof.merge import merge
+    from mxprof.trace.merge import merge
 
     record(tmp_path / "a.pftrace", clock)
     summary = merge([tmp_path / "a.pftrace"], tmp_path / "m.json")
@@ -224,7 +224,7 @@ def test_read_raw_gives_perfetto_events_as_chrome_dicts(tmp_path, clock):
 
 @pytest.mark.parametrize("suffix", ["json.gz", "pftrace", "perfetto-trace"])
 def test_merge_writes_the_format_its_output_suffix_names(tmp_path, clock, suffix):
-    from mxprof.merge import merge
+    from mxprof.trace.merge import merge
 
     record(tmp_path / "a.json", clock)
     record(tmp_path / "b.pftrace", clock)

@@ -1,4 +1,4 @@
-"""mxprof.merge and the clock model it applies: times moved without breaking any thread's nesting.
+"""mxprof.trace.merge and its clock model: times moved without breaking any thread's nesting.
 
 Synthetic per-process files with a known clock model: a process whose
 clock is 3 s ahead, measured twice 60 ms apart, once with as much noise as
@@ -15,8 +15,8 @@ import pytest
 
 import mxprof
 from mxprof import _testing
-from mxprof.distributed import _clock
-from mxprof.merge import merge
+from mxprof.trace import clock as _clock
+from mxprof.trace.merge import merge
 
 # Not a float: floats near here step by 256 ns.
 BASE = 1_795_448_643_479_177_517
@@ -288,7 +288,7 @@ def test_plain_inputs_keep_their_nesting_and_lengths(tmp_path):
 def test_merged_and_repaired_files_write_backslashes_as_the_core_does(tmp_path):
     """A name ending in a backslash must not end in an escaped backslash,
     which Perfetto reads as an escaped quote; readers get the name back."""
-    from mxprof.repair import repair
+    from mxprof.trace.repair import repair
 
     trace = str(tmp_path / "t.json")
     _testing.start(trace)
@@ -304,3 +304,55 @@ def test_merged_and_repaired_files_write_backslashes_as_the_core_does(tmp_path):
         assert "\\\\" not in text and '"ends\\u005c"' in text
         (e,) = _testing.events(json.loads(text), "X", "ends\\")
         assert e["cat"] == "dom\\"
+
+
+def test_python_writers_choose_the_format_by_name_as_the_core_does():
+    from mxprof._native import lib
+    from mxprof.trace.writer import JSON, JSON_GZ, PERFETTO, file_format
+
+    codes = {lib.MXP_FORMAT_JSON: JSON, lib.MXP_FORMAT_JSON_GZ: JSON_GZ,
+             lib.MXP_FORMAT_PERFETTO: PERFETTO}  # fmt: skip
+    names = ["t.json", "t.json.gz", "t.gz", "t.pftrace", "t.perfetto-trace", "t", "t.JSON.GZ",
+             "t.PFTRACE", "t.pftrace.json", "t.gz.json", "dir.gz/t.json", "t.tgz", "données.gz",
+             ".pftrace", "t.json.pftrace"]  # fmt: skip
+    for name in names:
+        data = name.encode("utf-8")
+        assert file_format(name) == codes[lib.mxp_trace_format(data, len(data))], name
+
+
+def range_names(path):
+    return [e.name for e in mxprof.load(path) if e.dur is not None]
+
+
+def test_repair_writes_the_format_its_output_names(tmp_path):
+    """The output's name decides its format, as for every file mxprof writes
+    (a JSON file cut short repaired to a .pftrace name was written as JSON)."""
+    from mxprof.trace.perfetto import looks_like_perfetto
+    from mxprof.trace.repair import repair
+
+    trace = tmp_path / "t.json"
+    _testing.start(trace, continuous_dump=False)
+    task = mxprof.Domain("d").new_task("t")
+    for _ in range(40):
+        with task:
+            pass
+    _testing.finish(trace)
+    data = trace.read_bytes()
+    trace.write_bytes(data[: len(data) * 2 // 3])  # cut short
+    repair(trace, tmp_path / "r.json")
+    kept = len(_testing.events(_testing.load_trace(tmp_path / "r.json"), "X", "t"))
+    assert 0 < kept < 40
+
+    assert repair(trace, tmp_path / "r.pftrace")["truncated"] is True
+    assert looks_like_perfetto((tmp_path / "r.pftrace").read_bytes())
+    assert [e.name for e in mxprof.load(tmp_path / "r.pftrace") if e.dur is not None] == [
+        "t"
+    ] * kept
+
+    # And back: Perfetto repaired to a JSON name is JSON with the same ranges.
+    result = repair(tmp_path / "r.pftrace", tmp_path / "back.json")
+    doc = _testing.load_trace(tmp_path / "back.json")  # parses as JSON
+    assert result == {"events": len(doc["traceEvents"]), "truncated": False}
+    assert [e.name for e in mxprof.load(tmp_path / "back.json") if e.dur is not None] == [
+        "t"
+    ] * kept

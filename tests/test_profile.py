@@ -235,8 +235,8 @@ def test_bad_arguments():
 
 
 def test_key_averages_table_aligns_wide_and_control_characters():
+    from mxprof._render import width
     from mxprof.averages import KeyAverages, Row
-    from mxprof.stats import _width
 
     rows = KeyAverages(
         [
@@ -249,4 +249,4 @@ def test_key_averages_table_aligns_wide_and_control_characters():
     body = lines[3:-1]
     assert [line.split()[0] for line in body] == ["数据加载", "plain", "line\\nbreak"]
     assert "cat\\t1" in body[2]
-    assert len({_width(line) for line in lines}) == 1  # every line as wide on screen
+    assert len({width(line) for line in lines}) == 1  # every line as wide on screen

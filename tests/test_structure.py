@@ -21,8 +21,7 @@ def metrics():
 
 
 def test_only_the_native_tier_imports_the_compiled_core(metrics):
-    # repair.py is the one left: it moves into trace/ and stops using the core (issue 11).
-    assert set(metrics["lib_users"]) <= {"mxprof/repair.py"}
+    assert metrics["lib_users"] == []
     assert metrics["check_calls"] == []
 
 

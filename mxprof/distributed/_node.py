@@ -23,8 +23,10 @@ from .._tracejson import dumps as trace_json
 from .._version import __version__
 from ..errors import ConfigError, ProfilerError
 from ..stats import dumps
-from . import _clock, _wire
-from ._clock import ClockModel
+from ..trace import clock as _clock
+from ..trace.clock import ClockModel
+from ..trace.merge import merge
+from . import _wire
 from ._endpoint import Endpoint, PeerGone, RemoteFailure, Transport
 
 PING_SAMPLES = 16
@@ -523,10 +525,6 @@ class Hub(Node):
         as it is now; those that have left gave theirs when leaving.  A
         process neither connected nor gone is waited for (job.timeout).
         """
-        # Imported here: merge imports distributed._clock, so at module level
-        # this would close the circle distributed -> _node -> merge -> distributed.
-        from ..merge import merge
-
         slots = self.job.expected()
         live = self.wait_for(slots, self.job.timeout, gone_ok=True)
         synced = self.endpoint.request_many([k.src for k in live.values()], "sync", {},

@@ -267,7 +267,9 @@ class Trace(Sequence[Event]):
 
         ``self`` sums the ranges' self times (duration less direct children).
         Percentiles are exact, by the nearest-rank rule: P is the duration at
-        1-based rank ceil(P/100 * count) of the sorted durations.
+        1-based rank ceil(P/100 * count) of the sorted durations.  The live
+        core's (``dumps()``, ``profile().key_averages()``) follow the same
+        rule from a histogram, within 0.79 % of these (``mxprof.averages``).
 
         Example:
             >>> row = trace.key_averages()[0]  # doctest: +SKIP
@@ -324,8 +326,15 @@ def _nearest_rank(ordered: list[int], percent: int) -> int:
     return ordered[max(rank, 1) - 1]
 
 
-def _ns_ratio(value: object) -> tuple[int, int] | None:
-    """A time in µs from the file as an exact fraction of ns, or None if it is none."""
+def ns_ratio(value: object) -> tuple[int, int] | None:
+    """A time in µs from the file as an exact fraction of ns (numerator,
+    denominator), or None if it is none.  ``load`` and ``merge`` both read
+    times through it, so that they round alike.
+
+    Example:
+        >>> ns_ratio(1.5), ns_ratio("2"), ns_ratio(None)
+        ((3000, 2), (2000, 1), None)
+    """
     if type(value) is str:
         try:
             value = float(value)
@@ -341,7 +350,14 @@ def _ns_ratio(value: object) -> tuple[int, int] | None:
     return None
 
 
-def _round(num: int, den: int) -> int:
+def round_ratio(num: int, den: int) -> int:
+    """num / den (den > 0) rounded to the nearest integer, halves up: a
+    rounding that never decreases as num grows, so nesting survives it.
+
+    Example:
+        >>> round_ratio(*ns_ratio(0.0015)), round_ratio(5, 2)
+        (2, 3)
+    """
     return (2 * num + den) // (2 * den)
 
 
@@ -371,18 +387,18 @@ class _Converter:
             return
         if type(ph) is not str or (ph not in _RANGE_PHASES and ph not in _POINT_PHASES):
             return
-        ts = _ns_ratio(raw.get("ts"))
+        ts = ns_ratio(raw.get("ts"))
         if ts is None:
             return
-        start = _round(*ts)
+        start = round_ratio(*ts)
         if ph != "X" and ph in _RANGE_PHASES:
             self.paired.append((start, seq, raw))
             return
         dur = None
         if ph == "X":
-            length = _ns_ratio(raw.get("dur", 0)) or (0, 1)
+            length = ns_ratio(raw.get("dur", 0)) or (0, 1)
             # Round the end, not the length, so that nesting survives rounding.
-            end = _round(ts[0] * length[1] + length[0] * ts[1], ts[1] * length[1])
+            end = round_ratio(ts[0] * length[1] + length[0] * ts[1], ts[1] * length[1])
             dur = max(end - start, 0)
         self.done.append((seq, _event(raw, "X" if ph == "X" else _POINT_PHASES[ph], start, dur)))
 

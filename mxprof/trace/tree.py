@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..averages import format_ns
+from .._render import format_ns
 
 if TYPE_CHECKING:
     from .model import Event

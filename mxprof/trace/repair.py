@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import gzip
 import os
 import tempfile
 from typing import Any
 
-from ._native import lib
-from ._tracejson import dumps as trace_json
-from .trace import read_raw
-
-
-def _format(path: str) -> int:
-    """The file's format by its name, as the trace writer decides it."""
-    name = path.encode("utf-8", "surrogateescape")
-    return int(lib.mxp_trace_format(name, len(name)))
+from .reader import read_raw
+from .writer import PERFETTO, encode, file_format
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int] | None:
@@ -59,12 +51,13 @@ def repair(
 ) -> dict[str, Any]:
     """Keep every complete event of a trace file and write them as a valid trace.
 
-    Chrome JSON: the object form is written, with the top-level members that
+    The output is in the format its name gives, as for every file mxprof
+    writes (``.json``, ``.gz``, ``.pftrace``/``.perfetto-trace``).  From
+    Chrome JSON the object form is written, with the top-level members that
     survived the cut (mxprof writes ``baseTimeNanoseconds`` and the process's
-    and threads' names before the events, so they survive a cut after them);
-    gzip-compressed when the output's name ends in ``.gz``.  Perfetto
-    protobuf (``.perfetto-trace``, ``.pftrace``): the whole packets before the
-    cut are kept ("events" then counts packets).
+    and threads' names before the events, so they survive a cut after them).
+    From Perfetto protobuf to Perfetto, the whole packets before the cut are
+    kept as they are ("events" then counts packets).
 
     Args:
         path: the trace to repair.
@@ -85,7 +78,8 @@ def repair(
     """
     source = os.fspath(path)
     target = os.fspath(output) if output is not None else source
-    if _format(source) == lib.MXP_FORMAT_PERFETTO:
+    fmt = file_format(target)
+    if file_format(source) == PERFETTO and fmt == PERFETTO:
         with open(source, "rb") as f:
             data = f.read()
         size, packets = _perfetto_prefix(data)
@@ -98,6 +92,5 @@ def repair(
         other = doc.setdefault("otherData", {})
         if isinstance(other, dict):
             other["repaired"] = True  # the trailer with the final tallies was lost
-    payload = trace_json(doc).encode("utf-8")
-    _write_atomically(target, gzip.compress(payload, 6) if target.endswith(".gz") else payload)
+    _write_atomically(target, encode(doc, fmt))
     return {"events": len(events), "truncated": truncated}

@@ -22,19 +22,17 @@ and flow events keep their order and stay inside the ranges they fell in.
 
 from __future__ import annotations
 
-import gzip
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._tracejson import dumps as trace_json
-from ._version import __version__
-from .distributed._clock import IDENTITY, ClockModel
-from .errors import TraceFormatError
-from .trace import base_time_ns, read_raw
-from .trace.model import _ns_ratio, _round
-from .trace.perfetto import write_perfetto
+from .._version import __version__
+from ..errors import TraceFormatError
+from .clock import IDENTITY, ClockModel
+from .model import base_time_ns, ns_ratio, round_ratio
+from .reader import read_raw
+from .writer import encode, file_format
 
 _ROLE_ORDER = {"worker": 0, "server": 1}
 
@@ -83,30 +81,16 @@ class _Move:
 def _moved(event: dict[str, Any], move: _Move) -> dict[str, Any]:
     """A copy of event with its start and, if it has a length, its end moved."""
     out = dict(event)
-    ts = _ns_ratio(event.get("ts"))
+    ts = ns_ratio(event.get("ts"))
     if ts is None or event.get("ph") == "M":
         return out
-    start = move(_round(*ts))
+    start = move(round_ratio(*ts))
     out["ts"] = start / 1000
-    length = _ns_ratio(event["dur"]) if "dur" in event else None
+    length = ns_ratio(event["dur"]) if "dur" in event else None
     if length is not None:
-        end = _round(ts[0] * length[1] + length[0] * ts[1], ts[1] * length[1])
+        end = round_ratio(ts[0] * length[1] + length[0] * ts[1], ts[1] * length[1])
         out["dur"] = (move(end) - start) / 1000
     return out
-
-
-def _write(output: str, doc: dict[str, Any]) -> None:
-    """Write doc in the format output's suffix names, as the trace writer does:
-    ``.pftrace``/``.perfetto-trace`` Perfetto protobuf, ``.gz`` gzip-compressed
-    JSON, anything else JSON."""
-    if output.endswith((".pftrace", ".perfetto-trace")):
-        payload = write_perfetto(doc["traceEvents"], doc.get("baseTimeNanoseconds"))
-    elif output.endswith(".gz"):
-        payload = gzip.compress(trace_json(doc).encode("utf-8"))
-    else:
-        payload = trace_json(doc).encode("utf-8")
-    with open(output, "wb") as f:
-        f.write(payload)
 
 
 def merge(
@@ -242,5 +226,7 @@ def merge(
         "mxprof_version": __version__,
         "merged_from": list(sources) if sources is not None else [s["path"] for s in summary],
     }
-    _write(os.fspath(output), doc)
+    payload = encode(doc, file_format(output))
+    with open(output, "wb") as f:
+        f.write(payload)
     return {"events": len(merged), "inputs": summary}

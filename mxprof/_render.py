@@ -1,0 +1,107 @@
+"""Text rendering shared by ``dumps()``, ``KeyAverages`` tables and trace analysis.
+
+Cells of a terminal table (names shown escaped, padded by display width),
+durations with a readable unit, the category a range is listed under, and
+the keys statistics sort by.  Pure Python: the offline tier (``mxprof.trace``,
+``mxprof.averages``) renders with it without loading the compiled core.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from .errors import ConfigError
+
+# sort_by of dumps() and of statistics rows; a descending sort by the value,
+# ties by name ascending.
+SORT_KEYS = ("total", "avg", "min", "max", "count", "self", "p50", "p90", "p99")
+
+# torch.profiler's names for the same columns: KeyAverages takes them too, so
+# that code ported from torch.profiler keeps working.
+TORCH_SORT_KEYS = {"cpu_time_total": "total", "self_cpu_time_total": "self", "cpu_time": "avg"}
+
+# Every sort_by a statistics row takes, mapped to the row attribute it sorts on.
+ROW_SORT_KEYS = {**{key: key for key in SORT_KEYS}, **TORCH_SORT_KEYS}
+
+
+def sort_key(sort_by: object) -> str:
+    """The row attribute sort_by names (torch.profiler's names included).
+
+    Raises:
+        ConfigError: sort_by is not one of ``ROW_SORT_KEYS``; the message lists them.
+
+    Example:
+        >>> sort_key("self_cpu_time_total")
+        'self'
+    """
+    key = ROW_SORT_KEYS.get(sort_by) if isinstance(sort_by, str) else None
+    if key is None:
+        raise ConfigError(f"sort_by must be one of {', '.join(ROW_SORT_KEYS)}; got {sort_by!r}")
+    return key
+
+
+def category(domain: str, *, frame: bool = False, event: bool = False) -> str:
+    """The category a range is listed under, as the trace's ``cat`` names it:
+    ``event`` for an Event, ``<domain>,frame`` for a Frame, its domain for a Task.
+
+    Example:
+        >>> category("train"), category("train", frame=True), category("", event=True)
+        ('train', 'train,frame', 'event')
+    """
+    if event:
+        return "event"
+    if frame:
+        return f"{domain},frame"
+    return domain
+
+
+def display(name: str) -> str:
+    """The name as one table cell: control characters shown escaped.
+
+    Example:
+        >>> display("line\\nbreak")
+        'line\\\\nbreak'
+    """
+    if name.isprintable():
+        return name
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in name)
+
+
+def width(text: str) -> int:
+    """Columns text takes on a terminal: East Asian wide characters take two.
+
+    Example:
+        >>> width("step"), width("数据")
+        (4, 4)
+    """
+    if text.isascii():
+        return len(text)
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def pad(text: str, columns: int) -> str:
+    """text left-aligned in a cell of columns terminal columns (by ``width``).
+
+    Example:
+        >>> pad("数据", 6) + "|"
+        '数据  |'
+    """
+    return text + " " * max(0, columns - width(text))
+
+
+def format_ns(ns: float | None) -> str:
+    """A duration with a readable unit; None (unknown) is '-'.
+
+    Example:
+        >>> [format_ns(v) for v in (812, 12_345, 1_234_000, 2.5e9, None)]
+        ['812ns', '12.345us', '1.234ms', '2.500s', '-']
+    """
+    if ns is None:
+        return "-"
+    if ns < 1_000:
+        return f"{ns:.0f}ns"
+    if ns < 1_000_000:
+        return f"{ns / 1e3:.3f}us"
+    if ns < 1_000_000_000:
+        return f"{ns / 1e6:.3f}ms"
+    return f"{ns / 1e9:.3f}s"
