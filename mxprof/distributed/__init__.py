@@ -25,7 +25,9 @@ import threading
 from typing import Any
 from urllib.parse import urlsplit
 
+from .. import _signals
 from .._session import SESSION
+from ..control import set_config
 from ..errors import ConfigError, StateError
 from . import _node
 from ._node import DistributedError, DistributedTimeout, Member
@@ -184,8 +186,6 @@ def _start(job: _node.Job, address: str, key: bytes) -> _node.Node:
     # File names first: once hello is answered, commands may arrive at once.
     prefix = _node.file_prefix(job.role, job.rank)
     SESSION.set_rename(lambda path: _node.prefixed(path, prefix))
-    from ..control import set_config
-
     current = SESSION.config.filename
     if _node.prefixed(current, prefix) != current:
         set_config(filename=current)  # renamed on the way in
@@ -193,8 +193,6 @@ def _start(job: _node.Job, address: str, key: bytes) -> _node.Node:
     # cannot install signal handlers; init (on the main thread) can.  The
     # handler looks at flush_on_signal when a signal comes, so a remote
     # set_config may still turn it on or off.
-    from .. import _signals
-
     _signals.install(SESSION.signal_flush)
     try:
         node = _connect(job, address, key)
