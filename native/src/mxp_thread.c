@@ -312,8 +312,8 @@ static void forget_buffers(mxpi_thread *t) {
     MXPI_STORE(t->cut, 0);
 }
 
-/* In a forked child, with reg_lock (held across fork()) freshly
- * initialised.  Of the OS threads only the forking one exists; its state
+/* In a forked child, still holding the locks fork_prepare (mxp_core.c)
+ * took before the fork, reg_lock among them.  Of the OS threads only the forking one exists; its state
  * stays, open ranges included, so they may still be closed.  Tracks (the
  * states of no OS thread, os_tid 0) are timelines of the process, not of a
  * thread: the child keeps the open ones, as it keeps the Python objects that
