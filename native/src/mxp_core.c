@@ -39,48 +39,31 @@ static void wake_init(void) {
     mxpi_g.wake_flag = false;
 }
 
-/* Fork: hold the short locks across fork() so the child inherits consistent
- * registry and free-list state.  The writer's lock is not taken (a flush can
- * run for seconds); the child abandons the writer's state instead. */
+/* Fork: hold the short locks across fork() (in the lock order) so the child
+ * inherits consistent tracks, registry and free-list state; parent and child
+ * (whose one thread is the one that took them) then release them.  The
+ * writer's lock is not taken (a flush can run for seconds); the child
+ * abandons the writer's state instead. */
 static void fork_prepare(void) {
+    mxpi_tracks_fork_lock();
     pthread_mutex_lock(&mxpi_g.reg_lock);
     pthread_mutex_lock(&mxpi_g.free_lock);
     pthread_mutex_lock(&mxpi_g.names_lock);
 }
 
-static void fork_parent(void) {
+static void fork_release(void) {
     pthread_mutex_unlock(&mxpi_g.names_lock);
     pthread_mutex_unlock(&mxpi_g.free_lock);
     pthread_mutex_unlock(&mxpi_g.reg_lock);
+    mxpi_tracks_fork_unlock();
 }
 
 static void fork_child(void) {
-    pthread_mutex_init(&mxpi_g.reg_lock, NULL);
-    pthread_mutex_init(&mxpi_g.free_lock, NULL);
-    pthread_mutex_init(&mxpi_g.names_lock, NULL);
-    pthread_mutex_init(&mxpi_g.out_lock, NULL);
-    /* Only the forking thread exists here.  Keep its state (its open ranges
-     * may still be closed), forget the others, and start with empty buffers:
-     * the parent's records are the parent's to write.  Their memory is
-     * abandoned, not freed: the parent's writer may have been mid-update. */
-    mxpi_thread *self = mxpi_tls;
-    mxpi_g.threads = NULL;
-    if (self != NULL) {
-        self->next = NULL;
-        self->cur = NULL;
-        self->pos = self->limit = 0;
-        self->head = NULL;
-        self->head_pos = 0;
-        atomic_store_explicit(&self->first, NULL, MXPI_RELAXED);
-        mxpi_g.threads = self;
-    }
-    if (self != NULL) {
-        MXPI_STORE(self->unmatched, 0);
-        MXPI_STORE(self->non_lifo, 0);
-        MXPI_STORE(self->ignored, 0);
-        MXPI_STORE(self->dropped, 0);
-        MXPI_STORE(self->cut, 0);
-    }
+    pthread_mutex_init(&mxpi_g.out_lock, NULL); /* another thread's, perhaps */
+    /* Only the forking thread exists here: the thread list keeps its state
+     * and the open tracks, with empty buffers (mxpi_threads_after_fork). */
+    mxpi_threads_after_fork();
+    fork_release(); /* this thread took them */
     mxpi_g.retired_unmatched = mxpi_g.retired_non_lifo = 0;
     mxpi_g.retired_ignored = mxpi_g.retired_dropped = mxpi_g.retired_cut = 0;
     atomic_store(&mxpi_g.pending_chunks, 0); /* the parent's chunks are abandoned */
@@ -89,7 +72,6 @@ static void fork_child(void) {
     atomic_fetch_and_explicit(&mxpi_g.flags, ~(uint32_t)(MXP_FLAG_RECORD | MXP_FLAG_TRACE), MXPI_RELAXED);
     mxpi_trace_after_fork();
     mxpi_memory_after_fork();
-    mxpi_tracks_after_fork();
     MXPI_STORE(mxpi_g.unknown_frees, 0);
     MXPI_STORE(mxpi_g.saturated, 0);
     mxp_stats_reset(); /* the parent's statistics are not the child's */
@@ -102,7 +84,7 @@ static void init_once_fn(void) {
     mxpi_registry_init();
     mxpi_threads_init();
     mxpi_claim_init();
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    pthread_atfork(fork_prepare, fork_release, fork_child);
 }
 
 int mxp_init(void) {

@@ -296,6 +296,49 @@ void mxpi_threads_reap(void) {
     pthread_mutex_unlock(&mxpi_g.reg_lock);
 }
 
+/* A state kept by a forked child starts with no buffered records and no
+ * tallies: the parent's are the parent's to write and count.  The memory
+ * is abandoned, not freed (the parent's writer may have been mid-update). */
+static void forget_buffers(mxpi_thread *t) {
+    t->cur = NULL;
+    t->pos = t->limit = 0;
+    t->head = NULL;
+    t->head_pos = 0;
+    atomic_store_explicit(&t->first, NULL, MXPI_RELAXED);
+    MXPI_STORE(t->unmatched, 0);
+    MXPI_STORE(t->non_lifo, 0);
+    MXPI_STORE(t->ignored, 0);
+    MXPI_STORE(t->dropped, 0);
+    MXPI_STORE(t->cut, 0);
+}
+
+/* In a forked child, still holding the locks fork_prepare (mxp_core.c)
+ * took before the fork, reg_lock among them.  Of the OS threads only the forking one exists; its state
+ * stays, open ranges included, so they may still be closed.  Tracks (the
+ * states of no OS thread, os_tid 0) are timelines of the process, not of a
+ * thread: the child keeps the open ones, as it keeps the Python objects that
+ * hold their tids, and their ranges go to the child's trace.  States of
+ * other threads and of closed tracks are dropped (abandoned, not freed). */
+void mxpi_threads_after_fork(void) {
+    mxpi_thread *self = mxpi_tls, *keep = NULL, **tail = &keep;
+    for (mxpi_thread *t = mxpi_g.threads, *next; t; t = next) {
+        next = t->next;
+        if (t->retired || (t != self && t->os_tid != 0)) continue;
+        /* No claimer was mid-claim (claimers hold reg_lock), but another
+         * thread may have been editing a track's stack: its entries cannot
+         * be trusted, and its edit counter must be even again. */
+        if (t != self && (atomic_load_explicit(&t->edits, MXPI_RELAXED) & 1u)) {
+            atomic_fetch_add_explicit(&t->edits, 1, MXPI_RELAXED);
+            t->depth = 0;
+        }
+        forget_buffers(t);
+        *tail = t;
+        tail = &t->next;
+    }
+    *tail = NULL;
+    mxpi_g.threads = keep;
+}
+
 /* Clear every thread's open ranges, scope and tallies (tests). */
 void mxpi_threads_reset(void) {
     pthread_mutex_lock(&mxpi_g.reg_lock);

@@ -41,9 +41,11 @@ static mxpi_timebase track_tb; /* ns -> ticks, refreshed at most once a second *
 static int64_t track_tb_at;
 static int track_tb_mode = -1; /* the clock source it was measured for */
 
-/* In a forked child only the forking thread exists: the lock may have been
- * held by another. */
-void mxpi_tracks_after_fork(void) { pthread_mutex_init(&track_lock, NULL); }
+/* Held across fork() (mxp_core.c's handlers) and released on both sides,
+ * so that a child inherits the tracks whole: it keeps them, and its ranges
+ * on them go to its own trace. */
+void mxpi_tracks_fork_lock(void) { pthread_mutex_lock(&track_lock); }
+void mxpi_tracks_fork_unlock(void) { pthread_mutex_unlock(&track_lock); }
 
 /* ---- tracks given complete ranges ---- */
 

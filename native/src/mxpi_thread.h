@@ -99,6 +99,7 @@ mxpi_thread **mxpi_threads_snapshot(uint32_t *n); /* caller holds out_lock */
 void mxpi_threads_reap(void);                       /* caller holds out_lock */
 uint64_t mxpi_buffered_records(void);               /* caller holds out_lock */
 void mxpi_threads_reset(void);
+void mxpi_threads_after_fork(void); /* in a forked child (mxp_core.c's fork handler) */
 
 /* ---- hot-path helpers ---- */
 

@@ -6,6 +6,9 @@
 
 #include "mxpi_base.h"
 
-void mxpi_tracks_after_fork(void);
+/* fork(): the tracks' lock is held across it, then released in parent and
+ * child alike (mxp_core.c). */
+void mxpi_tracks_fork_lock(void);
+void mxpi_tracks_fork_unlock(void);
 
 #endif /* MXPI_TRACK_H */

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int failures;
@@ -1144,6 +1145,79 @@ static void test_track_self_time(void) {
     mxp_clock_fake(0, 0);
 }
 
+/* Tracks made before fork() are the child's too: a GPU stream's and an
+ * asyncio task's ranges added in the child are counted as pending, written
+ * to the child's trace under the track's name, and in its statistics; the
+ * parent's records and its other threads' states stay behind. */
+static void *record_once(void *arg) {
+    uint32_t r = *(uint32_t *)arg;
+    mxp_range_begin(r);
+    mxp_range_end(r);
+    return NULL;
+}
+
+static void test_tracks_survive_fork(void) {
+    fresh();
+    uint32_t stream = 0, task = 0;
+    CHECK_EQ(mxp_track_new("GPU 0 stream 3", 14, &stream), MXP_OK);
+    CHECK_EQ(mxp_track_open("task A", 6, &task), MXP_OK);
+    uint32_t k = reg(MXP_KIND_GPU, "fork", "kernel"), r = reg(MXP_KIND_TASK, "fork", "step");
+    uint32_t other = reg(MXP_KIND_TASK, "fork", "other");
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, record_once, &other) == 0);
+    pthread_join(th, NULL);
+    /* Parent records: never the child's to write. */
+    CHECK_EQ(mxp_range_add(k, stream, mxp_clock_ns(), 1000), MXP_OK);
+    CHECK_EQ(mxp_track_begin(task, r), MXP_OK); /* open across the fork */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        failures = 0;
+        /* The range begun in the parent still pairs (the child does not
+         * record until told to). */
+        CHECK_EQ(mxp_track_end(task, r), MXP_OK);
+        mxp_stats_reset();
+        char path[512];
+        mxp_profile_begin();
+        set_path("fork-child.json", path, sizeof path);
+        mxp_flags_update(MXP_FLAG_RECORD | MXP_FLAG_TRACE | MXP_FLAG_AGGREGATE, 0);
+        CHECK_EQ(mxp_trace_pending(), 0);
+        CHECK_EQ(mxp_range_add(k, stream, mxp_clock_ns(), 2000), MXP_OK);
+        CHECK_EQ(mxp_track_begin(task, r), MXP_OK);
+        CHECK_EQ(mxp_track_end(task, r), MXP_OK);
+        CHECK_EQ(mxp_trace_pending(), 2);
+        CHECK_EQ(stat_of(k).count, 1);
+        CHECK_EQ(stat_of(r).count, 1);
+        CHECK_EQ(stat_of(other).count, 0);
+        CHECK_EQ(mxp_trace_flush(1), MXP_OK);
+        CHECK_EQ(mxp_trace_pending(), 0);
+        char *text = read_file(path, NULL);
+        CHECK(text && complete_json(text));
+        CHECK_EQ(text ? count_of(text, "\"name\":\"kernel\"") : 0, 1);
+        CHECK_EQ(text ? count_of(text, "\"name\":\"step\"") : 0, 1);
+        CHECK_EQ(text ? count_of(text, "\"name\":\"other\"") : 0, 0);
+        CHECK_EQ(text ? count_of(text, "\"dur\":2.000") : 0, 1);
+        char want[64];
+        snprintf(want, sizeof want, "\"tid\":%u,\"args\":{\"name\":\"GPU 0 stream 3\"}", stream);
+        CHECK(text && strstr(text, want) != NULL);
+        snprintf(want, sizeof want, "\"tid\":%u,\"args\":{\"name\":\"task A\"}", task);
+        CHECK(text && strstr(text, want) != NULL);
+        free(text);
+        mxp_counts counts;
+        mxp_counts_get(&counts);
+        CHECK_EQ(counts.dropped_events, 0);
+        CHECK_EQ(counts.written_events, 2);
+        fflush(stderr);
+        _exit(failures ? 1 : 0);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ(mxp_track_end(task, r), MXP_OK);
+    CHECK_EQ(mxp_track_close(task), MXP_OK);
+    CHECK_EQ(stat_of(r).count, 1);
+}
+
 int main(void) {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(tmpdir, sizeof tmpdir, "%s/mxprof-ctest-XXXXXX", base);
@@ -1177,6 +1251,7 @@ int main(void) {
     test_memory_threads();
     test_memory_trace_and_tracks();
     test_track_self_time();
+    test_tracks_survive_fork();
     mxp_reset();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
