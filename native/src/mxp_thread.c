@@ -313,8 +313,9 @@ static void forget_buffers(mxpi_thread *t) {
 }
 
 /* In a forked child, still holding the locks fork_prepare (mxp_core.c)
- * took before the fork, reg_lock among them.  Of the OS threads only the forking one exists; its state
- * stays, open ranges included, so they may still be closed.  Tracks (the
+ * took before the fork, reg_lock among them.  Of the OS threads only the
+ * forking one exists; its state stays, open ranges included, so they may
+ * still be closed.  Tracks (the
  * states of no OS thread, os_tid 0) are timelines of the process, not of a
  * thread: the child keeps the open ones, as it keeps the Python objects that
  * hold their tids, and their ranges go to the child's trace.  States of
