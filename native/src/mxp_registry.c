@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NONE_ID 0u
 
 static uint64_t hash_of(uint32_t kind, const char *domain, size_t dlen, const char *name,
                         size_t nlen) {

@@ -51,7 +51,7 @@ int mxp_thread_name_set(uint32_t tid, const char *name, size_t name_len) {
     if (copy == NULL) return MXP_E_NOMEM;
     int rc = MXP_E_INVALID;
     pthread_mutex_lock(&mxpi_g.names_lock);
-    if (tid > 0 && tid < N.n && tid <= mxpi_g.next_tid) {
+    if (tid > 0 && tid < N.n && tid <= MXPI_LOAD(mxpi_g.next_tid)) {
         free(N.threads[tid].name);
         N.threads[tid].name = copy;
         N.threads[tid].name_len = name_len;

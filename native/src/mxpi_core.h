@@ -54,7 +54,7 @@ typedef struct mxpi_global {
 
     /* threads (reg_lock) */
     struct mxpi_thread *threads;
-    uint32_t next_tid;
+    _Atomic uint32_t next_tid; /* written under reg_lock; read anywhere */
     mxpi_agg_dir *retired_aggs;
     uint64_t retired_unmatched, retired_non_lifo, retired_ignored, retired_dropped, retired_cut;
     _Atomic uint64_t unknown_frees;
