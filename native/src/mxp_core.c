@@ -40,12 +40,13 @@ static void wake_init(void) {
 }
 
 /* Fork: hold the short locks across fork() (in the lock order) so the child
- * inherits consistent tracks, registry and free-list state; parent and child
+ * inherits consistent tracks, memory table, registry and free-list state; parent and child
  * (whose one thread is the one that took them) then release them.  The
  * writer's lock is not taken (a flush can run for seconds); the child
  * abandons the writer's state instead. */
 static void fork_prepare(void) {
     mxpi_tracks_fork_lock();
+    mxpi_memory_fork_lock();
     pthread_mutex_lock(&mxpi_g.reg_lock);
     pthread_mutex_lock(&mxpi_g.free_lock);
     pthread_mutex_lock(&mxpi_g.names_lock);
@@ -55,6 +56,7 @@ static void fork_release(void) {
     pthread_mutex_unlock(&mxpi_g.names_lock);
     pthread_mutex_unlock(&mxpi_g.free_lock);
     pthread_mutex_unlock(&mxpi_g.reg_lock);
+    mxpi_memory_fork_unlock();
     mxpi_tracks_fork_unlock();
 }
 

@@ -354,9 +354,12 @@ void mxpi_memory_reset(void) {
     pthread_mutex_unlock(&M.lock);
 }
 
-/* In a forked child only the forking thread exists: the lock may have been
- * held by another, and the parent's allocations are not the child's. */
-void mxpi_memory_after_fork(void) {
-    pthread_mutex_init(&M.lock, NULL);
-    clear();
-}
+/* Held across fork() (mxp_core.c's handlers) and released on both sides,
+ * so that the child's copy of the table is not one another thread was
+ * changing (growing the scope index, say) when the process forked. */
+void mxpi_memory_fork_lock(void) { pthread_mutex_lock(&M.lock); }
+void mxpi_memory_fork_unlock(void) { pthread_mutex_unlock(&M.lock); }
+
+/* In a forked child, after the fork locks are released: the parent's
+ * allocations are not the child's. */
+void mxpi_memory_after_fork(void) { mxpi_memory_reset(); }

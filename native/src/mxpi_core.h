@@ -4,10 +4,10 @@
  *
  * Lock order: out_lock, then reg_lock, then free_lock / names_lock.  The
  * memory table's lock (mxp_memory.c) and track_lock (mxp_track.c) are never
- * held with out_lock and come before reg_lock, free_lock and names_lock;
- * wake_lock is taken with no other lock after it.  fork() is bracketed by
- * track_lock, reg_lock, free_lock, names_lock, taken in that order
- * (mxp_core.c's fork handlers).
+ * held with out_lock nor with each other, and come before reg_lock,
+ * free_lock and names_lock; wake_lock is taken with no other lock after it.
+ * fork() is bracketed by track_lock, the memory table's lock, reg_lock,
+ * free_lock, names_lock, taken in that order (mxp_core.c's fork handlers).
  */
 #ifndef MXPI_CORE_H
 #define MXPI_CORE_H

@@ -8,6 +8,10 @@
 #include "mxpi_base.h"
 
 void mxpi_memory_reset(void);
+/* fork(): the table's lock is held across it, then released in parent and
+ * child (mxp_core.c); after that the child clears the table. */
+void mxpi_memory_fork_lock(void);
+void mxpi_memory_fork_unlock(void);
 void mxpi_memory_after_fork(void);
 void mxpi_memory_stats_reset(void); /* peaks restart at what is in use */
 
