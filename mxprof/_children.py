@@ -3,10 +3,11 @@
 A child made by fork (``os.fork``, multiprocessing's fork and forkserver
 methods) continues from the parent's state in the fork hook.  Any other
 child (multiprocessing's spawn method, a subprocess running Python) finds
-the parent's configuration in the environment variable MXPROF_FOLLOW_CHILDREN
-and starts profiling when its live profiler loads: at the first use of a live
-name (``Domain``, ``set_config`` ...) or import of a live module, which every
-process that uses mxprof's objects makes (reading traces loads nothing).  Children write their own files; ``mxprof merge``
+the parent's configuration in the environment variable
+MXPROF_FOLLOW_CHILDREN and starts profiling when its live profiler loads: at
+the first use of a live name (``Domain``, ``set_config`` ...) or import of a
+live module, which every process that uses mxprof's objects makes (reading
+traces loads nothing).  Children write their own files; ``mxprof merge``
 puts them on one timeline with the parent's.
 """
 
