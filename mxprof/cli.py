@@ -1,12 +1,13 @@
-"""The ``mxprof`` command: run, stats, merge, repair.
+"""The ``mxprof`` command: run, stats, merge, repair, diff.
 
 Each subcommand is one small function taking the parsed arguments and
 returning an exit status.  Profiler output goes to stderr, so a profiled
 script's own stdout stays as it was.
 
 Only ``run`` loads the live profiler (the compiled core and the session with
-its exit, fork and signal hooks); ``stats``, ``merge`` and ``repair`` read
-files with the offline tier (``mxprof.trace``) alone.
+its exit, fork and signal hooks); ``stats``, ``merge``, ``repair`` and
+``diff`` read files with the offline tier (``mxprof.trace``,
+``mxprof.report``) alone.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ._render import ROW_SORT_KEYS
 from ._version import __version__
 from .averages import KeyAverages
 from .errors import ProfilerError, TraceFormatError
+from .report.diff import DiffError, diff
 from .trace import load
 from .trace.merge import merge
 from .trace.repair import repair
@@ -181,6 +183,42 @@ def cmd_repair(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Compare two profiles; 1 with --fail-on-regression when a regression is
+    flagged, 2 when they cannot be compared (1 would read as a regression)."""
+    try:
+        result = diff(args.base, args.new, threshold=args.threshold)
+    except (TraceFormatError, OSError, DiffError) as e:  # each names its file(s)
+        print(f"mxprof diff: {e}", file=sys.stderr)
+        return 2
+    for side, paths in (("base", result.base), ("new", result.new)):
+        if result.truncated[side]:
+            print(
+                f"mxprof diff: {' + '.join(paths)} was cut short; "
+                "compared the events before the cut",
+                file=sys.stderr,
+            )
+    if args.format == "json":
+        print(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+    else:
+        print(result.to_table(), end="")
+    if args.fail_on_regression and result.regressions:
+        names = ", ".join(r.name for r in result.regressions)
+        print(f"mxprof diff: {len(result.regressions)} regression(s): {names}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0: {text!r}")
+    return value
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -250,6 +288,30 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("trace")
     rp.add_argument("-o", "--output", default=None, help="write here instead of over the input")
     rp.set_defaults(func=cmd_repair)
+
+    df = sub.add_parser(
+        "diff",
+        help="compare two profiles name by name",
+        description="Per range name: count, total, avg, P50, P99 of both sides and the change. "
+        "A row is flagged when its average moved by more than --threshold percent and a "
+        "two-sided Mann-Whitney U test on the durations puts the change beyond the noise "
+        "(p < 0.01).",
+    )
+    df.add_argument("base", help="the trace to compare against")
+    df.add_argument("new", help="the trace to compare")
+    df.add_argument("--format", default="table", choices=("table", "json"))
+    df.add_argument(
+        "--threshold",
+        type=_percent,
+        default=5.0,
+        help="percent the average must change by to be flagged (5)",
+    )
+    df.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help="exit with status 1 when a regression (slower) is flagged",
+    )
+    df.set_defaults(func=cmd_diff)
     return p
 
 
