@@ -343,13 +343,16 @@ def parser() -> argparse.ArgumentParser:
         "A row is flagged when its average moved by more than --threshold percent and a "
         "two-sided Mann-Whitney U test on the durations puts the change beyond the noise "
         "(p < 0.01).",
+        epilog="Exit status: 0; 1 with --fail-on-regression when a regression is flagged; "
+        "2 when the inputs cannot be read or have no range name in common.",
     )
     df.add_argument("base", help="the trace to compare against")
     df.add_argument("new", help="the trace to compare")
-    df.add_argument("--format", default="table", choices=("table", "json"))
+    df.add_argument("--format", default="table", choices=("table", "json"), help="output (table)")
     df.add_argument(
         "--threshold",
         type=_percent,
+        metavar="PCT",
         default=5.0,
         help="percent the average must change by to be flagged (5)",
     )

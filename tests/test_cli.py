@@ -1,6 +1,7 @@
 """The mxprof command, called as a console script and as python -m mxprof."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -445,6 +446,13 @@ def test_run_writes_no_report_without_a_trace(tmp_path):
     proc, calls = run_with_stub(tmp_path, "ok", "-o", "no/such/dir/t.json", "app.py", "1", "0")
     assert proc.returncode == 0 and calls == []
     assert "mxprof: no trace file written" in proc.stderr
+
+
+def test_run_no_report_through_the_command(cli, tmp_path):
+    write(tmp_path, "app.py", SCRIPT)
+    proc = cli("run", "--no-report", "--no-stats", "app.py", "1", "0", check=0)
+    assert proc.stderr == "mxprof: trace written to profile.json\n"
+    assert sorted(os.listdir(tmp_path)) == ["app.py", "profile.json"]
 
 
 def test_run_without_the_report_builder_says_so(tmp_path):
