@@ -22,9 +22,12 @@ with the tie correction and a continuity correction.  Too few events cannot
 reach ``ALPHA`` (one a side: p = 1; three a side: p >= 0.1), so a change seen
 in a handful of events is never flagged: five events a side, every new one
 slower than every old one, is the least that can be.  The test takes the
-durations as independent draws; durations that drift together (a machine
-warming up, another job starting) break that, and the threshold is what
-guards against them.
+durations as independent draws, and it sees one run a side: it cannot tell
+a slower program from a slower machine (another job, a different clock
+speed), which moves every duration of a run together.  Two runs of the
+quickstart example back to back on a busy machine differ by 3-8 % with p
+far below ALPHA; the threshold is the guard against that, so compare runs
+from one quiet machine, or raise it.
 
 Names are the unit, as in "names only in one side": a name recorded under
 several categories (two domains) is one row, its durations pooled.  Several
