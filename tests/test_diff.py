@@ -1,5 +1,6 @@
 """mxprof diff: two profiles name by name, flagged beyond the threshold and the noise."""
 
+import importlib
 import itertools
 import json
 import math
@@ -15,10 +16,11 @@ import mxprof
 from mxprof import _testing
 from mxprof._render import width
 from mxprof.errors import ConfigError, TraceFormatError
-from mxprof.report import diff as diff_module
 from mxprof.report.diff import ALPHA, STATS, DiffError, diff, mann_whitney_u
 from mxprof.trace import Trace
 
+# By its full name: mxprof.report may bind the name diff to the function.
+diff_module = importlib.import_module("mxprof.report.diff")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WAYS = {
     "script": [shutil.which("mxprof") or "mxprof"],
