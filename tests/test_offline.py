@@ -22,6 +22,8 @@ OFFLINE = {
     "mxprof.averages",
     "mxprof.cli",
     "mxprof.errors",
+    "mxprof.report",
+    "mxprof.report.diff",
 }
 
 PUBLIC = [
@@ -56,7 +58,7 @@ def recorded(tmp_path):
 
 
 def test_reading_traces_starts_no_session(tmp_path):
-    """load, and the stats, merge and repair commands, in a process of their
+    """load, and the stats, merge, repair and diff commands, in a process of their
     own: no compiled core, no exit, fork or signal hooks (before, importing
     mxprof.trace loaded the whole live profiler)."""
     trace = recorded(tmp_path)
@@ -77,6 +79,7 @@ def test_reading_traces_starts_no_session(tmp_path):
                 cli.main(["stats", "--format", "json", sys.argv[1]]),
                 cli.main(["merge", sys.argv[1], sys.argv[1], "-o", "merged.json.gz"]),
                 cli.main(["repair", sys.argv[1], "-o", "repaired.pftrace"]),
+                cli.main(["diff", sys.argv[1], sys.argv[1]]),
             ]
         print(json.dumps({
             "names": names, "rows": rows, "codes": codes, "table": table.getvalue(),
@@ -88,7 +91,7 @@ def test_reading_traces_starts_no_session(tmp_path):
         trace,
         cwd=tmp_path,
     )
-    assert out["codes"] == [0, 0, 0, 0]
+    assert out["codes"] == [0, 0, 0, 0, 0]
     assert out["names"] == ["t"] and out["rows"] == ["t"]
     assert ["t", "d", "1"] in [line.split()[:3] for line in out["table"].splitlines()]
     assert '"name": "t"' in out["table"]  # the JSON one
@@ -236,7 +239,7 @@ def test_the_offline_tier_imports_only_the_offline_tier():
     import pathlib
 
     root = pathlib.Path(mxprof.__file__).parent
-    offline = {"errors", "_version", "_tracejson", "_render", "averages", "trace"}
+    offline = {"errors", "_version", "_tracejson", "_render", "averages", "trace", "report.diff"}
     offline |= {f"trace.{p.stem}" for p in (root / "trace").glob("*.py") if p.stem != "__init__"}
     found = {}
     for module in sorted(offline):

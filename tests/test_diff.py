@@ -1,0 +1,481 @@
+"""mxprof diff: two profiles name by name, flagged beyond the threshold and the noise."""
+
+import importlib
+import itertools
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import mxprof
+from mxprof import _testing
+from mxprof._render import width
+from mxprof.errors import ConfigError, TraceFormatError
+from mxprof.report.diff import ALPHA, STATS, DiffError, diff, mann_whitney_u
+from mxprof.trace import Trace
+
+# By its full name: mxprof.report may bind the name diff to the function.
+diff_module = importlib.import_module("mxprof.report.diff")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WAYS = {
+    "script": [shutil.which("mxprof") or "mxprof"],
+    "module": [sys.executable, "-m", "mxprof"],
+}
+
+
+@pytest.fixture(params=sorted(WAYS))
+def cli(request, tmp_path):
+    def run(*args, check=None):
+        proc = subprocess.run(
+            [*WAYS[request.param], *map(str, args)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if check is not None:
+            assert proc.returncode == check, proc.stdout + proc.stderr
+        return proc
+
+    return run
+
+
+def write_trace(path, durations, category="app"):
+    """A Chrome trace with one range per duration (ns), back to back on one thread."""
+    events, ts = [], 0
+    for name, values in durations.items():
+        for d in values:
+            events.append(
+                {"name": name, "cat": category, "ph": "X", "ts": ts / 1e3, "dur": d / 1e3,
+                 "pid": 1, "tid": 1}
+            )  # fmt: skip
+            ts += d + 1000
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def lognormal(seed, n, median_ns=1_000_000, sigma=0.3, scale=1.0):
+    """n durations spread like real step times: median 1 ms, about 30 % spread."""
+    rng = random.Random(seed)
+    return [round(scale * median_ns * math.exp(rng.gauss(0, sigma))) for _ in range(n)]
+
+
+def record(path, durations):
+    """A real mxprof trace: each name's ranges of exactly these durations (fake clock)."""
+    domain = mxprof.Domain("d")
+    tasks = {name: domain.new_task(name) for name in durations}
+    with _testing.fake_clock() as clock:
+        _testing.start(path)
+        for name, values in durations.items():
+            for d in values:
+                tasks[name].start()
+                clock(d)
+                tasks[name].stop()
+                clock(500)
+        _testing.finish(path)
+    _testing.reset()
+    return path
+
+
+# -- the numbers ----------------------------------------------------------------
+
+
+def test_numbers_side_by_side_are_each_traces_key_averages(tmp_path):
+    base = record(tmp_path / "base.json", {"step": [4000, 1000, 3000, 2000], "load": [700, 900]})
+    new = record(tmp_path / "new.json", {"step": [1500, 5000, 2500], "load": [800]})
+    d = diff(base, new)
+    rows = {r.name: r for r in d.rows}
+    assert set(rows) == {"step", "load"} and d.only_base == d.only_new == []
+    for side, path in (("base", base), ("new", new)):
+        for want in mxprof.load(path).key_averages():
+            got = getattr(rows[want.name], side)
+            assert (got.count, got.total, got.avg, got.p50, got.p99) == (
+                want.count, want.total, want.avg, want.p50, want.p99
+            )  # fmt: skip
+    step = rows["step"]
+    assert (step.base.count, step.base.total, step.base.p50, step.base.p99) == (
+        4,
+        10000,
+        2000,
+        4000,
+    )
+    assert (step.new.count, step.new.total, step.new.p50, step.new.p99) == (3, 9000, 2500, 5000)
+    assert step.delta("count") == -1 and step.delta("total") == -1000
+    assert step.delta("avg") == 500 and step.change_pct("avg") == pytest.approx(20.0)
+    assert step.change_pct("p99") == pytest.approx(25.0) and step.direction == "slower"
+    assert step.categories == ("d",)
+    # too few events for the test to reach ALPHA: the 20 % is not flagged
+    assert not step.flagged and "within the noise" in step.why
+    assert [r.name for r in d.rows] == ["step", "load"]  # largest change of total first
+
+
+# -- the noise test -------------------------------------------------------------
+
+
+def test_one_distribution_drawn_twice_is_not_flagged():
+    """The test's false alarms stay near ALPHA: 300 pairs of samples drawn
+    from one distribution (200 events a side) reject in about 1 % of pairs,
+    and with the threshold too none is flagged."""
+    p_values = [
+        mann_whitney_u(sorted(lognormal(2 * i, 200)), sorted(lognormal(2 * i + 1, 200))).p_value
+        for i in range(300)
+    ]
+    assert sum(p < ALPHA for p in p_values) <= 6  # 3 expected
+    assert 0.4 < sum(p_values) / len(p_values) < 0.6  # p is uniform when nothing changed
+    flagged = 0
+    for i in range(30):
+        base = Trace.from_raw(raw_events({"step": lognormal(100 + i, 200)}))
+        new = Trace.from_raw(raw_events({"step": lognormal(200 + i, 200)}))
+        flagged += diff(base, new).rows[0].flagged
+    assert flagged == 0
+
+
+def test_the_same_durations_with_noise_on_each_are_not_flagged():
+    rng = random.Random(5)
+    durations = lognormal(1, 300)
+    jittered = [round(d * rng.uniform(0.95, 1.05)) for d in durations]
+    rng.shuffle(jittered)
+    d = diff(
+        Trace.from_raw(raw_events({"step": durations})),
+        Trace.from_raw(raw_events({"step": jittered})),
+        threshold=0,
+    )
+    (row,) = d.rows
+    assert row.test.p_value > 0.5 and not row.flagged
+    assert d.regressions == d.improvements == []
+
+
+def test_a_20_percent_shift_with_enough_events_is_flagged(tmp_path):
+    """Durations spread by ~30 % (lognormal, sigma 0.3): a 20 % shift is
+    flagged in 95 % of pairs at 100 events a side, and at 300 a side in every
+    one of 20 pairs, with p < 1e-3."""
+    for seed in range(20):
+        base = Trace.from_raw(raw_events({"step": lognormal(2 * seed, 300)}))
+        new = Trace.from_raw(raw_events({"step": lognormal(2 * seed + 1, 300, scale=1.2)}))
+        (row,) = diff(base, new).rows
+        assert row.flagged and row.test.p_value < 1e-3, (seed, row)
+    base = write_trace(tmp_path / "base.json", {"step": lognormal(1, 300), "io": lognormal(3, 300)})
+    new = write_trace(
+        tmp_path / "new.json", {"step": lognormal(2, 300, scale=1.2), "io": lognormal(4, 300)}
+    )
+    d = diff(base, new)
+    rows = {r.name: r for r in d.rows}
+    step = rows["step"]
+    assert step.flagged and step.direction == "slower" and step.test.prob_slower > 0.6
+    assert 10 < step.change_pct("avg") < 30
+    assert "beyond 5% and the noise" in step.why
+    assert not rows["io"].flagged
+    assert [r.name for r in d.regressions] == ["step"] and d.improvements == []
+    back = diff(new, base)  # the other way round: an improvement
+    assert [r.name for r in back.improvements] == ["step"] and back.regressions == []
+
+
+def test_outliers_that_move_the_average_are_noise(tmp_path):
+    """Two stalls of 100 ms among 200 steps of 1 ms raise the average by ~ 100 %,
+    yet the steps did not get slower: not flagged."""
+    durations = lognormal(8, 200)
+    stalled = lognormal(9, 198) + [100_000_000, 100_000_000]
+    d = diff(
+        write_trace(tmp_path / "b.json", {"step": durations}),
+        write_trace(tmp_path / "n.json", {"step": stalled}),
+    )
+    (row,) = d.rows
+    assert row.change_pct("avg") > 50 and row.test.p_value > ALPHA
+    assert not row.flagged and "within the noise" in row.why
+    assert d.to_table().splitlines()[5].split()[-1] == "noise"
+
+
+def test_few_events_cannot_be_told_from_noise():
+    """Exact p-values: 3 against 3, all slower, is p = 0.1; 5 against 5 is
+    p = 2/252 < ALPHA, the least that can flag."""
+    three = mann_whitney_u([1, 2, 3], [10, 11, 12])
+    assert three.exact and three.p_value == pytest.approx(0.1)
+    five = mann_whitney_u([1, 2, 3, 4, 5], [10, 11, 12, 13, 14])
+    assert five.exact and five.p_value == pytest.approx(2 / 252) and five.prob_slower == 1
+    few = {"step": [1000, 1100, 1200]}
+    slow = {"step": [2000, 2100, 2200]}
+    (row,) = diff(Trace.from_raw(raw_events(few)), Trace.from_raw(raw_events(slow))).rows
+    assert not row.flagged and row.change_pct("avg") > 80
+    five_base = Trace.from_raw(raw_events({"step": [1000, 1100, 1200, 1300, 1400]}))
+    five_new = Trace.from_raw(raw_events({"step": [2000, 2100, 2200, 2300, 2400]}))
+    (row,) = diff(five_base, five_new).rows
+    assert row.flagged
+
+
+def test_p_values_match_the_permutation_test_and_scipy():
+    """Exact: the share of all ways to split the pooled durations whose rank
+    sum lies at least as far from its mean (ties at mean ranks), counted by
+    brute force.  Normal approximation: scipy.stats.mannwhitneyu's documented
+    example (asymptotic p = 0.11134688653314041, exact 0.1111...)."""
+    rng = random.Random(3)
+    for _ in range(100):
+        a = sorted(rng.randint(0, 5) for _ in range(rng.randint(1, 6)))
+        b = sorted(rng.randint(0, 5) for _ in range(rng.randint(1, 6)))
+        pooled = sorted(a + b)
+        mean_rank = {
+            v: (pooled.index(v) + 1 + len(pooled) - pooled[::-1].index(v)) / 2 for v in pooled
+        }
+        ranks = [mean_rank[v] for v in a + b]
+        centre = len(b) * (len(pooled) + 1) / 2
+        observed = abs(sum(ranks[len(a) :]) - centre)
+        splits = list(itertools.combinations(ranks, len(b)))
+        want = sum(abs(sum(s) - centre) >= observed - 1e-9 for s in splits) / len(splits)
+        assert mann_whitney_u(a, b).p_value == pytest.approx(want, abs=1e-12), (a, b)
+    females, males = [11, 12, 17, 20], [16, 19, 22, 24, 29]
+    assert mann_whitney_u(females, males).p_value == pytest.approx(1 / 9)
+    assert mann_whitney_u(females, males).prob_slower == 17 / 20  # U of males = 17
+
+
+def test_the_normal_approximation_past_the_exact_size(monkeypatch):
+    """At 21 a side the approximation is used, and is within 2e-3 of the
+    exact value; scipy's documented asymptotic p for its small example."""
+    monkeypatch.setattr(diff_module, "EXACT_MAX", 0)
+    approx = mann_whitney_u([11, 12, 17, 20], [16, 19, 22, 24, 29])
+    assert not approx.exact and approx.p_value == pytest.approx(0.11134688653314041, rel=1e-9)
+    monkeypatch.undo()
+    rng = random.Random(4)
+    for _ in range(3):
+        a = sorted(rng.randint(0, 40) for _ in range(21))
+        b = sorted(rng.randint(5, 45) for _ in range(21))
+        normal = mann_whitney_u(a, b)
+        monkeypatch.setattr(diff_module, "EXACT_MAX", 21)
+        exact = mann_whitney_u(a, b)
+        monkeypatch.undo()
+        assert not normal.exact and exact.exact
+        assert normal.p_value == pytest.approx(exact.p_value, abs=2e-3)
+
+
+def test_the_threshold_decides_what_is_big_enough():
+    base = {"step": lognormal(11, 2000)}
+    small = {"step": lognormal(12, 2000, scale=1.03)}  # 3 %: real, and significant at 2000
+    t_base, t_small = (Trace.from_raw(raw_events(x)) for x in (base, small))
+    (row,) = diff(t_base, t_small).rows
+    assert row.test.p_value < ALPHA and not row.flagged and "within 5%" in row.why
+    (row,) = diff(t_base, t_small, threshold=1).rows
+    assert row.flagged and "beyond 1%" in row.why
+    shifted = Trace.from_raw(raw_events({"step": lognormal(13, 200, scale=1.2)}))
+    (row,) = diff(t_base, shifted, threshold=25).rows
+    assert not row.flagged and "within 25%" in row.why
+    assert diff(t_base, shifted, threshold=10).rows[0].flagged
+    for bad in (-1, "5", True, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="threshold"):
+            diff(t_base, shifted, threshold=bad)
+
+
+def raw_events(durations):
+    events, ts = [], 0.0
+    for name, values in durations.items():
+        for d in values:
+            events.append({"name": name, "cat": "app", "ph": "X", "ts": ts, "dur": d / 1e3})
+            ts += d / 1e3 + 1
+    return events
+
+
+# -- names, output --------------------------------------------------------------
+
+
+def test_names_on_one_side_only_are_listed(tmp_path):
+    base = write_trace(tmp_path / "base.json", {"step": [1000] * 3, "old_load": [5000, 7000]})
+    new = write_trace(tmp_path / "new.json", {"step": [1000] * 3, "数据": [300]})
+    d = diff(base, new)
+    assert [r.name for r in d.rows] == ["step"]
+    assert d.only_base == ["old_load"] and d.only_new == ["数据"]
+    assert d.base_stats["old_load"].avg == 6000 and d.new_stats["数据"].count == 1
+    table = d.to_table()
+    assert f"only in {base}: old_load (2 x 6.000us)" in table
+    assert f"only in {new}: 数据 (1 x 300ns)" in table
+    doc = d.to_json()
+    assert doc["only_base"] == [
+        {"name": "old_load", "categories": ["app"], "count": 2, "total": 12000, "avg": 6000.0,
+         "p50": 5000, "p99": 7000}
+    ]  # fmt: skip
+    assert [x["name"] for x in doc["only_new"]] == ["数据"]
+
+
+def test_json_keys_are_the_documented_ones(tmp_path):
+    base = write_trace(tmp_path / "base.json", {"step": lognormal(1, 50), "gone": [1]})
+    new = write_trace(tmp_path / "new.json", {"step": lognormal(2, 50, scale=1.5)})
+    doc = diff(base, new).to_json()
+    json.dumps(doc, allow_nan=False)  # plain, finite JSON
+    assert set(doc) == {
+        "base", "new", "unit", "threshold_pct", "test", "truncated", "rows", "only_base",
+        "only_new", "regressions", "improvements",
+    }  # fmt: skip
+    assert doc["base"] == [str(base)] and doc["new"] == [str(new)] and doc["unit"] == "ns"
+    assert doc["test"] == {"name": "mann-whitney-u", "alternative": "two-sided",
+                           "alpha": 0.01, "exact_max": 20}  # fmt: skip
+    assert doc["truncated"] == {"base": False, "new": False} and doc["threshold_pct"] == 5.0
+    (row,) = doc["rows"]
+    assert set(row) == {
+        "name", "categories", "base", "new", "delta", "change_pct", "p_value", "exact",
+        "prob_slower", "direction", "flagged", "why",
+    }  # fmt: skip
+    for key in ("base", "new", "delta", "change_pct"):
+        assert list(row[key]) == list(STATS)
+    assert row["delta"]["total"] == row["new"]["total"] - row["base"]["total"]
+    assert row["change_pct"]["avg"] == pytest.approx(
+        100 * (row["new"]["avg"] / row["base"]["avg"] - 1)
+    )
+    assert row["flagged"] and row["direction"] == "slower" and row["exact"] is False
+    assert doc["regressions"] == ["step"] and doc["improvements"] == []
+    assert [x["name"] for x in doc["only_base"]] == ["gone"] and doc["only_new"] == []
+
+
+def test_the_table_is_aligned(tmp_path):
+    base = write_trace(tmp_path / "base.json", {"step": lognormal(1, 30), "数据加载": [1000] * 30})
+    new = write_trace(
+        tmp_path / "new.json", {"step": lognormal(2, 30, scale=2), "数据加载": [1000] * 30}
+    )
+    lines = diff(base, new).to_table().splitlines()
+    assert lines[0].startswith(f"mxprof diff: {base} -> {new} (threshold 5%")
+    rules = [i for i, ln in enumerate(lines) if ln and set(ln) == {"-"}]
+    assert rules == [1, 4, 7]
+    assert lines[3].split() == [
+        "Name", "base", "new", "base", "new", "diff", "%", "base", "new", "diff", "%",
+        "base", "new", "%", "base", "new", "%", "p", "flag",
+    ]  # fmt: skip
+    assert lines[2].split() == ["Count", "Total", "Avg", "P50", "P99"]
+    assert len({width(ln) for ln in lines[1:8] if ln != lines[2]}) == 1  # rows fill the rule
+    step = lines[5].split()
+    assert step[0] == "step" and step[1:3] == ["30", "30"] and step[-1] == "SLOWER"
+    assert lines[6].split()[0] == "数据加载" and lines[6].split()[-1] == "1.000"
+    assert lines[-1] == "1 slower, 0 faster beyond 5% and the noise (2 compared)"
+
+
+def test_several_traces_a_side_pool_their_ranges(tmp_path):
+    a1 = write_trace(tmp_path / "a1.json", {"step": [1000, 2000]})
+    a2 = write_trace(tmp_path / "a2.json", {"step": [3000], "io": [10]})
+    b = write_trace(tmp_path / "b.json", {"step": [4000]})
+    d = diff([a1, a2], mxprof.load(b))
+    assert d.base == [str(a1), str(a2)] and d.new == [str(b)]
+    assert d.base_stats["step"].count == 3 and d.base_stats["step"].total == 6000
+    assert d.only_base == ["io"]
+
+
+# -- bad input ------------------------------------------------------------------
+
+
+def test_inputs_that_cannot_be_compared(tmp_path):
+    good = write_trace(tmp_path / "good.json", {"step": [1000]})
+    other = write_trace(tmp_path / "other.json", {"load": [1000], "save": [5]})
+    with pytest.raises(
+        DiffError,
+        match=r"no range name in common between .*good\.json \(1 names\)"
+        r" and .*other\.json \(2 names\)",
+    ):
+        diff(good, other)
+    counters = tmp_path / "counters.json"
+    counters.write_text(json.dumps([{"ph": "C", "name": "c", "ts": 1, "args": {"c": 1}}]))
+    with pytest.raises(DiffError, match=r"counters\.json: no ranges to compare"):
+        diff(good, counters)
+    (tmp_path / "text.json").write_text("hello")
+    with pytest.raises(TraceFormatError, match=r"text\.json.*not JSON"):
+        diff(tmp_path / "text.json", good)
+    with pytest.raises(TraceFormatError, match="nope.json"):
+        diff(good, tmp_path / "nope.json")
+    with pytest.raises(ConfigError, match="new: no trace given"):
+        diff(good, [])
+
+
+def test_cli_exit_status_gates_on_flagged_regressions(cli, tmp_path):
+    write_trace(tmp_path / "base.json", {"step": lognormal(1, 100), "io": lognormal(3, 100)})
+    slower = {"step": lognormal(2, 100, scale=1.3), "io": lognormal(4, 100, scale=0.7)}
+    write_trace(tmp_path / "new.json", slower)
+    write_trace(
+        tmp_path / "faster.json", {"step": lognormal(5, 100, scale=0.7), "io": lognormal(6, 100)}
+    )
+    proc = cli("diff", "base.json", "new.json", check=0)
+    assert "1 slower, 1 faster" in proc.stdout and proc.stderr == ""
+    proc = cli("diff", "base.json", "new.json", "--fail-on-regression", check=1)
+    assert "mxprof diff: 1 regression(s): step" in proc.stderr
+    doc = json.loads(cli("diff", "--format", "json", "base.json", "new.json", check=0).stdout)
+    assert doc["regressions"] == ["step"] and doc["improvements"] == ["io"]
+    # only an improvement, or a regression under the threshold: nothing to fail on
+    proc = cli("diff", "base.json", "faster.json", "--fail-on-regression", check=0)
+    assert "0 slower, 1 faster" in proc.stdout
+    proc = cli(
+        "diff", "base.json", "new.json", "--fail-on-regression", "--threshold", "50", check=0
+    )
+    assert "0 slower, 0 faster beyond 50%" in proc.stdout
+
+
+def test_cli_bad_input_is_exit_status_2_naming_the_file(cli, tmp_path):
+    write_trace(tmp_path / "a.json", {"step": [1000]})
+    write_trace(tmp_path / "b.json", {"load": [1000]})
+    (tmp_path / "text.json").write_text("hello")
+    (tmp_path / "obj.json").write_text('{"a": 1}')
+    errors = {
+        ("a.json", "missing.json"): "missing.json: cannot read: No such file",
+        ("text.json", "a.json"): "text.json",
+        ("a.json", "obj.json"): "not a trace",
+        ("a.json", "b.json"): "no range name in common between a.json (1 names) and b.json",
+    }
+    for args, message in errors.items():
+        proc = cli("diff", *args, "--fail-on-regression", check=2)
+        assert proc.stderr.startswith("mxprof diff: ") and message in proc.stderr, proc.stderr
+        assert proc.stdout == ""
+    assert (
+        "must be a finite number >= 0"
+        in cli("diff", "a.json", "a.json", "--threshold", "-1", check=2).stderr
+    )
+    assert "invalid choice" in cli("diff", "a.json", "a.json", "--format", "xml", check=2).stderr
+    assert "required" in cli("diff", "a.json", check=2).stderr
+
+
+def test_cli_says_when_a_side_was_cut_short(tmp_path):
+    path = write_trace(tmp_path / "a.json", {"step": [1000] * 40})
+    data = path.read_bytes()
+    (tmp_path / "cut.json").write_bytes(data[: len(data) // 2])
+    proc = _testing.cli("diff", "a.json", "cut.json", "--format", "json", cwd=tmp_path, check=True)
+    assert "cut.json was cut short" in proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["truncated"] == {"base": False, "new": True}
+    assert 0 < doc["rows"][0]["new"]["count"] < 40
+
+
+# -- the examples ---------------------------------------------------------------
+
+
+def run_example(name, tmp_path, *args):
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", name), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_two_runs_of_the_quickstart_diff(tmp_path):
+    run_example("quickstart.py", tmp_path, "one.json")
+    run_example("quickstart.py", tmp_path, "two.json")
+    proc = _testing.cli("diff", "one.json", "two.json", "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    rows = {r["name"]: r for r in doc["rows"]}
+    assert set(rows) == {"load_batch", "forward", "backward", "update", "step"}
+    assert doc["only_base"] == doc["only_new"] == []
+    for side, path in (("base", "one.json"), ("new", "two.json")):
+        for want in mxprof.load(tmp_path / path).key_averages():
+            got = rows[want.name][side]
+            assert got["count"] == want.count == 120
+            assert (got["total"], got["p50"], got["p99"]) == (want.total, want.p50, want.p99)
+            assert got["avg"] == pytest.approx(want.avg)
+    assert rows["step"]["categories"] == ["train,frame"]
+    table = _testing.cli("diff", "one.json", "two.json", cwd=tmp_path, check=True).stdout
+    assert [ln.split()[0] for ln in table.splitlines()[5:10]] == [r["name"] for r in doc["rows"]]
+
+
+def test_two_runs_of_memory_scopes_diff(tmp_path):
+    run_example("memory_scopes.py", tmp_path)
+    os.rename(tmp_path / "memory_trace.json", tmp_path / "first.json")
+    run_example("memory_scopes.py", tmp_path)
+    proc = _testing.cli("diff", "first.json", "memory_trace.json", cwd=tmp_path, check=True)
+    step = next(ln.split() for ln in proc.stdout.splitlines() if ln.startswith("step "))
+    assert step[1:3] == ["5", "5"]  # its five steps, frames on both sides
