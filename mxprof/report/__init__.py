@@ -1,0 +1,1 @@
+"""After recording: the HTML report, optimisation hints (``mxprof.report.hints``) and diffs."""
