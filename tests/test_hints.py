@@ -37,17 +37,25 @@ def frame(index, ts_ms, dur_ms, *, name="step", domain="train", **kw):
     return X(name, ts_ms, dur_ms, cat=f"{domain},frame", args={"frame": index}, **kw)
 
 
-def save(tmp_path, events, *, file="t.json", pid=PID, threads=None, other=None, dist=None,
-         mxprof_trace=True):  # fmt: skip
+def meta(pid, tid, what, name):
+    return {"name": what, "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+
+
+def save(
+    tmp_path, events, *, file="t.json", pid=PID, threads=None, other=None, dist=None,
+    mxprof_trace=True,
+):  # fmt: skip
     """Write events as mxprof writes a trace file and load it."""
-    meta = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": "python"}}]
-    for tid, name in (threads or {1: "MainThread"}).items():
-        meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
-    doc = {"displayTimeUnit": "ms", "baseTimeNanoseconds": 1_795_000_000_000_000_000,
-           "traceEvents": meta + events}  # fmt: skip
+    names = [meta(pid, 0, "process_name", "python")]
+    names += [meta(pid, t, "thread_name", n) for t, n in (threads or {1: "MainThread"}).items()]
+    doc = {"displayTimeUnit": "ms", "baseTimeNanoseconds": 1_795_000_000_000_000_000}
+    doc["traceEvents"] = names + events
     if mxprof_trace:
-        doc["otherData"] = {"mxprof_version": mxprof.__version__, "host": "vm", "pid": pid,
-                            "clock": "tsc", **dict.fromkeys(TALLY_KEYS, 0), **(other or {})}  # fmt: skip
+        tallies = {**dict.fromkeys(TALLY_KEYS, 0), **(other or {})}
+        doc["otherData"] = {
+            "mxprof_version": mxprof.__version__, "host": "vm", "pid": pid, "clock": "tsc",
+            **tallies,
+        }  # fmt: skip
     if dist is not None:
         doc["distributedInfo"] = dist
     path = tmp_path / file
@@ -95,6 +103,9 @@ def test_data_loading_fires_with_its_share_of_step_time(trace_file, clock):
     assert "'load_batch'" in hint.suggestion and "num_workers" in hint.suggestion
 
 
+NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"  # torch's name
+
+
 def test_data_loading_between_profiler_steps_counts_and_word_forms_match(tmp_path):
     """torch.profiler's ProfilerStep#N and DataLoader's own range name (a
     camelCase word), loading partly between steps: 45 % of the step span."""
@@ -103,14 +114,33 @@ def test_data_loading_between_profiler_steps_counts_and_word_forms_match(tmp_pat
         t = 20 * n
         events += [
             X(f"ProfilerStep#{n + 3}", t, 20, cat="user_annotation"),
-            X("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, 9,
-              cat="user_annotation"),  # fmt: skip
+            X(NEXT, t, 9, cat="user_annotation"),
             X("DistributedDataParallel.forward", t + 9, 11, cat="user_annotation"),
         ]
     hint = only(find_hints([save(tmp_path, events, mxprof_trace=False)]), "data-loading")
     assert (hint.severity, hint.title) == ("high", "Data loading takes 45 % of step time")
     assert "over 4 steps 'ProfilerStep#'" in hint.evidence[0]
-    assert hint.subjects == ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",)
+    assert hint.subjects == (NEXT,)
+
+
+def test_data_loading_without_steps_takes_wall_time_on_the_thread_that_waits(tmp_path):
+    """No steps: the share of wall time, on the thread that loads between its
+    other work (60 %), not on a thread that only loads (a prefetcher beside
+    the work, 100 % busy loading).  'read' is marked loading by its domain,
+    mxprof.Domain("input")."""
+    events = []
+    for i in range(5):
+        events += [X("read", 20 * i, 12, cat="input"), X("compute", 20 * i + 12, 8)]
+    events.append(X("prefetch", 0, 100, tid=2))
+    trace = save(tmp_path, events, threads={1: "MainThread", 2: "prefetcher"})
+    hint = only(find_hints([trace]), "data-loading")
+    assert (hint.severity, hint.title) == ("high", "Data loading takes 60 % of wall time")
+    assert hint.evidence[0] == (
+        "loading ranges cover 60.000ms of 100.000ms wall time (60 %) on thread 'MainThread' (tid 1)"
+    )
+    assert hint.subjects == ("read",)
+    alone = save(tmp_path, [X("prefetch", 0, 100, tid=2), X("compute", 0, 100)], file="a.json")
+    assert "data-loading" not in rules(find_hints([alone]))
 
 
 def test_data_loading_does_not_fire_below_its_share_or_for_look_alike_names(tmp_path):
@@ -341,7 +371,8 @@ def rank_traces(tmp_path, compute_ms):
         events = []
         for i in range(10):
             t = 20 * i
-            events += [frame(i, t, 20), X("forward", t, compute), X("allreduce", t + compute, 20 - compute)]  # fmt: skip
+            events += [frame(i, t, 20), X("forward", t, compute)]
+            events.append(X("allreduce", t + compute, 20 - compute))
         dist = {"rank": rank, "world_size": len(compute_ms), "role": "worker", "host": "h"}
         traces.append(save(tmp_path, events, file=f"rank{rank}.json", pid=100 + rank, dist=dist))
     return traces
@@ -384,8 +415,14 @@ def test_straggler_in_one_merged_trace(tmp_path):
 
 
 def test_straggler_does_not_fire_for_balanced_ranks_or_a_single_process(tmp_path):
-    assert "straggler" not in rules(find_hints(rank_traces(tmp_path, [10, 11, 10.5, 11.5])))
+    """Ranks within 10 % of each other; one rank alone; and balanced ranks
+    beside a parent process without steps that is busy 180 ms (it does other
+    work: only processes with steps are compared when some have them)."""
+    ranks = rank_traces(tmp_path, [10, 11, 10.5, 11.5])
+    assert "straggler" not in rules(find_hints(ranks))
     assert "straggler" not in rules(find_hints(rank_traces(tmp_path, [15])))
+    parent = save(tmp_path, [X("spawn", 0, 180, cat="main")], file="parent.json", pid=99)
+    assert "straggler" not in rules(find_hints(rank_traces(tmp_path, [10, 10]) + [parent]))
 
 
 # ---- 8. dropped events and misuse tallies ----
@@ -447,6 +484,21 @@ def test_tallies_do_not_fire_for_a_clean_run_and_a_cut_alone_is_low(tmp_path, tr
     assert (hint.severity, hint.subjects) == ("low", ("cut_ranges",))
 
 
+def test_ignored_calls_alone_do_not_fire(trace_file, clock):
+    """Calls while paused are tallied as ignored_calls: expected, no hint."""
+    _testing.start(trace_file)
+    task = mxprof.Domain("d").new_task("t")
+    mxprof.pause()
+    with task:
+        clock(MS)
+    mxprof.resume()
+    with task:
+        clock(MS)
+    trace = recorded(trace_file)
+    assert trace.metadata["otherData"]["ignored_calls"] == 2
+    assert "misuse" not in rules(find_hints([trace]))
+
+
 # ---- 9. long gaps with no range open ----
 
 
@@ -458,7 +510,7 @@ def test_idle_gap_fires_for_a_long_stretch_with_no_range_open(tmp_path):
     hint = only(find_hints([trace]), "idle-gap")
     assert (hint.severity, hint.title) == (
         "medium",
-        "60 % of wall time on thread 'MainThread' (tid 1) has no range open (1 long gaps)",
+        "60 % of wall time on thread 'MainThread' (tid 1) has no range open (1 long gap)",
     )
     assert hint.evidence == (
         "thread 'MainThread' (tid 1): 30.000ms (60 % of wall time) from 10.000ms to "

@@ -21,44 +21,49 @@ Terms the rules share:
   lower-cased, plus each two neighbours joined (``DataLoader.__next__`` has
   ``data``, ``loader``, ``next``, ``dataloader``, ``loadernext``).
 
-The rules, their thresholds (module constants) and why:
+The rules, their thresholds (module constants) and why; a rule gives at most
+one hint, covering every process where it fires:
 
 =====================  ============================================  ==========================
 rule                   fires when                                    why this threshold
 =====================  ============================================  ==========================
 data-loading           loading ranges (below) cover >= 20 % of       a fifth of the step spent
                        step time on the steps' thread (without       waiting for input is worth
-                       steps: of wall time, on the thread with the   overlapping; high >= 40 %
-                       most); high from 40 %
+                       steps: of wall time, on the thread with the   overlapping
+                       most, not one that only loads); high >= 40 %
 step-variance          >= 5 steps and CV of step durations >= 0.25,  CV 0.25 is far above the
                        or a step longer than median + max(3 x        few % of a steady loop;
-                       1.4826 x MAD, 0.5 x median)                   3 scaled MADs is the usual
-                                                                     robust outlier fence, and
-                                                                     1.5 x median keeps it off
-                                                                     noise when MAD is ~0
+                       1.4826 x MAD, 0.5 x median); high from CV     3 scaled MADs is the usual
+                       0.5 or outliers' excess >= 20 % of all step   robust outlier fence, and
+                       time; low when only the first step stands     1.5 x median keeps it off
+                       out (warm-up)                                 noise when MAD is ~0
 tail-latency           a range name with >= 100 ranges, P99 >=       with 100 ranges P99 is not
-                       5 x P50 and P99 >= 50 us                      the single slowest; 5 x is
-                                                                     a tail, not jitter; 50 us
+                       5 x P50 and P99 >= 50 us; medium from 10 x,   the single slowest; 5 x is
+                       else low                                      a tail, not jitter; 50 us
                                                                      skips timer noise
 instrumentation-       in a trace mxprof wrote: names whose median   at 0.21 us a range, a
 overhead               range is <= 10 us, their count x 0.21 us      range of 10 us pays 2 %;
                        >= 2 % of wall time and >= 1 ms; high from    2 % of the run (and 1 ms)
                        10 %                                          is worth a change
 memory-peak            a device's memory counter (``Memory: gpu/0``  a peak is always worth
-                       in ``Device Storage``) ever above 0           knowing: low severity
+                       in ``Device Storage``) ever above 0; low      knowing, never alarming
 memory-growth          >= 5 steps, the device's bytes in use at      a leak grows in most
                        step ends rise in >= 60 % of steps and end    steps; 10 % keeps small
-                       >= 10 % above where they began                one-off caches out
-straggler              >= 2 processes of one role; the busiest's     20 % is beyond run-to-run
-                       busy time (per step where all have steps)     noise of a balanced job;
-                       >= 1.2 x the median of the others; high       high from 1.5 x
-                       from 1.5 x
-dropped-events         ``otherData.dropped_events`` > 0              any loss makes the rest
+                       >= 10 % above where they began; medium        one-off caches out
+straggler              >= 2 processes of one role (with steps, if    20 % is beyond run-to-run
+                       any has them); the busiest's busy time (per   noise of a balanced job
+                       step with steps) >= 1.2 x the median of the
+                       others; high from 1.5 x
+dropped-events         ``otherData.dropped_events`` > 0; high        any loss makes the rest
                                                                      of the profile partial
-misuse                 any other tally of ``otherData`` > 0          each one names a fix
+misuse                 a tally of ``otherData`` (``TALLIES``) > 0,   each one names a fix;
+                       medium for unmatched/non-LIFO stops, unknown  calls while paused or
+                       frees, saturated values; low for cut ranges;  between scheduled cycles
+                       ignored_calls alone does not fire             are expected
 idle-gap               on a thread with ranges, a gap with none      a tenth of the run
                        open between two ranges >= max(1 ms,          unaccounted for is worth a
-                       10 % of wall time), or >= 1 s                 look; 1 s is long anywhere
+                       10 % of wall time), or >= 1 s; medium when    look; 1 s is long anywhere
+                       a thread's gaps add up to >= 25 % of wall
 =====================  ============================================  ==========================
 
 Loading ranges: a range (not a step, not containing one) whose name has one
@@ -208,8 +213,10 @@ def find_hints(traces: Trace | Sequence[Trace]) -> list[Hint]:
     Example:
         >>> import mxprof
         >>> from mxprof.report.hints import find_hints
-        >>> find_hints([mxprof.load("rank0.json"), mxprof.load("rank1.json")])  # doctest: +SKIP
-        [Hint(rule='straggler', severity='medium', title='worker 1 is busy 1.31 x ...', ...)]
+        >>> ranks = [mxprof.load(f"rank{r}.json") for r in range(4)]  # doctest: +SKIP
+        >>> found = find_hints(ranks)  # doctest: +SKIP
+        >>> found[0].title  # doctest: +SKIP
+        'Straggler: worker 1 is busy 1.31 x as long as the median of the others'
     """
     items = [traces] if isinstance(traces, Trace) else list(traces)
     for t in items:
@@ -244,7 +251,7 @@ class _Process:
     label: str = ""
     role: str = ""
     start: int = 2**63
-    end: int = 0
+    end: int = -(2**63)
     threads: dict[Id, list[Event]] = field(default_factory=dict)
     thread_names: dict[Id, str] = field(default_factory=dict)
     durations: dict[tuple[str, str], list[int]] = field(default_factory=dict)
@@ -420,6 +427,10 @@ def _bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def _plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'s' * (n != 1)}"
+
+
 def _q(name: str) -> str:
     return f"'{display(name)}'"
 
@@ -466,14 +477,20 @@ def _data_loading(traces: list[Trace], procs: list[_Process]) -> Hint | None:
         starts = [e.ts for e in steps]
         best: tuple[int, Id, list[Event]] | None = None
         for tid in tids:
-            ranges = [
-                e
-                for e in p.threads.get(tid, ())
-                if _is_loading(e.name, e.category, cache)
-                and not e.category.endswith(",frame")
-                and not e.name.startswith("ProfilerStep#")
-                and not _holds_a_step(e, steps, starts)
-            ]
+            ranges, other, open_end = [], False, lo - 1
+            for e in p.threads.get(tid, ()):
+                if (
+                    _is_loading(e.name, e.category, cache)
+                    and not e.category.endswith(",frame")
+                    and not e.name.startswith("ProfilerStep#")
+                    and not _holds_a_step(e, steps, starts)
+                ):
+                    ranges.append(e)
+                elif e.ts >= open_end:
+                    other = True  # a top-level range that is not loading
+                open_end = max(open_end, e.end)
+            if not steps and not other:
+                continue  # a thread that only loads runs beside the work: not a stall
             covered = _measure(_union(_clipped(ranges, lo, hi)))
             if ranges and (best is None or covered > best[0]):
                 best = (covered, tid, ranges)
@@ -483,7 +500,7 @@ def _data_loading(traces: list[Trace], procs: list[_Process]) -> Hint | None:
         return None
     found.sort(key=lambda f: -f[0])
     top_share, _, _, top_basis, *_ = found[0]
-    evidence, subjects = [], []
+    evidence, subjects, names = [], [], []
     for share, p, tid, basis, lo, hi, ranges in found:
         loading = share * (hi - lo)
         line = (
@@ -508,15 +525,16 @@ def _data_loading(traces: list[Trace], procs: list[_Process]) -> Hint | None:
                 f"  {_q(name)}: {count} ranges, {format_ns(total)} ({_pct(total / (hi - lo))})"
             )
             subjects.append(name)
+            names.append(name)
         if len(procs) > 1:
             subjects.append(p.label)
-    names = ", ".join(_q(s) for s in subjects[:3] if not s.startswith(("pid ", "worker ")))
     return _hint(
         "data-loading",
         "high" if top_share >= LOADING_SHARE_HIGH else "medium",
         f"Data loading takes {_pct(top_share)} of {top_basis}",
         _capped(evidence, 3 * MAX_LINES),
-        f"The loop waits for its input ({names}): overlap loading with compute "
+        f"The loop waits for its input ({', '.join(map(_q, dict.fromkeys(names)))}): overlap "
+        "loading with compute "
         "(DataLoader num_workers > 0 with persistent_workers and prefetch_factor, or a "
         "background prefetch thread), pin memory and copy with non_blocking=True, and "
         "cache or pre-decode the data set; a new profile should show these ranges shrink "
@@ -697,7 +715,7 @@ def _overhead(traces: list[Trace], procs: list[_Process]) -> Hint | None:
     for share, p, short, count in found:
         traced = sum(sum(d) for _, _, d in short)
         evidence.append(
-            f"{_where(p, procs)}{count:,} ranges of {len(short)} name{'s' * (len(short) > 1)} "
+            f"{_where(p, procs)}{count:,} ranges of {_plural(len(short), 'name')} "
             f"with a median of at most "
             f"{format_ns(SHORT_RANGE_NS)}: at {RANGE_COST_NS} ns each, about "
             f"{format_ns(count * RANGE_COST_NS)} of instrumentation, {_pct(share)} of wall time "
@@ -892,9 +910,11 @@ def _straggler(traces: list[Trace], procs: list[_Process]) -> Hint | None:
         by_role.setdefault(p.role, []).append(p)
     best = None
     for group in by_role.values():
+        stepped = [p for p in group if p.steps is not None]
+        per_step = bool(stepped)
+        group = stepped or group  # ranks have steps; a parent that only waits has none
         if len(group) < 2:
             continue
-        per_step = all(p.steps is not None for p in group)
         rows = [r for p in group if (r := _busy(p, per_step, cache)) is not None and r[0] > 0]
         if len(rows) < 2:
             continue
@@ -1013,8 +1033,8 @@ def _misuse(traces: list[Trace], procs: list[_Process]) -> Hint | None:
         evidence.append(f"{key} = {sum(n for *_, n in counts):,}: {meaning} ({where})")
         fixes.append(f"{key}: {fix}")
         subjects.append(key)
-    if not evidence:
-        return None
+    if not set(subjects) - {"ignored_calls"}:
+        return None  # calls while paused or between scheduled cycles are expected
     return _hint(
         "misuse",
         "medium" if serious else "low",
@@ -1065,7 +1085,7 @@ def _idle_gaps(traces: list[Trace], procs: list[_Process]) -> Hint | None:
         "idle-gap",
         "medium" if share >= GAP_SHARE_MEDIUM else "low",
         f"{_pct(share)} of wall time on {wp.thread_label(worst[0][1])} has no range open "
-        f"({sum(1 for g in gaps if (id(g[1]), g[2]) == worst[0])} long gaps)",
+        f"({_plural(sum(1 for g in gaps if (id(g[1]), g[2]) == worst[0]), 'long gap')})",
         _capped(evidence),
         "Nothing was recorded there: either work without a range (put one around the code "
         "that runs between the ranges named above) or the thread waiting (I/O, a lock, a "
