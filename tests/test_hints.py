@@ -108,7 +108,7 @@ NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"  # torch's 
 
 def test_data_loading_between_profiler_steps_counts_and_word_forms_match(tmp_path):
     """torch.profiler's ProfilerStep#N and DataLoader's own range name (a
-    camelCase word), loading partly between steps: 45 % of the step span."""
+    camelCase word) at the start of each step: 45 % of the step span."""
     events = []
     for n in range(4):
         t = 20 * n
