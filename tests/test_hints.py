@@ -198,6 +198,24 @@ def test_step_variance_does_not_fire_for_steady_steps(tmp_path):
     assert "step-variance" not in rules(find_hints([save(tmp_path, events)]))
 
 
+def test_step_variance_names_time_in_no_range_and_tail_latency_leaves_steps_to_it(tmp_path):
+    """Every 4th of 120 steps takes 10 ms more outside any range in it: the
+    outlier steps say so, and the steps' own long tail is this rule's, not
+    tail-latency's."""
+    events, t = [], 0
+    for i in range(120):
+        dur = 11 if i % 4 else 21
+        events += [frame(i, t, dur), X("forward", t, 1)]
+        t += dur
+    found = find_hints([save(tmp_path, events)])
+    hint = only(found, "step-variance")
+    assert hint.evidence[2] == (
+        "  step 0: time in no range inside the step took 20.000ms against a median of "
+        "10.000ms per step (+10.000ms)"
+    )
+    assert "tail-latency" not in rules(found)
+
+
 def test_a_slow_first_step_alone_is_warm_up_with_low_severity(tmp_path):
     events = [frame(0, 0, 50)] + [frame(i, 50 + 10 * (i - 1), 10) for i in range(1, 10)]
     hint = only(find_hints([save(tmp_path, events)]), "step-variance")
@@ -304,6 +322,21 @@ def test_memory_peak_names_the_scope_holding_it(trace_file, clock):
     )
     assert hint.subjects == ("gpu/0", "enc:")
     assert "'<unk>:'" not in hint.suggestion
+
+
+def test_memory_peak_on_several_devices_claims_no_holder(trace_file, clock):
+    """A scope's counter adds up every device, so with two devices the scopes
+    are listed as they were, without a share of one device's peak."""
+    _testing.start(trace_file, profile_memory=True)
+    with mxprof.scope("enc"):
+        memory.record_alloc(4_000_000, "gpu:0")
+        clock(MS)
+        memory.record_alloc(3_000_000, "cpu")
+    hint = only(find_hints([recorded(trace_file)]), "memory-peak")
+    assert hint.title == "Memory peaks at 4.0 MB on gpu/0"
+    assert hint.evidence[1] == "  scopes in use then, on all devices together: 'enc:' 4.0 MB"
+    assert hint.evidence[3] == "  scopes in use then, on all devices together: 'enc:' 7.0 MB"
+    assert hint.subjects == ("gpu/0", "cpu/0")
 
 
 def test_memory_peak_does_not_fire_without_memory_counters(trace_file, clock):

@@ -621,8 +621,9 @@ def _step_variance(traces: list[Trace], procs: list[_Process]) -> Hint | None:
 
 def _grown_children(p: _Process, s: _Steps, outliers: list[int], durs: list[int]) -> list[str]:
     """For the slowest outlier steps, the direct child whose time grew most
-    against its median over all steps."""
-    per_step: list[dict[str, int]] = [{} for _ in s.ranges]
+    against its median over all steps; the step's time in no child (None)
+    is a candidate too."""
+    per_step: list[dict[str | None, int]] = [{} for _ in s.ranges]
     bounds = [(e.ts, e.ts + (e.dur or 0)) for e in s.ranges]
     j, open_end, last = 0, 0, len(bounds)
     for e in p.threads.get(s.tid, []):
@@ -636,15 +637,19 @@ def _grown_children(p: _Process, s: _Steps, outliers: list[int], durs: list[int]
         totals = per_step[j]
         totals[e.name] = totals.get(e.name, 0) + end - ts
         open_end = end
+    for totals, dur in zip(per_step, durs):
+        totals[None] = dur - sum(v for n, v in totals.items() if n is not None)
     names = {n for t in per_step for n in t}
     medians = {n: statistics.median(t.get(n, 0) for t in per_step) for n in names}
     lines = []
     for k in sorted(outliers, key=lambda k: -durs[k])[:3]:
-        grown = [(t - medians[n], n, t) for n, t in per_step[k].items()]
-        if grown and max(grown)[0] > 0:
-            delta, name, took = max(grown)
+        delta, name, took = max(
+            ((t - medians[n], n, t) for n, t in per_step[k].items()), key=lambda g: g[0]
+        )
+        if delta > 0:
+            what = "time in no range inside the step" if name is None else _q(name)
             lines.append(
-                f"  step {s.index[k]}: {_q(name)} took {format_ns(took)} against a median of "
+                f"  step {s.index[k]}: {what} took {format_ns(took)} against a median of "
                 f"{format_ns(medians[name])} per step (+{format_ns(delta)})"
             )
     return lines
@@ -652,9 +657,11 @@ def _grown_children(p: _Process, s: _Steps, outliers: list[int], durs: list[int]
 
 def _tail_latency(traces: list[Trace], procs: list[_Process]) -> Hint | None:
     pooled: dict[tuple[str, str], list[int]] = {}
+    steps = {(s.ranges[0].name, s.ranges[0].category) for p in procs if (s := p.steps)}
     for p in procs:
         for key, durations in p.durations.items():
-            pooled.setdefault(key, []).extend(durations)
+            if key not in steps and not key[0].startswith("ProfilerStep#"):
+                pooled.setdefault(key, []).extend(durations)
     found = []
     for (name, category), durations in pooled.items():
         if len(durations) < TAIL_MIN_COUNT:
@@ -783,7 +790,7 @@ def _memory_peak(traces: list[Trace], procs: list[_Process]) -> Hint | None:
     if not found:
         return None
     found.sort(key=lambda f: -f[0])
-    evidence, subjects, holders = [], [], []
+    evidence, subjects, holders, unknown = [], [], [], False
     for value, p, device, peak, samples, ndev in found:
         where = [_q(e.name) for e in _open_at(p.threads.get(peak.tid, []), peak.ts)]
         step = _step_at(p, peak.ts)
@@ -796,20 +803,27 @@ def _memory_peak(traces: list[Trace], procs: list[_Process]) -> Hint | None:
         held = sorted(
             ((_value_at(s, ts, peak.ts), name) for name, s, ts in _scopes(p)), reverse=True
         )
-        held = [(v, name) for v, name in held if v > 0]
-        if held:
-            note = " (scope counters count every device)" if ndev > 1 else ""
+        held = [(v, name) for v, name in held if v > 0][:5]
+        unknown |= not held or any(name == "<unk>:" for _, name in held)
+        if held and ndev == 1:
             evidence.append(
-                f"  scopes holding it{note}: "
-                + ", ".join(f"{_q(n)} {_bytes(v)} ({_pct(v / value)})" for v, n in held[:5])
+                "  scopes holding it: "
+                + ", ".join(f"{_q(n)} {_bytes(v)} ({_pct(v / value)})" for v, n in held)
             )
-            holders.append(held[0][1])
-        subjects += [device] + ([held[0][1]] if held else [])
+            subjects += [device, held[0][1]]
+        elif held:  # a scope's counter adds up its bytes on every device
+            evidence.append(
+                "  scopes in use then, on all devices together: "
+                + ", ".join(f"{_q(n)} {_bytes(v)}" for v, n in held)
+            )
+            subjects.append(device)
+        else:
+            subjects.append(device)
+        holders.append(held[0][1] if held and ndev == 1 else None)
         if len(procs) > 1:
             subjects.append(p.label)
     value, p, device, *_ = found[0]
-    holder = f", most held by scope {_q(holders[0])}" if holders else ""
-    unknown = any(h == "<unk>:" for h in holders) or not holders
+    holder = f", most held by scope {_q(holders[0])}" if holders[0] else ""
     return _hint(
         "memory-peak",
         "low",
