@@ -453,8 +453,9 @@ def _hint(
 
 
 def _where(p: _Process, procs: list[_Process]) -> str:
-    """The process's label as an evidence line's prefix, when there are several."""
-    return f"{p.label}: " if len(procs) > 1 else ""
+    """The process's label as an evidence line's prefix, when several have ranges
+    (a Kineto file has pseudo-processes holding only its own metadata)."""
+    return f"{p.label}: " if sum(1 for q in procs if q.threads) > 1 else ""
 
 
 # ---- the rules ----
