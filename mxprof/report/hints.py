@@ -527,7 +527,7 @@ def _data_loading(traces: list[Trace], procs: list[_Process]) -> Hint | None:
             )
             subjects.append(name)
             names.append(name)
-        if len(procs) > 1:
+        if _where(p, procs):
             subjects.append(p.label)
     return _hint(
         "data-loading",
@@ -589,7 +589,7 @@ def _step_variance(traces: list[Trace], procs: list[_Process]) -> Hint | None:
             )
             evidence.extend(_grown_children(p, s, outliers, durs))
         subjects += [f"step {s.index[k]}" for k in outliers] + [s.name]
-        if len(procs) > 1:
+        if _where(p, procs):
             subjects.append(p.label)
         excess = sum(durs[k] - med for k in outliers)
         rest = durs[WARMUP_STEPS:]
@@ -821,7 +821,7 @@ def _memory_peak(traces: list[Trace], procs: list[_Process]) -> Hint | None:
         else:
             subjects.append(device)
         holders.append(held[0][1] if held and ndev == 1 else None)
-        if len(procs) > 1:
+        if _where(p, procs):
             subjects.append(p.label)
     value, p, device, *_ = found[0]
     holder = f", most held by scope {_q(holders[0])}" if holders[0] else ""
@@ -902,7 +902,7 @@ def _memory_growth(traces: list[Trace], procs: list[_Process]) -> Hint | None:
             evidence.append(f"  scope {_q(name)} grew by {_bytes(delta)} over those steps")
             subjects.append(name)
         subjects.append(device)
-        if len(procs) > 1:
+        if _where(p, procs):
             subjects.append(p.label)
     growth, p, device, values, _ = found[0]
     return _hint(
@@ -1091,7 +1091,7 @@ def _idle_gaps(traces: list[Trace], procs: list[_Process]) -> Hint | None:
             f"({_pct(length / p.wall)} of wall time) from {format_ns(a)} to {format_ns(b)}, "
             f"after {_q(before)}, before {_q(after)}{between}"
         )
-        subjects += [before, after] + ([p.label] if len(procs) > 1 else [])
+        subjects += [before, after] + ([p.label] if _where(p, procs) else [])
     length, p, tid, *_ = gaps[0]
     worst = max(idle.items(), key=lambda kv: kv[1])
     wp = next(q for q in procs if id(q) == worst[0][0])
