@@ -239,12 +239,15 @@ def test_the_offline_tier_imports_only_the_offline_tier():
     import pathlib
 
     root = pathlib.Path(mxprof.__file__).parent
-    offline = {"errors", "_version", "_tracejson", "_render", "averages", "trace", "report.diff"}
-    offline |= {f"trace.{p.stem}" for p in (root / "trace").glob("*.py") if p.stem != "__init__"}
+    packages = {"trace", "report"}
+    offline = {"errors", "_version", "_tracejson", "_render", "averages", *packages}
+    for pkg in packages:
+        offline |= {f"{pkg}.{p.stem}" for p in (root / pkg).glob("*.py") if p.stem != "__init__"}
+    assert {"report.hints", "report.diff"} <= offline
     found = {}
     for module in sorted(offline):
-        path = root / (module.replace(".", "/") + ("/__init__.py" if module == "trace" else ".py"))
-        package = module.split(".")[:-1] if module != "trace" else ["trace"]
+        path = root / (module.replace(".", "/") + ("/__init__.py" if module in packages else ".py"))
+        package = module.split(".")[:-1] if module not in packages else [module]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.level:
                 base = package[: len(package) - node.level + 1]

@@ -1,1 +1,2 @@
-"""After recording: the HTML report, the diff of two profiles, hints (issue 12)."""
+"""After recording: the HTML report, the diff of two profiles (``mxprof.report.diff``)
+and optimisation hints (``mxprof.report.hints``)."""
