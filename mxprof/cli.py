@@ -181,6 +181,21 @@ def cmd_repair(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the HTML report of traces; every failure is a usage error (status 2)."""
+    # The report package needs plotly, an optional dependency: imported here
+    # so that the other commands work without it.
+    from .report import ReportUnavailable, report
+
+    try:
+        written = report(args.traces, args.output, baseline=args.baseline)
+    except (TraceFormatError, OSError, ReportUnavailable) as e:
+        print(f"mxprof report: {e}", file=sys.stderr)
+        return 2
+    print(f"mxprof report: written to {written}", file=sys.stderr)
+    return 0
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -245,6 +260,14 @@ def parser() -> argparse.ArgumentParser:
     mg.add_argument("traces", nargs="+", help="input traces")
     mg.add_argument("-o", "--output", required=True, help="the merged trace")
     mg.set_defaults(func=cmd_merge)
+
+    rr = sub.add_parser("report", help="one self-contained HTML page of traces (needs plotly)")
+    rr.add_argument("traces", nargs="+", help="trace files (several: side by side)")
+    rr.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    rr.add_argument(
+        "--baseline", action="append", metavar="BASE", help="compare with this trace (repeatable)"
+    )
+    rr.set_defaults(func=cmd_report)
 
     rp = sub.add_parser("repair", help="rewrite a trace cut short (a killed process) as valid JSON")
     rp.add_argument("trace")

@@ -1,0 +1,503 @@
+"""What the report shows, computed from loaded traces: plain data, no HTML.
+
+Every series meant for a plot is bounded here (``downsample``), so the page
+stays small whatever the number of events: the cost of a report is one pass
+over the events, not one point per event.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..averages import Row
+from ..trace import Event, Trace
+
+POINTS = 2000  # most points of one plotted series
+HIST_BINS = 40  # bins of a range's duration histogram
+HIST_ROWS = 500  # ranges (largest total first) whose histogram the page holds
+TABLE_ROWS = 2000  # most rows of the ranges table
+STEP_BARS = 1000  # most bars of the step breakdown (more steps are averaged in groups)
+BREAKDOWN_NAMES = 8  # top-level ranges shown by name in the step breakdown
+COUNTER_PLOTS = 12  # counters plotted (the rest are listed)
+SCOPE_LINES = 10  # scopes plotted in the memory-by-scope plot
+PROCESS_NAMES = 10  # ranges compared across processes
+
+# The tallies mxprof writes into otherData (README, "The trace file").
+TALLIES = (
+    "dropped_events",
+    "unmatched_stops",
+    "non_lifo_stops",
+    "ignored_calls",
+    "unknown_frees",
+    "cut_ranges",
+    "saturated_values",
+)
+DEVICE_STORAGE = "Device Storage"
+SCOPE_STORAGE = "Scope Storage"
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def downsample(xs: Sequence[float], ys: Sequence[float], limit: int = POINTS) -> tuple[list[float], list[float]]:
+    """At most about ``limit`` points of a series, keeping each bucket's extremes.
+
+    The series is cut into ``limit // 2`` buckets of consecutive points; each
+    keeps its lowest and highest point in their order, so peaks and dips
+    survive (a spike of one sample among millions is still drawn).  The first
+    and last points are always kept.
+
+    Example:
+        >>> downsample([0, 1, 2, 3, 4, 5], [0, 9, 1, 1, 8, 0], limit=4)
+        ([0, 1, 4, 5], [0, 9, 8, 0])
+    """
+    n = len(xs)
+    if n <= limit:
+        return list(xs), list(ys)
+    buckets = max(limit // 2, 1)
+    keep: list[int] = [0]
+    for b in range(buckets):
+        lo, hi = b * n // buckets, (b + 1) * n // buckets
+        if lo >= hi:
+            continue
+        chunk = ys[lo:hi]
+        low = lo + min(range(hi - lo), key=chunk.__getitem__)
+        high = lo + max(range(hi - lo), key=chunk.__getitem__)
+        keep.extend(sorted({low, high}))
+    keep.append(n - 1)
+    picked = sorted(set(keep))
+    return [xs[i] for i in picked], [ys[i] for i in picked]
+
+
+@dataclass
+class Histogram:
+    """Counts of a range's durations in log-spaced bins (edges in ns, one more than counts)."""
+
+    edges: list[float]
+    counts: list[int]
+
+
+def histogram(durations: Sequence[int], bins: int = HIST_BINS) -> Histogram:
+    """Every duration counted into ``bins`` log-spaced bins from the least to the largest.
+
+    Example:
+        >>> h = histogram([10, 100, 1000], bins=2)
+        >>> h.counts
+        [1, 2]
+    """
+    least, most = min(durations), max(durations)
+    if least == most:
+        return Histogram([least, most], [len(durations)])
+    lo, hi = math.log(max(least, 1)), math.log(most)
+    step = (hi - lo) / bins
+    counts = [0] * bins
+    for d in durations:
+        k = int((math.log(max(d, 1)) - lo) / step) if d > 1 else 0
+        counts[min(max(k, 0), bins - 1)] += 1
+    edges = [math.exp(lo + k * step) for k in range(bins + 1)]
+    edges[0], edges[-1] = least, most
+    return Histogram(edges, counts)
+
+
+@dataclass
+class Process:
+    """One process of the input: which file, its pid and name, and its numbers."""
+
+    label: str
+    path: str
+    pid: Any
+    threads: int
+    ranges: int
+    wall_ns: int
+    tallies: dict[str, int]
+    totals: dict[str, int]  # range name -> total ns in this process
+
+
+@dataclass
+class Steps:
+    """Step times and their breakdown by top-level range (the steps as plotted)."""
+
+    name: str
+    count: int
+    index: list[int]  # the step's number (frame index, N of ProfilerStep#N, or its order)
+    duration: list[int]  # ns per plotted bar (a group mean when steps are grouped)
+    parts: dict[str, list[int]]  # top-level range name -> ns per plotted bar; "other", "(self)"
+    group: int  # steps per plotted bar (1: every step its own bar)
+    outliers: list[tuple[int, int]]  # (step number, ns) of the outlier steps
+    median_ns: float
+    threshold_ns: float
+
+
+@dataclass
+class Series:
+    """One counter's samples over time (time in ns from the earliest input start)."""
+
+    name: str
+    category: str
+    process: str
+    samples: int
+    times: list[float]
+    values: list[float]
+    last: float
+    least: float
+    most: float
+    peak_ts: float
+
+
+@dataclass
+class MemoryPeak:
+    """A device's peak of memory in use and the scope holding most of it at that instant."""
+
+    device: str
+    process: str
+    peak: float
+    at_ns: float
+    scope: str | None
+    scope_bytes: float | None
+
+
+@dataclass
+class Sections:
+    """Everything the page shows, for one set of inputs."""
+
+    paths: list[str]
+    traces: list[Trace]
+    combined: Trace
+    wall_ns: int
+    rows: list[Row]
+    histograms: dict[int, Histogram]  # index into rows -> histogram
+    processes: list[Process]
+    steps: Steps | None
+    counters: list[Series]
+    devices: list[Series]
+    scopes: list[Series]
+    peaks: list[MemoryPeak]
+    counts: dict[str, int] = field(default_factory=dict)
+    tallies: dict[str, int] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    truncated: list[str] = field(default_factory=list)
+
+
+def other_data(trace: Trace) -> dict[str, Any]:
+    """The trace's ``otherData`` (mxprof's version, host, tallies ...), or {}."""
+    value = trace.metadata.get("otherData")
+    return value if isinstance(value, dict) else {}
+
+
+def _combine(traces: Sequence[Trace]) -> tuple[Trace, list[int]]:
+    """One Trace of every input, on one time axis, pids kept apart per file.
+
+    Each input's events move by the difference between its wall-clock start
+    (``baseTimeNanoseconds``) and the earliest input's when every input has
+    one (as ``mxprof merge`` does); otherwise they stay on their own axis. A
+    pid two files share becomes ``"<file number>:<pid>"`` in the later file.
+    """
+    if len(traces) == 1:
+        return traces[0], [0]
+    bases = [t.base_time_ns for t in traces]
+    known = [b for b in bases if b is not None]
+    first = min(known) if len(known) == len(bases) and known else None
+    shifts = [b - first if first is not None and b is not None else 0 for b in bases]
+    events: list[Event] = []
+    seen: set[Any] = set()
+    process_names: dict[Any, str] = {}
+    thread_names: dict[tuple[Any, Any], str] = {}
+    for k, (trace, shift) in enumerate(zip(traces, shifts)):
+        pids = {e.pid for e in trace} | set(trace.process_names)
+        clash = pids & seen
+        seen |= pids
+
+        def pid_of(pid: Any, clash: set[Any] = clash, k: int = k) -> Any:
+            return f"{k}:{pid}" if pid in clash else pid
+
+        if not clash and not shift:
+            events.extend(trace.events)
+        else:
+            events.extend(replace(e, ts=e.ts + shift, pid=pid_of(e.pid)) for e in trace)
+        for pid, name in trace.process_names.items():
+            process_names[pid_of(pid)] = name
+        for (pid, tid), name in trace.thread_names.items():
+            thread_names[(pid_of(pid), tid)] = name
+    combined = Trace(events, process_names=process_names, thread_names=thread_names)
+    return combined, shifts
+
+
+def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
+    """The report's sections for traces (loaded from paths, in that order)."""
+    combined, _ = _combine(traces)
+    ranges = [e for e in combined if e.dur is not None]
+    start = min((e.ts for e in combined), default=0)
+    end = max((e.end for e in combined), default=0)
+    wall = max(end - start, 0)
+    rows = list(combined.key_averages())[:TABLE_ROWS]
+    counts = {
+        "events": len(combined),
+        "ranges": len(ranges),
+        "instants": sum(1 for e in combined if e.ph in ("i", "n", "R")),
+        "counter samples": sum(1 for e in combined if e.ph == "C"),
+        "unpaired begins/ends": sum(t.unmatched for t in traces),
+        "processes": len({e.pid for e in combined} | set(combined.process_names)),
+        "threads": len({(e.pid, e.tid) for e in combined}),
+    }
+    series = _series(combined, start)
+    tallies: dict[str, int] = {}
+    config: dict[str, Any] = {}
+    for path, trace in zip(paths, traces):
+        data = other_data(trace)
+        for key in TALLIES:
+            value = data.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                tallies[key] = tallies.get(key, 0) + value
+        for key, value in data.items():
+            if key not in TALLIES:
+                config.setdefault(key, {})[path] = value
+    return Sections(
+        paths=list(paths),
+        traces=list(traces),
+        combined=combined,
+        wall_ns=wall,
+        rows=rows,
+        histograms=_histograms(ranges, rows),
+        processes=_processes(paths, traces),
+        steps=_steps(combined),
+        counters=[s for s in series if s.category not in _MEMORY],
+        devices=[s for s in series if s.category == DEVICE_STORAGE],
+        scopes=[s for s in series if s.category == SCOPE_STORAGE],
+        peaks=_peaks(combined, start),
+        counts=counts,
+        tallies=tallies,
+        config=config,
+        truncated=[p for p, t in zip(paths, traces) if t.truncated],
+    )
+
+
+_MEMORY = (DEVICE_STORAGE, SCOPE_STORAGE)
+
+
+def _histograms(ranges: Sequence[Event], rows: Sequence[Row]) -> dict[int, Histogram]:
+    wanted = {(r.name, r.category): i for i, r in enumerate(rows[:HIST_ROWS])}
+    durations: dict[int, list[int]] = {i: [] for i in wanted.values()}
+    for e in ranges:
+        i = wanted.get((e.name, e.category))
+        if i is not None:
+            durations[i].append(e.dur or 0)
+    return {i: histogram(d) for i, d in durations.items() if d}
+
+
+def _label(trace: Trace, pid: Any) -> str:
+    info = trace.metadata.get("distributedInfo")
+    name = trace.process_names.get(pid)
+    if isinstance(info, dict) and "rank" in info:
+        return f"{info.get('role', 'rank')} {info.get('rank')} (pid {pid})"
+    return f"{name} (pid {pid})" if name else f"pid {pid}"
+
+
+def _processes(paths: Sequence[str], traces: Sequence[Trace]) -> list[Process]:
+    out = []
+    for path, trace in zip(paths, traces):
+        by_pid: dict[Any, list[Event]] = {}
+        for e in trace:
+            by_pid.setdefault(e.pid, []).append(e)
+        tallies = {k: v for k, v in other_data(trace).items() if k in TALLIES}
+        for pid, events in by_pid.items():
+            totals: dict[str, int] = {}
+            for e in events:
+                if e.dur is not None:
+                    totals[e.name] = totals.get(e.name, 0) + e.dur
+            wall = max(e.end for e in events) - min(e.ts for e in events)
+            out.append(
+                Process(
+                    label=_label(trace, pid),
+                    path=path,
+                    pid=pid,
+                    threads=len({e.tid for e in events}),
+                    ranges=sum(1 for e in events if e.dur is not None),
+                    wall_ns=wall,
+                    tallies=tallies if other_data(trace).get("pid") in (pid, None) else {},
+                    totals=totals,
+                )
+            )
+    return out
+
+
+def _step_number(event: Event, order: int) -> int | None:
+    """The step's number if event is a step (a frame or ProfilerStep#N), else None."""
+    if event.category.endswith(",frame"):
+        index = event.args.get("frame")
+        return index if isinstance(index, int) and not isinstance(index, bool) else order
+    match = _PROFILER_STEP.match(event.name)
+    return int(match.group(1)) if match else None
+
+
+def _step_key(event: Event) -> tuple[str, str]:
+    if _PROFILER_STEP.match(event.name):
+        return ("ProfilerStep", event.category)
+    return (event.name, event.category)
+
+
+def _steps(trace: Trace) -> Steps | None:
+    """The most frequent kind of step, its times and top-level breakdown."""
+    kinds: dict[tuple[str, str], int] = {}
+    for e in trace:
+        if e.dur is not None and _step_number(e, 0) is not None:
+            kinds[_step_key(e)] = kinds.get(_step_key(e), 0) + 1
+    if not kinds:
+        return None
+    kind = max(kinds, key=lambda k: (kinds[k], k))
+    # Walk each thread in order (events are sorted per thread by ts, longest
+    # first): a range inside the current step is top-level when it starts
+    # past the end of the previous top-level one.
+    steps: list[tuple[int, int, dict[str, int]]] = []  # (number, ns, {child: ns})
+    current: tuple[Event, dict[str, int]] | None = None
+    child_end = 0
+    thread: tuple[Any, Any] | None = None
+    for e in trace:
+        if e.dur is None:
+            continue
+        if (e.pid, e.tid) != thread:
+            thread, current = (e.pid, e.tid), None
+        if _step_key(e) == kind and _step_number(e, len(steps)) is not None:
+            current = (e, {})
+            number = _step_number(e, len(steps))
+            steps.append((number if number is not None else len(steps), e.dur, current[1]))
+            child_end = e.ts
+            continue
+        if current is None or e.ts >= current[0].end or e.end > current[0].end:
+            continue
+        if e.ts >= child_end or e.dur == 0:
+            current[1][e.name] = current[1].get(e.name, 0) + e.dur
+            child_end = max(child_end, e.end)
+    steps.sort(key=lambda s: s[0])
+    totals: dict[str, int] = {}
+    for _, _, parts in steps:
+        for name, ns in parts.items():
+            totals[name] = totals.get(name, 0) + ns
+    named = sorted(totals, key=lambda n: (-totals[n], n))[:BREAKDOWN_NAMES]
+    durations = [d for _, d, _ in steps]
+    median = statistics.median(durations)
+    mad = statistics.median(abs(d - median) for d in durations)
+    threshold = max(median + 5 * 1.4826 * mad, median * 1.2)
+    outliers = [(n, d) for n, d, _ in steps if d > threshold]
+    group = max(1, -(-len(steps) // STEP_BARS))
+    index, duration = [], []
+    parts: dict[str, list[int]] = {n: [] for n in [*named, "other", "(self)"]}
+    for lo in range(0, len(steps), group):
+        chunk = steps[lo : lo + group]
+        size = len(chunk)
+        index.append(chunk[0][0])
+        duration.append(sum(d for _, d, _ in chunk) // size)
+        for name in named:
+            parts[name].append(sum(p.get(name, 0) for _, _, p in chunk) // size)
+        inside = [sum(p.values()) for _, _, p in chunk]
+        known = [sum(p.get(n, 0) for n in named) for _, _, p in chunk]
+        parts["other"].append(sum(i - k for i, k in zip(inside, known)) // size)
+        parts["(self)"].append(sum(max(d - i, 0) for (_, d, _), i in zip(chunk, inside)) // size)
+    return Steps(
+        name=kind[0],
+        count=len(steps),
+        index=index,
+        duration=duration,
+        parts={n: v for n, v in parts.items() if any(v)},
+        group=group,
+        outliers=sorted(outliers, key=lambda o: -o[1])[:50],
+        median_ns=float(median),
+        threshold_ns=float(threshold),
+    )
+
+
+def _counter_value(event: Event) -> float | None:
+    """A counter sample's value: its arg named like the counter, else its only number."""
+    value = event.args.get(event.name)
+    if value is None:
+        numbers = [v for v in event.args.values() if isinstance(v, (int, float))]
+        value = numbers[0] if len(numbers) == 1 else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _raw_series(trace: Trace, start: int) -> dict[tuple[Any, str, str], tuple[list[float], list[float]]]:
+    found: dict[tuple[Any, str, str], tuple[list[float], list[float]]] = {}
+    for e in trace:
+        if e.ph != "C":
+            continue
+        value = _counter_value(e)
+        if value is None:
+            continue
+        times, values = found.setdefault((e.pid, e.category, e.name), ([], []))
+        times.append(float(e.ts - start))
+        values.append(value)
+    for times, values in found.values():
+        if any(b < a for a, b in zip(times, times[1:])):  # several threads: put in time order
+            ordered = sorted(zip(times, values))
+            times[:], values[:] = [t for t, _ in ordered], [v for _, v in ordered]
+    return found
+
+
+def _series(trace: Trace, start: int) -> list[Series]:
+    out = []
+    for (pid, cat, name), (times, values) in _raw_series(trace, start).items():
+        peak = max(range(len(values)), key=values.__getitem__)
+        xs, ys = downsample(times, values)
+        label = trace.process_names.get(pid)
+        out.append(
+            Series(
+                name=name,
+                category=cat,
+                process=f"{label} (pid {pid})" if label else f"pid {pid}",
+                samples=len(values),
+                times=xs,
+                values=ys,
+                last=values[-1],
+                least=min(values),
+                most=values[peak],
+                peak_ts=times[peak],
+            )
+        )
+    out.sort(key=lambda s: (-s.most, s.name, s.process))
+    return out
+
+
+def _peaks(trace: Trace, start: int) -> list[MemoryPeak]:
+    """Each device's peak and the scope (same process) with most bytes in use then."""
+    raw = _raw_series(trace, start)
+    peaks = []
+    for (pid, cat, name), (times, values) in raw.items():
+        if cat != DEVICE_STORAGE:
+            continue
+        k = max(range(len(values)), key=values.__getitem__)
+        at = times[k]
+        holder: tuple[float, str] | None = None
+        for (spid, scat, scope), (stimes, svalues) in raw.items():
+            if spid != pid or scat != SCOPE_STORAGE:
+                continue
+            value = _value_at(stimes, svalues, at)
+            if value is not None and (holder is None or value > holder[0]):
+                holder = (value, scope)
+        label = trace.process_names.get(pid)
+        peaks.append(
+            MemoryPeak(
+                device=name.removeprefix("Memory: "),
+                process=f"{label} (pid {pid})" if label else f"pid {pid}",
+                peak=values[k],
+                at_ns=at,
+                scope=holder[1] if holder else None,
+                scope_bytes=holder[0] if holder else None,
+            )
+        )
+    return sorted(peaks, key=lambda p: (-p.peak, p.device))
+
+
+def _value_at(times: list[float], values: list[float], at: float) -> float | None:
+    """The counter's value at instant at: its last sample at or before it."""
+    lo, hi = 0, len(times)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if times[mid] <= at:
+            lo = mid + 1
+        else:
+            hi = mid
+    return values[lo - 1] if lo else None
