@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import mxprof
 from mxprof import _testing
 
@@ -22,6 +24,9 @@ OFFLINE = {
     "mxprof.averages",
     "mxprof.cli",
     "mxprof.errors",
+    "mxprof.report",
+    "mxprof.report._html",
+    "mxprof.report._sections",
 }
 
 PUBLIC = [
@@ -135,6 +140,30 @@ def test_the_live_profiler_loads_at_the_first_use_of_its_names(tmp_path):
         assert _testing.count(tmp_path / f"{who}.json", f"in {who}") == 1
 
 
+def test_the_report_starts_no_session(tmp_path):
+    """mxprof report reads files only: the offline tier and plotly, nothing live."""
+    pytest.importorskip("plotly", reason="the report needs plotly (pip install 'mxprof[report]')")
+    trace = recorded(tmp_path)
+    out = python(
+        """
+        import json, sys
+        from mxprof import cli
+        code = cli.main(["report", sys.argv[1], "-o", "r.html"])
+        print(json.dumps({
+            "code": code,
+            "modules": sorted(m for m in sys.modules if m.startswith("mxprof")),
+        }))
+        """,
+        trace,
+        cwd=tmp_path,
+    )
+    assert out["code"] == 0
+    # (plotly registers exit hooks of its own: the modules, not the hooks, tell.)
+    live = [m for m in out["modules"] if m not in OFFLINE and not m.startswith("mxprof.trace")]
+    assert live == []
+    assert '<td class="text">t</td>' in (tmp_path / "r.html").read_text(encoding="utf-8")
+
+
 def test_api_names_keep_their_objects_when_a_module_of_that_name_is_imported(tmp_path):
     """mxprof.scope and mxprof.schedule are functions, even when modules of
     those names were imported straight, before any API name was used (as
@@ -236,12 +265,14 @@ def test_the_offline_tier_imports_only_the_offline_tier():
     import pathlib
 
     root = pathlib.Path(mxprof.__file__).parent
-    offline = {"errors", "_version", "_tracejson", "_render", "averages", "trace"}
-    offline |= {f"trace.{p.stem}" for p in (root / "trace").glob("*.py") if p.stem != "__init__"}
+    packages = ("trace", "report")
+    offline = {"errors", "_version", "_tracejson", "_render", "averages", *packages}
+    for pkg in packages:
+        offline |= {f"{pkg}.{p.stem}" for p in (root / pkg).glob("*.py") if p.stem != "__init__"}
     found = {}
     for module in sorted(offline):
-        path = root / (module.replace(".", "/") + ("/__init__.py" if module == "trace" else ".py"))
-        package = module.split(".")[:-1] if module != "trace" else ["trace"]
+        path = root / (module.replace(".", "/") + ("/__init__.py" if module in packages else ".py"))
+        package = module.split(".")[:-1] if module not in packages else [module]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.level:
                 base = package[: len(package) - node.level + 1]

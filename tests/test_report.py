@@ -211,7 +211,9 @@ def test_the_page_fetches_nothing(tmp_path):
 
 def test_long_series_are_downsampled_and_the_page_stays_small(tmp_path):
     events = training(steps=5000)
-    events += [C("queue", 10 * k, k % 1000 + (50_000 if k == 77_777 else 0)) for k in range(100_000)]
+    events += [
+        C("queue", 10 * k, k % 1000 + (50_000 if k == 77_777 else 0)) for k in range(100_000)
+    ]
     page, trace = make_report(tmp_path, events)
     size = os.path.getsize(tmp_path / "r.html") - len(plotly.offline.get_plotlyjs())
     assert size < 1_500_000

@@ -192,4 +192,6 @@ def test_the_report_in_a_real_browser(tmp_path, clock, browser):
     # request at all left the machine (the browser's own new-tab page loads
     # chrome:// resources, which are not the network).
     assert [u for u, doc in requests if doc == url and u != url and not u.startswith("data:")] == []
-    assert [u for u, _ in requests if u.split(":")[0] in ("http", "https", "ws", "wss", "ftp")] == []
+    assert [
+        u for u, _ in requests if u.split(":")[0] in ("http", "https", "ws", "wss", "ftp")
+    ] == []

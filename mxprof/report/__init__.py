@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import os
 import tempfile
 from collections.abc import Sequence
@@ -98,32 +99,35 @@ def _write(output: str, text: str) -> None:
         raise
 
 
-def _hints(traces: Sequence[Trace]) -> Sequence[Any] | None:
-    # TODO(lead): mxprof.report.hints is written in parallel (issue 12); remove
-    # this fallback at the merge, once the module is in the package.
+def _sibling(name: str) -> Any:
+    """mxprof.report.<name>, or None where this build does not have it yet."""
+    # TODO(lead): mxprof.report.hints and .diff are written in parallel (issue
+    # 12); at the merge, import them at the top and remove this fallback (and
+    # its None cases in _hints and _diff).
     try:
-        from .hints import find_hints
+        return importlib.import_module(f"{__name__}.{name}")
     except ImportError as e:
-        if e.name != f"{__name__}.hints":
+        if e.name != f"{__name__}.{name}":
             raise
         return None
-    found: Sequence[Any] = find_hints(traces)
+
+
+def _hints(traces: Sequence[Trace]) -> Sequence[Any] | None:
+    hints = _sibling("hints")
+    if hints is None:
+        return None
+    found: Sequence[Any] = hints.find_hints(traces)
     return found
 
 
 def _diff(baseline: list[str], traces: Sequence[Trace]) -> Any:
-    # TODO(lead): mxprof.report.diff is written in parallel (issue 12); remove
-    # this fallback at the merge, once the module is in the package.
-    try:
-        from .diff import diff
-    except ImportError as e:
-        if e.name != f"{__name__}.diff":
-            raise
+    module = _sibling("diff")
+    if module is None:
         raise ReportUnavailable(
             "--baseline needs mxprof.report.diff, which this build does not have"
         ) from None
     base = [_load(p) for p in baseline]
-    return diff(base if len(base) > 1 else base[0], traces if len(traces) > 1 else traces[0])
+    return module.diff(base if len(base) > 1 else base[0], traces if len(traces) > 1 else traces[0])
 
 
 def report(paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) -> str:

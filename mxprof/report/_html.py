@@ -119,7 +119,9 @@ def script_json(value: object) -> str:
     return json.dumps(value, separators=(",", ":")).replace("<", "\\u003c")
 
 
-def plot(div_id: str, data: list[dict[str, Any]], layout: dict[str, Any], small: bool = False) -> str:
+def plot(
+    div_id: str, data: list[dict[str, Any]], layout: dict[str, Any], small: bool = False
+) -> str:
     """One plotly figure as a div and its drawing call (plotly.js comes once, in the head)."""
     import plotly.io as pio  # the report extra; checked in mxprof.report.report
 
@@ -173,14 +175,13 @@ def _header(s: Sections) -> str:
         f'<p class="muted">{esc(p)} was cut short: these are the events before the cut.</p>'
         for p in s.truncated
     )
-    return f"<h1>mxprof report</h1><p class=\"muted\">mxprof {esc(__version__)}; inputs:</p><ul>{files}</ul>{cut}"
+    version = f'<p class="muted">mxprof {esc(__version__)}; inputs:</p>'
+    return f"<h1>mxprof report</h1>{version}<ul>{files}</ul>{cut}"
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[object]], cls: str = "") -> str:
     th = "".join(f"<th>{esc(h)}</th>" for h in head)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows
-    )
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
 
 
@@ -206,7 +207,7 @@ def _summary(s: Sections) -> str:
     out = ['<h2 id="sec-summary">Summary</h2>', f'<div class="facts" id="summary">{boxes}</div>']
     if s.tallies.get("dropped_events"):
         out.append(
-            f'<p><b>{s.tallies["dropped_events"]} events were dropped</b> at the event cap: '
+            f"<p><b>{s.tallies['dropped_events']} events were dropped</b> at the event cap: "
             "raise <code>max_events</code> (0 = no limit) or write more often "
             "(<code>dump_events</code>).</p>"
         )
@@ -230,7 +231,7 @@ def _ranges(s: Sections) -> str:
     wall = s.wall_ns or 1
     th = "".join(
         f'<th data-type="{"text" if i < 2 else "num"}"'
-        f'{" class=" + chr(34) + "sorted" + chr(34) if name == "Total" else ""}>{name}</th>'
+        f"{' class=' + chr(34) + 'sorted' + chr(34) if name == 'Total' else ''}>{name}</th>"
         for i, name in enumerate(_COLUMNS)
     )
     body = []
@@ -265,8 +266,10 @@ def _ranges(s: Sections) -> str:
         plot(
             "histogram",
             [],
-            {"xaxis": {"type": "log", "title": {"text": "duration (s)"}},
-             "yaxis": {"title": {"text": "ranges"}}},  # fmt: skip
+            {
+                "xaxis": {"type": "log", "title": {"text": "duration (s)"}},
+                "yaxis": {"title": {"text": "ranges"}},
+            },  # fmt: skip
         ),
         f'<script type="application/json" id="histograms">{script_json(hist)}</script>',
     ]
@@ -337,10 +340,7 @@ def _counters(s: Sections) -> str:
         f"<p>Each counter over time (s from the start); long series are reduced to about "
         f"{POINTS} points keeping every interval's lowest and highest sample.</p>"
     )
-    rows = [
-        (c.name, c.category, c.process, c.samples, c.last, c.least, c.most)
-        for c in s.counters
-    ]
+    rows = [(c.name, c.category, c.process, c.samples, c.last, c.least, c.most) for c in s.counters]
     out.append(_table(["counter", "category", "process", "samples", "last", "min", "max"], rows))
     for k, c in enumerate(s.counters[:COUNTER_PLOTS]):
         out.append(
@@ -390,8 +390,11 @@ def _memory(s: Sections) -> str:
             plot(
                 "memory-devices",
                 [_line(c, f"{c.name} ({c.process})") for c in s.devices],
-                {"title": {"text": "Memory in use by device"}, "yaxis": {"title": {"text": "bytes"}},
-                 "xaxis": {"title": {"text": "s"}}},  # fmt: skip
+                {
+                    "title": {"text": "Memory in use by device"},
+                    "yaxis": {"title": {"text": "bytes"}},
+                    "xaxis": {"title": {"text": "s"}},
+                },  # fmt: skip
             )
         )
     if s.scopes:
@@ -399,8 +402,11 @@ def _memory(s: Sections) -> str:
             plot(
                 "memory-scopes",
                 [_line(c, f"{c.name} ({c.process})") for c in s.scopes[:SCOPE_LINES]],
-                {"title": {"text": f"Memory in use by scope (the {SCOPE_LINES} largest peaks)"},
-                 "yaxis": {"title": {"text": "bytes"}}, "xaxis": {"title": {"text": "s"}}},  # fmt: skip
+                {
+                    "title": {"text": f"Memory in use by scope (the {SCOPE_LINES} largest peaks)"},
+                    "yaxis": {"title": {"text": "bytes"}},
+                    "xaxis": {"title": {"text": "s"}},
+                },  # fmt: skip
             )
         )
     return "\n".join(out)
@@ -430,8 +436,11 @@ def _processes(s: Sections) -> str:
             plot(
                 "processes",
                 data,
-                {"barmode": "group", "title": {"text": "Total time of the largest ranges by process"},
-                 "yaxis": {"title": {"text": "s"}}},  # fmt: skip
+                {
+                    "barmode": "group",
+                    "title": {"text": "Total time of the largest ranges by process"},
+                    "yaxis": {"title": {"text": "s"}},
+                },  # fmt: skip
             ),
         ]
     )
@@ -446,7 +455,7 @@ def _timeline(s: Sections) -> str:
         "in the browser) or chrome://tracing. JSON viewers give up at a few hundred MB; the "
         "Perfetto protobuf form is smaller and loads far beyond that: "
         "<code>mxprof merge TRACE -o trace.pftrace</code> writes it, or record straight into "
-        "it with <code>set_config(filename=\"trace.pftrace\")</code>.</p>"
+        'it with <code>set_config(filename="trace.pftrace")</code>.</p>'
     )
 
 
@@ -474,12 +483,16 @@ def diff_html(result: Any, baseline: Sequence[str]) -> str:
     regressions = list(result.regressions)
     if regressions:
         items = "".join(
-            f"<li><code>{esc(r.name)}</code>: {esc(getattr(r, 'why', ''))}</li>" for r in regressions
+            f"<li><code>{esc(r.name)}</code>: {esc(getattr(r, 'why', ''))}</li>"
+            for r in regressions
         )
         out.append(f"<p><b>{len(regressions)} flagged regression(s):</b></p><ul>{items}</ul>")
     else:
         out.append("<p>No flagged regression.</p>")
-    for label, names in (("Only in the baseline", result.only_base), ("Only here", result.only_new)):
+    for label, names in (
+        ("Only in the baseline", result.only_base),
+        ("Only here", result.only_new),
+    ):
         if names:
             shown = ", ".join(f"<code>{esc(n)}</code>" for n in names)
             out.append(f"<p>{label}: {shown}</p>")

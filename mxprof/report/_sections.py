@@ -42,7 +42,9 @@ SCOPE_STORAGE = "Scope Storage"
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
-def downsample(xs: Sequence[float], ys: Sequence[float], limit: int = POINTS) -> tuple[list[float], list[float]]:
+def downsample(
+    xs: Sequence[float], ys: Sequence[float], limit: int = POINTS
+) -> tuple[list[float], list[float]]:
     """At most about ``limit`` points of a series, keeping each bucket's extremes.
 
     The series is cut into ``limit // 2`` buckets of consecutive points; each
@@ -372,8 +374,8 @@ def _steps(trace: Trace) -> Steps | None:
             child_end = max(child_end, e.end)
     steps.sort(key=lambda s: s[0])
     totals: dict[str, int] = {}
-    for _, _, parts in steps:
-        for name, ns in parts.items():
+    for _, _, inside_step in steps:
+        for name, ns in inside_step.items():
             totals[name] = totals.get(name, 0) + ns
     named = sorted(totals, key=lambda n: (-totals[n], n))[:BREAKDOWN_NAMES]
     durations = [d for _, d, _ in steps]
@@ -419,7 +421,9 @@ def _counter_value(event: Event) -> float | None:
     return float(value)
 
 
-def _raw_series(trace: Trace, start: int) -> dict[tuple[Any, str, str], tuple[list[float], list[float]]]:
+def _raw_series(
+    trace: Trace, start: int
+) -> dict[tuple[Any, str, str], tuple[list[float], list[float]]]:
     found: dict[tuple[Any, str, str], tuple[list[float], list[float]]] = {}
     for e in trace:
         if e.ph != "C":
