@@ -300,82 +300,114 @@ def _label(trace: Trace, pid: Any) -> str:
 def _processes(paths: Sequence[str], traces: Sequence[Trace]) -> list[Process]:
     out = []
     for path, trace in zip(paths, traces):
-        by_pid: dict[Any, list[Event]] = {}
+        # One pass: per pid, [first ts, last end, ranges], its tids, and totals by name.
+        spans: dict[Any, list[int]] = {}
+        tids: dict[Any, set[Any]] = {}
+        totals: dict[tuple[Any, str], int] = {}
         for e in trace:
-            by_pid.setdefault(e.pid, []).append(e)
-        tallies = {k: v for k, v in other_data(trace).items() if k in TALLIES}
-        for pid, events in by_pid.items():
-            totals: dict[str, int] = {}
-            for e in events:
-                if e.dur is not None:
-                    totals[e.name] = totals.get(e.name, 0) + e.dur
-            wall = max(e.end for e in events) - min(e.ts for e in events)
+            span = spans.get(e.pid)
+            if span is None:
+                span = spans[e.pid] = [e.ts, e.end, 0]
+                tids[e.pid] = set()
+            tids[e.pid].add(e.tid)
+            dur = e.dur
+            if dur is not None:
+                span[2] += 1
+                key = (e.pid, e.name)
+                totals[key] = totals.get(key, 0) + dur
+                end = e.ts + dur
+                if end > span[1]:
+                    span[1] = end
+            if e.ts < span[0]:
+                span[0] = e.ts
+            elif e.ts > span[1]:
+                span[1] = e.ts
+        data = other_data(trace)
+        tallies = {k: v for k, v in data.items() if k in TALLIES}
+        for pid, (first, last, ranges) in spans.items():
             out.append(
                 Process(
                     label=_label(trace, pid),
                     path=path,
                     pid=pid,
-                    threads=len({e.tid for e in events}),
-                    ranges=sum(1 for e in events if e.dur is not None),
-                    wall_ns=wall,
-                    tallies=tallies if other_data(trace).get("pid") in (pid, None) else {},
-                    totals=totals,
+                    threads=len(tids[pid]),
+                    ranges=ranges,
+                    wall_ns=last - first,
+                    tallies=tallies if data.get("pid") in (pid, None) else {},
+                    totals={name: ns for (p, name), ns in totals.items() if p == pid},
                 )
             )
     return out
 
 
-def _step_number(event: Event, order: int) -> int | None:
-    """The step's number if event is a step (a frame or ProfilerStep#N), else None."""
-    if event.category.endswith(",frame"):
-        index = event.args.get("frame")
-        return index if isinstance(index, int) and not isinstance(index, bool) else order
+def _step_kind(name: str, category: str) -> tuple[str, str] | None:
+    """Which kind of step a range of this name and category is (None: no step).
+
+    A frame (category ``<domain>,frame``) is a step of its own name; torch's
+    ``ProfilerStep#N`` ranges are all steps of one kind, ``ProfilerStep``.
+    """
+    if category.endswith(",frame"):
+        return (name, category)
+    if _PROFILER_STEP.match(name):
+        return ("ProfilerStep", category)
+    return None
+
+
+def _step_number(event: Event, order: int) -> int:
+    """A step's number: the frame's index, the N of ProfilerStep#N, else its order."""
+    index = event.args.get("frame")
+    if isinstance(index, int) and not isinstance(index, bool):
+        return index
     match = _PROFILER_STEP.match(event.name)
-    return int(match.group(1)) if match else None
-
-
-def _step_key(event: Event) -> tuple[str, str]:
-    if _PROFILER_STEP.match(event.name):
-        return ("ProfilerStep", event.category)
-    return (event.name, event.category)
+    return int(match.group(1)) if match else order
 
 
 def _steps(trace: Trace) -> Steps | None:
     """The most frequent kind of step, its times and top-level breakdown."""
+    kind_of: dict[tuple[str, str], tuple[str, str] | None] = {}
     kinds: dict[tuple[str, str], int] = {}
     for e in trace:
-        if e.dur is not None and _step_number(e, 0) is not None:
-            kinds[_step_key(e)] = kinds.get(_step_key(e), 0) + 1
+        if e.dur is None:
+            continue
+        key = (e.name, e.category)
+        if key not in kind_of:
+            kind_of[key] = _step_kind(*key)
+        found = kind_of[key]
+        if found is not None:
+            kinds[found] = kinds.get(found, 0) + 1
     if not kinds:
         return None
     kind = max(kinds, key=lambda k: (kinds[k], k))
+    step_names = {key for key, found in kind_of.items() if found == kind}
     # Walk each thread in order (events are sorted per thread by ts, longest
     # first): a range inside the current step is top-level when it starts
     # past the end of the previous top-level one.
     steps: list[tuple[int, int, dict[str, int]]] = []  # (number, ns, {child: ns})
-    current: tuple[Event, dict[str, int]] | None = None
+    inside_step: dict[str, int] = {}
+    step_end = -1
     child_end = 0
     thread: tuple[Any, Any] | None = None
     for e in trace:
-        if e.dur is None:
+        dur = e.dur
+        if dur is None:
             continue
         if (e.pid, e.tid) != thread:
-            thread, current = (e.pid, e.tid), None
-        if _step_key(e) == kind and _step_number(e, len(steps)) is not None:
-            current = (e, {})
-            number = _step_number(e, len(steps))
-            steps.append((number if number is not None else len(steps), e.dur, current[1]))
-            child_end = e.ts
+            thread, step_end = (e.pid, e.tid), -1
+        if (e.name, e.category) in step_names:
+            inside_step = {}
+            steps.append((_step_number(e, len(steps)), dur, inside_step))
+            step_end, child_end = e.ts + dur, e.ts
             continue
-        if current is None or e.ts >= current[0].end or e.end > current[0].end:
+        end = e.ts + dur
+        if e.ts >= step_end or end > step_end:
             continue
-        if e.ts >= child_end or e.dur == 0:
-            current[1][e.name] = current[1].get(e.name, 0) + e.dur
-            child_end = max(child_end, e.end)
+        if e.ts >= child_end or dur == 0:
+            inside_step[e.name] = inside_step.get(e.name, 0) + dur
+            child_end = max(child_end, end)
     steps.sort(key=lambda s: s[0])
     totals: dict[str, int] = {}
-    for _, _, inside_step in steps:
-        for name, ns in inside_step.items():
+    for _, _, children in steps:
+        for name, ns in children.items():
             totals[name] = totals.get(name, 0) + ns
     named = sorted(totals, key=lambda n: (-totals[n], n))[:BREAKDOWN_NAMES]
     durations = [d for _, d, _ in steps]
