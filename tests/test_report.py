@@ -139,7 +139,7 @@ def test_sections_find_steps_outliers_memory_peaks_and_counters(tmp_path):
     trace = write(tmp_path / "t.json", training(), otherData={"dropped_events": 3, "host": "h"})
     s = _sections.build([str(trace)], [mxprof.load(trace)])
     st = s.steps
-    assert (st.name, st.count, st.group) == ("step", 10, 1)
+    assert (st.name, st.count, st.group, st.threads) == ("step", 10, 1, 1)
     assert st.index == list(range(10))
     assert st.outliers == [(6, 26_000_000)]
     assert st.parts["data"][6] == 20_000_000 and st.parts["forward"][0] == 5_000_000
@@ -166,7 +166,8 @@ def test_several_processes_side_by_side(tmp_path):
     s = _sections.build([str(a), str(b)], [mxprof.load(a), mxprof.load(b)])
     assert [p.pid for p in s.processes] == [7, 7]  # each file's own pid ...
     assert {e.pid for e in s.combined} == {7, "1:7"}  # ... kept apart when combined
-    assert s.steps.count == 20
+    assert s.steps.count == 10 and s.steps.threads == 2  # one rank's steps, not both added
+    assert s.steps.thread == "tid 1 of pid 7"
 
 
 def test_reads_kineto_viztracer_gzip_and_perfetto(tmp_path, clock):

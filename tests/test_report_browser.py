@@ -110,7 +110,7 @@ def test_the_report_in_a_real_browser(tmp_path, clock, browser):
         e["pid"] = 999_999
     (tmp_path / "rank1.json").write_text(json.dumps(other))
     page = tmp_path / "report.html"
-    mxprof.report.report([trace, tmp_path / "rank1.json"], page)
+    mxprof.report.report(["train.json", "rank1.json"], page)  # the test runs in tmp_path
     url = page.as_uri()
 
     browser.get(url)

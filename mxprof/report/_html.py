@@ -283,6 +283,7 @@ def _steps(s: Sections) -> str:
             '<h2 id="sec-steps">Steps</h2><p class="muted">No steps: no frame and no '
             "<code>ProfilerStep#N</code> range in the input.</p>"
         )
+    others = f" (one of {st.threads} threads with steps)" if st.threads > 1 else ""
     grouped = "" if st.group == 1 else f" Each bar is the mean of {st.group} consecutive steps."
     data: list[dict[str, Any]] = [
         {"type": "bar", "name": name, "x": st.index, "y": _seconds(ns)}
@@ -302,7 +303,8 @@ def _steps(s: Sections) -> str:
     return "\n".join(
         [
             '<h2 id="sec-steps">Steps</h2>',
-            f"<p>{st.count} steps of <code>{esc(st.name)}</code>: median "
+            f"<p>{st.count} steps of <code>{esc(st.name)}</code> on {esc(st.thread)}{others}: "
+            "median "
             f"{esc(format_ns(st.median_ns))}; outliers (longer than "
             f"{esc(format_ns(st.threshold_ns))}, the median plus 5 scaled median absolute "
             f"deviations, at least 1.2 times the median): {esc(outliers)}.{grouped}</p>",

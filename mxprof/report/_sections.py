@@ -123,6 +123,8 @@ class Steps:
     """Step times and their breakdown by top-level range (the steps as plotted)."""
 
     name: str
+    thread: str  # the thread whose steps these are
+    threads: int  # threads with steps of this kind (one is shown)
     count: int
     index: list[int]  # the step's number (frame index, N of ProfilerStep#N, or its order)
     duration: list[int]  # ns per plotted bar (a group mean when steps are grouped)
@@ -382,7 +384,10 @@ def _steps(trace: Trace) -> Steps | None:
     # Walk each thread in order (events are sorted per thread by ts, longest
     # first): a range inside the current step is top-level when it starts
     # past the end of the previous top-level one.
-    steps: list[tuple[int, int, dict[str, int]]] = []  # (number, ns, {child: ns})
+    # (number, ns, {child: ns}) per thread; the thread with the most steps is
+    # shown (ranks' step numbers repeat: stacking them would add them up).
+    by_thread: dict[tuple[Any, Any], list[tuple[int, int, dict[str, int]]]] = {}
+    steps: list[tuple[int, int, dict[str, int]]] = []
     inside_step: dict[str, int] = {}
     step_end = -1
     child_end = 0
@@ -393,6 +398,7 @@ def _steps(trace: Trace) -> Steps | None:
             continue
         if (e.pid, e.tid) != thread:
             thread, step_end = (e.pid, e.tid), -1
+            steps = by_thread.setdefault(thread, [])
         if (e.name, e.category) in step_names:
             inside_step = {}
             steps.append((_step_number(e, len(steps)), dur, inside_step))
@@ -404,7 +410,8 @@ def _steps(trace: Trace) -> Steps | None:
         if e.ts >= child_end or dur == 0:
             inside_step[e.name] = inside_step.get(e.name, 0) + dur
             child_end = max(child_end, end)
-    steps.sort(key=lambda s: s[0])
+    thread = max(by_thread, key=lambda t: (len(by_thread[t]), str(t)))
+    steps = sorted(by_thread[thread], key=lambda s: s[0])
     totals: dict[str, int] = {}
     for _, _, children in steps:
         for name, ns in children.items():
@@ -429,8 +436,13 @@ def _steps(trace: Trace) -> Steps | None:
         known = [sum(p.get(n, 0) for n in named) for _, _, p in chunk]
         parts["other"].append(sum(i - k for i, k in zip(inside, known)) // size)
         parts["(self)"].append(sum(max(d - i, 0) for (_, d, _), i in zip(chunk, inside)) // size)
+    pid, tid = thread
+    label = trace.process_names.get(pid)
+    where = trace.thread_names.get(thread) or f"tid {tid}"
     return Steps(
         name=kind[0],
+        thread=f"{where} of {label} (pid {pid})" if label else f"{where} of pid {pid}",
+        threads=len(by_thread),
         count=len(steps),
         index=index,
         duration=duration,
