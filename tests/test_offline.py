@@ -27,6 +27,7 @@ OFFLINE = {
     "mxprof.report",
     "mxprof.report._html",
     "mxprof.report._sections",
+    "mxprof.report._series",
 }
 
 PUBLIC = [

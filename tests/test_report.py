@@ -20,7 +20,7 @@ pytest.importorskip("plotly", reason="the report needs plotly (pip install 'mxpr
 import plotly.offline  # noqa: E402
 
 import mxprof.report  # noqa: E402
-from mxprof.report import _html, _sections  # noqa: E402
+from mxprof.report import _html, _sections, _series  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -220,7 +220,7 @@ def test_long_series_are_downsampled_and_the_page_stays_small(tmp_path):
     assert size < 1_500_000
     s = _sections.build([str(trace)], [mxprof.load(trace)])
     (queue,) = [c for c in s.counters if c.name == "queue"]
-    assert queue.samples == 100_000 and len(queue.values) <= _sections.POINTS + 2
+    assert queue.samples == 100_000 and len(queue.values) <= _series.POINTS + 2
     assert max(queue.values) == 50_000 + 777  # the one spike survives
     assert s.steps.count == 5000 and len(s.steps.index) == 1000 and s.steps.group == 5
     assert s.steps.outliers[0] == (6, 26_000_000)  # still named, though its bar is a mean
@@ -229,11 +229,11 @@ def test_long_series_are_downsampled_and_the_page_stays_small(tmp_path):
 def test_downsample_keeps_extremes_and_ends():
     xs = list(range(10_000))
     ys = [(-1) ** k * k for k in xs]
-    dx, dy = _sections.downsample(xs, ys, limit=100)
+    dx, dy = _series.downsample(xs, ys, limit=100)
     assert len(dx) <= 102 and dx[0] == 0 and dx[-1] == 9_999
     assert max(dy) == max(ys) and min(dy) == min(ys)
     assert dx == sorted(dx)
-    assert _sections.downsample([1, 2], [3, 4]) == ([1, 2], [3, 4])
+    assert _series.downsample([1, 2], [3, 4]) == ([1, 2], [3, 4])
 
 
 def test_only_counters_still_makes_a_page(tmp_path):

@@ -19,14 +19,13 @@ from .._version import __version__
 from ._sections import (
     COUNTER_PLOTS,
     HIST_ROWS,
-    POINTS,
     PROCESS_NAMES,
     SCOPE_LINES,
     TABLE_ROWS,
     TALLIES,
     Sections,
-    Series,
 )
+from ._series import POINTS, Series
 
 CONFIG = {"displaylogo": False, "responsive": True}
 TEMPLATE = "plotly_white"
