@@ -44,6 +44,8 @@ if _typing.TYPE_CHECKING:
     from .domain import Domain
     from .marker import Marker
     from .ranges import Event, Frame, Task
+    from .report import report
+    from .report.diff import diff
     from .schedule import ProfilerAction, profile, record_function, schedule
     from .schedule import record_function as range  # noqa: F401 - not in __all__ (the builtin)
     from .scope import current_scope, scope
@@ -67,6 +69,7 @@ __all__ = [
     "TraceReadError",
     "__version__",
     "current_scope",
+    "diff",
     "dump",
     "dump_profile",
     "dumps",
@@ -77,6 +80,7 @@ __all__ = [
     "profile",
     "profiler_set_state",
     "record_function",
+    "report",
     "resume",
     "schedule",
     "scope",
@@ -111,7 +115,11 @@ _LIVE: dict[str, tuple[str, _typing.Optional[str]]] = {
     "set_state": ("control", "set_state"),
 }
 # The offline API: reading traces needs neither the core nor a session.
-_OFFLINE = {"load": ("trace", "load")}
+_OFFLINE: dict[str, tuple[str, _typing.Optional[str]]] = {
+    "diff": ("report.diff", "diff"),
+    "load": ("trace", "load"),
+    "report": ("report", None),  # the package, callable as its report()
+}
 # Modules that ``import mxprof`` loaded when it loaded everything: still
 # attributes of the package, each imported when first asked for.
 _SUBMODULES = frozenset(
@@ -139,7 +147,8 @@ def __getattr__(name: str) -> _typing.Any:
         return globals()[name]
     if name in _OFFLINE:
         module, attribute = _OFFLINE[name]
-        value = getattr(_importlib.import_module(f"{__name__}.{module}"), attribute)
+        loaded = _importlib.import_module(f"{__name__}.{module}")
+        value = loaded if attribute is None else getattr(loaded, attribute)
         globals()[name] = value
         return value
     if name in _SUBMODULES:
@@ -166,7 +175,7 @@ class _Package(_types.ModuleType):
     import system would do by setting the submodule as an attribute here."""
 
     def __setattr__(self, name: str, value: _typing.Any) -> None:
-        target = _LIVE.get(name)
+        target = _LIVE.get(name) or _OFFLINE.get(name)
         if target is not None and target[1] is not None and isinstance(value, _types.ModuleType):
             return  # the submodule stays in sys.modules; the name keeps the API object
         super().__setattr__(name, value)

@@ -18,25 +18,18 @@ import os
 import runpy
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ._render import ROW_SORT_KEYS
 from ._version import __version__
 from .averages import KeyAverages
 from .errors import ProfilerError, TraceFormatError
+from .report import ReportUnavailable, report
 from .report.diff import DiffError, diff
 from .trace import load
 from .trace.merge import merge
 from .trace.repair import repair
-
-build_report: Callable[..., str] | None
-try:
-    from .report import report as build_report  # type: ignore[attr-defined,no-redef]
-except ImportError:
-    # TODO(issue 12, lead): mxprof.report.report comes from the report branch; at
-    # the merge keep the import alone and drop this fallback and _write_report's.
-    build_report = None
 
 
 def _error(command: str, message: str) -> int:
@@ -132,12 +125,9 @@ def _write_report(traces: list[str]) -> None:
     """The HTML report of every trace file the run wrote, named after the first
     (the -o file, unless the script chose its own).  A failure is printed and
     changes nothing else: the script's exit status stays its own."""
-    if build_report is None:  # TODO(issue 12, lead): goes with the import's fallback
-        print("mxprof: no report written (this build has no mxprof.report.report)", file=sys.stderr)
-        return
     output = report_path(traces[0])
     try:
-        written = build_report(traces, output)
+        written = report(traces, output)
     except Exception as e:  # the report is extra: never let it change the run's outcome
         print(f"mxprof run: report not written: {type(e).__name__}: {e}", file=sys.stderr)
         return
@@ -264,6 +254,17 @@ def _percent(text: str) -> float:
     return value
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the HTML report of traces; every failure is a usage error (status 2)."""
+    try:
+        written = report(args.traces, args.output, baseline=args.baseline)
+    except (TraceFormatError, OSError, ReportUnavailable) as e:
+        print(f"mxprof report: {e}", file=sys.stderr)
+        return 2
+    print(f"mxprof report: written to {written}", file=sys.stderr)
+    return 0
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -334,6 +335,14 @@ def parser() -> argparse.ArgumentParser:
     mg.add_argument("traces", nargs="+", help="input traces")
     mg.add_argument("-o", "--output", required=True, help="the merged trace")
     mg.set_defaults(func=cmd_merge)
+
+    rr = sub.add_parser("report", help="one self-contained HTML page of traces (needs plotly)")
+    rr.add_argument("traces", nargs="+", help="trace files (several: side by side)")
+    rr.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    rr.add_argument(
+        "--baseline", action="append", metavar="BASE", help="compare with this trace (repeatable)"
+    )
+    rr.set_defaults(func=cmd_report)
 
     rp = sub.add_parser("repair", help="rewrite a trace cut short (a killed process) as valid JSON")
     rp.add_argument("trace")

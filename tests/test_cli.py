@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+import mxprof
 from mxprof import _testing
 
 WAYS = {
@@ -357,10 +358,10 @@ def test_merge_errors(cli, tmp_path):
 
 
 # `mxprof run` writes the HTML report through mxprof.report.report(paths, output);
-# these runs replace it with a stub that records its calls (or fails, or is absent).
+# these runs replace it with a stub that records its calls (or fails).
 WITH_STUB = """
 import json, sys
-import mxprof.report
+import mxprof.cli
 calls = []
 def stub(paths, output, *, baseline=None):
     calls.append([list(paths), output, baseline])
@@ -369,14 +370,9 @@ def stub(paths, output, *, baseline=None):
     with open(output, "w") as f:
         f.write("<html></html>")
     return output
-if MODE == "absent":
-    if hasattr(mxprof.report, "report"):
-        del mxprof.report.report
-else:
-    mxprof.report.report = stub
-from mxprof.cli import main
+mxprof.cli.report = stub
 try:
-    code = main(sys.argv[1:])
+    code = mxprof.cli.main(sys.argv[1:])
 finally:
     with open("calls.json", "w") as f:
         json.dump(calls, f)
@@ -455,12 +451,13 @@ def test_run_no_report_through_the_command(cli, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["app.py", "profile.json"]
 
 
-def test_run_without_the_report_builder_says_so(tmp_path):
-    # TODO(issue 12, lead): goes with the fallback in cli._write_report at the merge.
+def test_run_writes_the_real_report_with_the_runs_ranges(cli, tmp_path):
     write(tmp_path, "app.py", SCRIPT)
-    proc, calls = run_with_stub(tmp_path, "absent", "app.py", "1", "4")
-    assert proc.returncode == 4 and calls == []
-    assert "mxprof: no report written (this build has no mxprof.report.report)" in proc.stderr
+    proc = cli("run", "--no-stats", "-o", "app.json", "app.py", "2", "0", check=0)
+    assert "mxprof: report written to app.report.html" in proc.stderr.splitlines()
+    page = (tmp_path / "app.report.html").read_text(encoding="utf-8")
+    names = {row.name for row in mxprof.load(tmp_path / "app.json").key_averages()}
+    assert names and all(f">{name}<" in page for name in names)
 
 
 def test_report_path():

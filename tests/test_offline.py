@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import mxprof
 from mxprof import _testing
 
@@ -24,6 +26,9 @@ OFFLINE = {
     "mxprof.errors",
     "mxprof.report",
     "mxprof.report.diff",
+    "mxprof.report._html",
+    "mxprof.report._sections",
+    "mxprof.report._series",
 }
 
 PUBLIC = [
@@ -136,6 +141,30 @@ def test_the_live_profiler_loads_at_the_first_use_of_its_names(tmp_path):
     assert set(PUBLIC) | {"range", "stats", "control", "trace"} <= set(out["dir"])
     for who in ("child", "parent"):
         assert _testing.count(tmp_path / f"{who}.json", f"in {who}") == 1
+
+
+def test_the_report_starts_no_session(tmp_path):
+    """mxprof report reads files only: the offline tier and plotly, nothing live."""
+    pytest.importorskip("plotly", reason="the report needs plotly (pip install 'mxprof[report]')")
+    trace = recorded(tmp_path)
+    out = python(
+        """
+        import json, sys
+        from mxprof import cli
+        code = cli.main(["report", sys.argv[1], "-o", "r.html"])
+        print(json.dumps({
+            "code": code,
+            "modules": sorted(m for m in sys.modules if m.startswith("mxprof")),
+        }))
+        """,
+        trace,
+        cwd=tmp_path,
+    )
+    assert out["code"] == 0
+    # (plotly registers exit hooks of its own: the modules, not the hooks, tell.)
+    live = [m for m in out["modules"] if m not in OFFLINE and not m.startswith("mxprof.trace")]
+    assert live == []
+    assert '<td class="text">t</td>' in (tmp_path / "r.html").read_text(encoding="utf-8")
 
 
 def test_api_names_keep_their_objects_when_a_module_of_that_name_is_imported(tmp_path):

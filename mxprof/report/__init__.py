@@ -1,2 +1,170 @@
-"""After recording: the HTML report, the diff of two profiles (``mxprof.report.diff``)
-and optimisation hints (``mxprof.report.hints``)."""
+"""The profile as one HTML page: ``mxprof report TRACE... -o report.html``.
+
+The page is self-contained: plotly.js, the styles and every number are in the
+file, fonts are the system's, and opening it makes no network request, so it
+can be mailed or attached to a ticket and opened offline.  It reads every
+trace ``mxprof.load`` reads (mxprof's JSON, gzip and Perfetto files,
+torch.profiler's and viztracer's JSON).  Sections, top to bottom: hints,
+the comparison with a baseline (``baseline=``), summary, ranges (a sortable
+table and the selected range's histogram), steps, counters, memory,
+processes side by side (several processes) and how to open the timeline.
+
+Part of the offline tier: it reads files and never loads the live profiler.
+Its one dependency beyond mxprof is plotly (``pip install mxprof[report]``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+import tempfile
+import types
+from collections.abc import Sequence
+from typing import Union
+
+from ..errors import OutputError, ProfilerError, TraceFormatError
+from ..trace import Trace, load
+from ..trace.reader import shown
+from ._html import diff_html, hints_html, page
+from ._sections import build
+from .diff import Diff
+from .diff import diff as compare
+from .hints import Hint, find_hints
+
+__all__ = ["ReportUnavailable", "report"]
+
+PathArg = Union[str, "os.PathLike[str]"]
+Inputs = Union[PathArg, Sequence[PathArg]]
+
+
+class ReportUnavailable(ProfilerError):
+    """The report needs plotly: ``pip install mxprof[report]``."""
+
+
+def _paths(inputs: Inputs, what: str) -> list[str]:
+    if isinstance(inputs, (str, os.PathLike)):
+        return [os.fspath(inputs)]
+    paths = [os.fspath(p) for p in inputs]
+    if not paths:
+        raise TraceFormatError(f"no {what} trace given")
+    return paths
+
+
+def _load(path: str) -> Trace:
+    trace = load(path)
+    if not len(trace) and not trace.truncated:
+        raise TraceFormatError(f"{shown(path)}: the trace holds no events; nothing to report")
+    return trace
+
+
+def _check_output(output: str) -> None:
+    """Fail before the work when the page could not be written where asked."""
+    where = shown(output)
+    folder = os.path.dirname(os.path.abspath(output))
+    if os.path.isdir(output):
+        raise OutputError(f"cannot write report {where}: it is a directory", output, errno.EISDIR)
+    if not os.path.isdir(folder):
+        raise OutputError(
+            f"cannot write report {where}: no such directory {shown(folder)}", output, errno.ENOENT
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(
+            f"cannot write report {where}: no permission to write in {shown(folder)}",
+            output,
+            errno.EACCES,
+        )
+
+
+def _write(output: str, text: str) -> None:
+    """Write the page whole or not at all: a temporary file beside it, then a rename."""
+    folder = os.path.dirname(os.path.abspath(output))
+    try:
+        fd, temp = tempfile.mkstemp(prefix=".mxprof-report-", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise OutputError(
+            f"cannot write report {shown(output)}: {e.strerror or e}", output, e.errno
+        ) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(temp, 0o644)
+        os.replace(temp, output)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise OutputError(
+            f"cannot write report {shown(output)}: {e.strerror or e}", output, e.errno
+        ) from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+def _hints(traces: Sequence[Trace]) -> Sequence[Hint]:
+    return find_hints(traces)
+
+
+def _diff(baseline: list[str], traces: Sequence[Trace]) -> Diff:
+    base = [_load(p) for p in baseline]
+    return compare(base if len(base) > 1 else base[0], traces if len(traces) > 1 else traces[0])
+
+
+def report(paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) -> str:
+    """Write the HTML report of one or more traces; return the path written.
+
+    Several inputs (the files of one distributed job, or one file per process)
+    go on one time axis by their wall-clock starts, as ``mxprof merge`` puts
+    them, and the page compares their processes side by side.
+
+    Args:
+        paths: a trace file, or several.
+        output: the page to write (replaced whole: it is written to a
+            temporary file in the same directory, then renamed).
+        baseline: trace file(s) of an earlier run; the page then starts with
+            the per-name comparison of ``mxprof.report.diff``.
+
+    Returns:
+        ``output`` as a string.
+
+    Raises:
+        TraceReadError: an input cannot be read (missing, no permission).
+        TraceFormatError: an input is not a trace, or holds no events.
+        OutputError: the page cannot be written there (no such directory, no
+            permission, a directory); nothing is left behind.
+        ReportUnavailable: plotly is not installed.
+
+    Example:
+        >>> import mxprof.report
+        >>> mxprof.report.report("trace.json", "report.html")  # doctest: +SKIP
+        'report.html'
+    """
+    try:
+        import plotly  # noqa: F401 - the optional dependency, checked before any work
+    except ImportError:
+        raise ReportUnavailable(
+            "the report needs plotly: pip install 'mxprof[report]' (or pip install plotly)"
+        ) from None
+    inputs = _paths(paths, "input")
+    bases = _paths(baseline, "baseline") if baseline is not None else []
+    out = os.fspath(output)
+    _check_output(out)
+    traces = [_load(p) for p in inputs]
+    sections = build(inputs, traces)
+    compared = diff_html(_diff(bases, traces), bases) if bases else ""
+    _write(out, page(sections, hints_html(_hints(traces)), compared))
+    return out
+
+
+class _Package(types.ModuleType):
+    """``mxprof.report(paths, output)`` is :func:`report`: the package is
+    callable, so that its submodules (``mxprof.report.diff``, ``.hints``)
+    stay reachable as attributes while the name reads as the function."""
+
+    def __call__(self, paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) -> str:
+        return report(paths, output, baseline=baseline)
+
+
+sys.modules[__name__].__class__ = _Package

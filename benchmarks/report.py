@@ -1,0 +1,166 @@
+"""The HTML report of a big trace: how long ``mxprof report`` takes and how large the page is.
+
+    python benchmarks/report.py [--quick] [--events 10000000] [--repeats 3] [--json out.json]
+
+A trace of ``--events`` events is recorded with the live core (training-like:
+steps as frames, each with data loading, forward and backward ranges, a few
+nested ranges, a loss counter and memory allocations by scope), written as
+Chrome JSON, then ``mxprof.report.report`` builds the page from it
+``--repeats`` times.  Printed: the median wall time of a whole report (load +
+sections + page), the time of ``mxprof.load`` alone (once), the page's size
+and how much of it is plotly.js, and the targets (issue 12: a 10 M-event
+trace gives a page of at most 10 MB, built within 30 s).  ``--quick`` is a
+small run that checks the script works (the test suite runs it), never how
+fast anything is.
+
+Run it as a script from the repository root with the installed mxprof (or
+``PYTHONPATH`` pointing at a tree with a built core).  A 10 M-event trace
+takes about 0.9 GB on disk and ``mxprof.load`` holds it all in memory
+(about 1.1 GB per million events).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import tempfile
+import time
+
+import plotly.offline
+
+import mxprof
+import mxprof.report
+from mxprof import _testing, memory
+from mxprof._native import lib
+
+SIZE_LIMIT = 10_000_000  # bytes, for 10 M events
+TIME_LIMIT_S = 30.0  # for 10 M events
+RANGES_PER_STEP = 98  # plus the step itself and its counter and memory samples
+
+
+def record(path: str, events: int) -> int:
+    """Record about ``events`` events into path; return how many the file holds."""
+    _testing.reset()
+    mxprof.set_config(
+        filename=path,
+        aggregate_stats=False,
+        continuous_dump=False,
+        profile_api=False,
+        profile_memory=True,
+        max_events=0,
+    )
+    train = mxprof.Domain("train")
+    step = train.new_frame("step")
+    loss = train.new_counter("loss", 0)
+    data, forward, backward, optimizer = (
+        train.new_task(n) for n in ("data", "forward", "backward", "optimizer")
+    )
+    layers = [train.new_task(f"layer{k}") for k in range(16)]
+    ids = [t._id for t in layers]  # the hot call, as benchmarks/bulk.py does
+    begin, end = lib.mxp_range_begin, lib.mxp_range_end
+    per_step = RANGES_PER_STEP + 1 + 1 + 4  # ranges, the step, loss, two memory samples x 2
+    mxprof.set_state("run")
+    for i in range(max(events // per_step, 1)):
+        with step:
+            with data:
+                pass
+            with mxprof.scope("forward:"), forward:
+                buf = memory.record_alloc((1 + i % 7) << 20, "gpu:0", tag="act")
+                for k in range(45):
+                    begin(ids[k & 15])
+                    end(ids[k & 15])
+            with backward:
+                for k in range(48):
+                    begin(ids[k & 15])
+                    end(ids[k & 15])
+                memory.record_free(buf)
+            with optimizer:
+                pass
+            loss.set_value(1000 - i % 1000)
+    mxprof.set_state("stop")
+    mxprof.dump()
+    counted = sum(1 for _ in mxprof.load(path)) if events <= 200_000 else 0
+    _testing.reset()
+    return counted or (events // per_step) * per_step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small run: checks the script")
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", help="also write the numbers to this file")
+    args = parser.parse_args()
+    if args.quick:
+        args.events, args.repeats = 20_000, 1
+    folder = tempfile.mkdtemp(prefix="mxprof-bench-report-")
+    try:
+        trace = os.path.join(folder, "trace.json")
+        page = os.path.join(folder, "report.html")
+        t0 = time.perf_counter()
+        events = record(trace, args.events)
+        record_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        loaded = len(mxprof.load(trace))
+        load_s = time.perf_counter() - t0
+        times = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            mxprof.report.report(trace, page)
+            times.append(time.perf_counter() - t0)
+        size = os.path.getsize(page)
+        trace_bytes = os.path.getsize(trace)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    plotly_js = len(plotly.offline.get_plotlyjs().encode())
+    build_s = statistics.median(times)
+    scale = args.events / 10_000_000
+    result = {
+        "events": loaded or events,
+        "trace_bytes": trace_bytes,
+        "record_and_write_s": record_s,
+        "load_s": load_s,
+        "report_s": times,
+        "report_median_s": build_s,
+        "html_bytes": size,
+        "plotly_js_bytes": plotly_js,
+        "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+    }
+    print(
+        f"mxprof {mxprof.__version__}, python {platform.python_version()}, "
+        f"{os.cpu_count()} cores; {result['events']:,} events, trace {trace_bytes / 1e6:.0f} MB"
+    )
+    print(f"load alone (mxprof.load)      {load_s:8.2f} s")
+    print(
+        f"build (whole report), median  {build_s:8.2f} s of {args.repeats}: "
+        + ", ".join(f"{t:.2f}" for t in times)
+    )
+    print(
+        f"size                          {size / 1e6:8.2f} MB "
+        f"(plotly.js {plotly_js / 1e6:.2f} MB, the rest {(size - plotly_js) / 1e6:.2f} MB)"
+    )
+    print(f"peak memory                   {result['max_rss_bytes'] / 1e9:8.2f} GB")
+    # The targets are for 10 M events. A smaller run is projected linearly
+    # (the page's size does not grow with the events; the build time does).
+    projected = "" if scale >= 1 else f" (projected from {args.events:,} events)"
+    print(f"\n{'target, 10 M events' + projected:58}{'measured':>10}{'limit':>10}")
+    for what, value, limit, unit in (
+        ("size", size / 1e6, SIZE_LIMIT / 1e6, "MB"),
+        ("build", build_s / scale, TIME_LIMIT_S, "s"),
+    ):
+        verdict = "met" if value <= limit else "NOT MET"
+        print(f"{what:58}{value:9.2f}{unit:>2}{limit:8.2f}{unit:>2} {verdict}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

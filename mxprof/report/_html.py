@@ -1,0 +1,499 @@
+"""The report page: sections as HTML, plots through plotly, one file with nothing to fetch.
+
+plotly.js is inlined once in the page's head (``plotly.offline.get_plotlyjs``);
+each figure is a div and a call of ``Plotly.newPlot`` (``plotly.io.to_html``
+without the library).  The only script written here is the ranges table's:
+sorting by a column and drawing the selected range's histogram.  Fonts are
+the system's; no element has a ``src`` or ``href`` that leaves the file.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .._render import format_ns
+from .._version import __version__
+from ._sections import (
+    COUNTER_PLOTS,
+    HIST_ROWS,
+    PROCESS_NAMES,
+    SCOPE_LINES,
+    TABLE_ROWS,
+    TALLIES,
+    Sections,
+)
+from ._series import POINTS, Series
+
+CONFIG = {"displaylogo": False, "responsive": True}
+TEMPLATE = "plotly_white"
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial,
+       sans-serif; margin: 0 auto; max-width: 1200px; padding: 1em 2em; color: #222; }
+h1 { font-size: 1.6em; margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ddd;
+  padding-bottom: 0.2em; margin-top: 1.6em; } .muted { color: #666; }
+table { border-collapse: collapse; font-size: 0.9em; margin: 0.5em 0; }
+th, td { padding: 0.25em 0.6em; border-bottom: 1px solid #eee; text-align: right; }
+th:first-child, td:first-child, td.text { text-align: left; }
+table.ranges th { cursor: pointer; user-select: none; background: #f6f6f6; position: sticky;
+  top: 0; } table.ranges th.sorted::after { content: " \\25BE"; }
+table.ranges th.sorted.asc::after { content: " \\25B4"; }
+table.ranges tbody tr { cursor: pointer; } table.ranges tbody tr:hover { background: #f3f7ff; }
+table.ranges tbody tr.selected { background: #dde8ff; }
+.scroll { max-height: 480px; overflow: auto; border: 1px solid #eee; }
+.hint { border-left: 4px solid #999; padding: 0.4em 0.8em; margin: 0.6em 0; background: #fafafa; }
+.hint.high { border-color: #d62728; } .hint.medium { border-color: #ff7f0e; }
+.hint.low { border-color: #1f77b4; } .hint h3 { margin: 0.1em 0; font-size: 1.05em; }
+.badge { font-size: 0.75em; text-transform: uppercase; padding: 0.1em 0.4em; border-radius: 3px;
+  background: #eee; margin-right: 0.5em; }
+code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+pre { background: #f6f6f6; padding: 0.6em; overflow: auto; font-size: 0.85em; }
+.facts { display: flex; flex-wrap: wrap; gap: 0.5em; }
+.fact { border: 1px solid #e4e4e4; border-radius: 4px; padding: 0.3em 0.7em; min-width: 7em; }
+.fact .v { font-size: 1.15em; font-weight: 600; } .fact .k { color: #666; font-size: 0.8em; }
+.plot { height: 380px; } .plot.small { height: 260px; }
+"""
+
+# Sorting the ranges table by a column (numbers by their data-v, text by
+# itself) and drawing the clicked range's histogram from the embedded bins.
+_SCRIPT = """
+(function () {
+  var table = document.getElementById("ranges");
+  if (!table) return;
+  var body = table.tBodies[0];
+  var hist = JSON.parse(document.getElementById("histograms").textContent);
+  function key(cell, numeric) {
+    return numeric ? parseFloat(cell.getAttribute("data-v")) : cell.textContent;
+  }
+  Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, col) {
+    th.addEventListener("click", function () {
+      var numeric = th.getAttribute("data-type") === "num";
+      var asc = th.classList.contains("sorted") ? !th.classList.contains("asc") : !numeric;
+      Array.prototype.forEach.call(table.tHead.rows[0].cells, function (h) {
+        h.classList.remove("sorted", "asc");
+      });
+      th.classList.add("sorted"); if (asc) th.classList.add("asc");
+      var rows = Array.prototype.slice.call(body.rows);
+      rows.sort(function (a, b) {
+        var x = key(a.cells[col], numeric), y = key(b.cells[col], numeric);
+        if (x < y) return asc ? -1 : 1;
+        if (x > y) return asc ? 1 : -1;
+        return a.cells[0].textContent < b.cells[0].textContent ? -1 : 1;
+      });
+      rows.forEach(function (r) { body.appendChild(r); });
+    });
+  });
+  function show(row) {
+    Array.prototype.forEach.call(body.rows, function (r) { r.classList.remove("selected"); });
+    row.classList.add("selected");
+    var h = hist[row.getAttribute("data-row")];
+    var title = document.getElementById("hist-title");
+    var div = document.getElementById("histogram");
+    if (!h) { title.textContent = row.cells[0].textContent + ": no histogram kept"; return; }
+    title.textContent = "Durations of " + row.cells[0].textContent + " (" +
+      row.cells[2].textContent + " ranges)";
+    var ys = h.counts.concat([h.counts[h.counts.length - 1]]);
+    Plotly.react(div, [{x: h.edges, y: ys, type: "scatter", mode: "lines",
+      line: {shape: "hv"}, fill: "tozeroy", name: "ranges",
+      hovertemplate: "from %{x:.4s}s: %{y} ranges<extra></extra>"}], div.layout);
+  }
+  body.addEventListener("click", function (ev) {
+    var row = ev.target.closest("tr"); if (row) show(row);
+  });
+  if (body.rows.length) show(body.rows[0]);
+})();
+"""
+
+
+def esc(value: object) -> str:
+    """Text for HTML: escaped, quotes too."""
+    return html.escape(str(value), quote=True)
+
+
+def script_json(value: object) -> str:
+    """JSON safe inside a <script> element: no '<' can end it early."""
+    return json.dumps(value, separators=(",", ":")).replace("<", "\\u003c")
+
+
+def plot(
+    div_id: str, data: list[dict[str, Any]], layout: dict[str, Any], small: bool = False
+) -> str:
+    """One plotly figure as a div and its drawing call (plotly.js comes once, in the head)."""
+    import plotly.io as pio  # the report extra; checked in mxprof.report.report
+
+    base = {"template": TEMPLATE, "margin": {"l": 60, "r": 20, "t": 40, "b": 50}}
+    figure = {"data": data, "layout": {**base, **layout}}
+    fragment: str = pio.to_html(
+        figure,
+        include_plotlyjs=False,
+        full_html=False,
+        div_id=div_id,
+        config=CONFIG,
+        default_height="260px" if small else "380px",
+    )
+    return fragment
+
+
+def _seconds(values: Sequence[float]) -> list[float]:
+    return [v / 1e9 for v in values]
+
+
+def page(sections: Sections, hints: str, diff: str) -> str:
+    """The whole document."""
+    import plotly.offline  # the report extra
+
+    parts = [
+        _header(sections),
+        hints,
+        diff,
+        _summary(sections),
+        _ranges(sections),
+        _steps(sections),
+        _counters(sections),
+        _memory(sections),
+        _processes(sections),
+        _timeline(sections),
+    ]
+    title = "mxprof report: " + ", ".join(sections.paths)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{esc(title)}</title><style>{_STYLE}</style>"
+        f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>'
+        "</head><body>\n"
+        + "\n".join(p for p in parts if p)
+        + f"\n<script>{_SCRIPT}</script>\n</body></html>\n"
+    )
+
+
+def _header(s: Sections) -> str:
+    files = "".join(f"<li><code>{esc(p)}</code></li>" for p in s.paths)
+    cut = "".join(
+        f'<p class="muted">{esc(p)} was cut short: these are the events before the cut.</p>'
+        for p in s.truncated
+    )
+    version = f'<p class="muted">mxprof {esc(__version__)}; inputs:</p>'
+    return f"<h1>mxprof report</h1>{version}<ul>{files}</ul>{cut}"
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[object]], cls: str = "") -> str:
+    th = "".join(f"<th>{esc(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _summary(s: Sections) -> str:
+    facts = [
+        ("wall time", format_ns(s.wall_ns)),
+        ("processes", s.counts["processes"]),
+        ("threads", s.counts["threads"]),
+        ("ranges", s.counts["ranges"]),
+        ("instants", s.counts["instants"]),
+        ("counter samples", s.counts["counter samples"]),
+        ("range names", len(s.rows)),
+        ("unpaired begins/ends (left out)", s.counts["unpaired begins/ends"]),
+    ]
+    if s.tallies:
+        facts += [(k.replace("_", " "), s.tallies.get(k, 0)) for k in TALLIES]
+    else:
+        facts.append(("drops and misuse tallies", "not in the trace (not written by mxprof)"))
+    boxes = "".join(
+        f'<div class="fact"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>'
+        for k, v in facts
+    )
+    out = ['<h2 id="sec-summary">Summary</h2>', f'<div class="facts" id="summary">{boxes}</div>']
+    if s.tallies.get("dropped_events"):
+        out.append(
+            f"<p><b>{s.tallies['dropped_events']} events were dropped</b> at the event cap: "
+            "raise <code>max_events</code> (0 = no limit) or write more often "
+            "(<code>dump_events</code>).</p>"
+        )
+    if s.config:
+        rows = [(k, "; ".join(f"{v}" for v in by_file.values())) for k, by_file in s.config.items()]
+        out.append("<p>Recorded by (the trace's <code>otherData</code>):</p>")
+        out.append(_table(["key", "value"], rows, "config"))
+    else:
+        out.append('<p class="muted">The trace does not say which configuration produced it.</p>')
+    return "\n".join(out)
+
+
+_COLUMNS = ("Name", "Category", "Count", "Total", "Self", "Avg", "P50", "P90", "P99", "% of wall")
+
+
+def _ranges(s: Sections) -> str:
+    head = ['<h2 id="sec-ranges">Ranges</h2>']
+    if not s.rows:
+        head.append("<p>The input holds no ranges (only counters, instants or metadata).</p>")
+        return "\n".join(head)
+    wall = s.wall_ns or 1
+    th = "".join(
+        f'<th data-type="{"text" if i < 2 else "num"}"'
+        f"{' class=' + chr(34) + 'sorted' + chr(34) if name == 'Total' else ''}>{name}</th>"
+        for i, name in enumerate(_COLUMNS)
+    )
+    body = []
+    for i, r in enumerate(s.rows):
+        cells = [
+            f'<td class="text">{esc(r.name)}</td>',
+            f'<td class="text">{esc(r.category)}</td>',
+            f'<td data-v="{r.count}">{r.count}</td>',
+        ]
+        for value in (r.total, r.self, r.avg, r.p50, r.p90, r.p99):
+            v = value if value is not None else -1
+            cells.append(f'<td data-v="{v}">{esc(format_ns(value))}</td>')
+        share = 100 * r.total / wall
+        cells.append(f'<td data-v="{share}">{share:.1f} %</td>')
+        body.append(f'<tr data-row="{i}">{"".join(cells)}</tr>')
+    hist = {
+        str(i): {"edges": [e / 1e9 for e in h.edges], "counts": h.counts}
+        for i, h in s.histograms.items()
+    }
+    note = ""
+    if len(s.rows) >= TABLE_ROWS:
+        note = f'<p class="muted">The {TABLE_ROWS} ranges with the largest total are listed.</p>'
+    head += [
+        "<p>Per range name; times are the ranges' own (self: less their direct children). "
+        "Click a column to sort, a row to see its durations. Percentiles are exact "
+        "(nearest rank) from the trace.</p>",
+        note,
+        f'<div class="scroll"><table class="ranges" id="ranges"><thead><tr>{th}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>",
+        f'<h3 id="hist-title">Durations</h3><p class="muted">Histograms are kept for the '
+        f"{HIST_ROWS} ranges with the largest total, in log-spaced bins over every range.</p>",
+        plot(
+            "histogram",
+            [],
+            {
+                "xaxis": {"type": "log", "title": {"text": "duration (s)"}},
+                "yaxis": {"title": {"text": "ranges"}},
+            },  # fmt: skip
+        ),
+        f'<script type="application/json" id="histograms">{script_json(hist)}</script>',
+    ]
+    return "\n".join(head)
+
+
+def _steps(s: Sections) -> str:
+    st = s.steps
+    if st is None:
+        return (
+            '<h2 id="sec-steps">Steps</h2><p class="muted">No steps: no frame and no '
+            "<code>ProfilerStep#N</code> range in the input.</p>"
+        )
+    others = f" (one of {st.threads} threads with steps)" if st.threads > 1 else ""
+    grouped = "" if st.group == 1 else f" Each bar is the mean of {st.group} consecutive steps."
+    data: list[dict[str, Any]] = [
+        {"type": "bar", "name": name, "x": st.index, "y": _seconds(ns)}
+        for name, ns in st.parts.items()
+    ]
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "outlier steps",
+            "x": [n for n, _ in st.outliers],
+            "y": _seconds([d for _, d in st.outliers]),
+            "marker": {"color": "#d62728", "size": 9, "symbol": "x"},
+        }
+    )
+    outliers = ", ".join(f"{n} ({format_ns(d)})" for n, d in st.outliers[:10]) or "none"
+    return "\n".join(
+        [
+            '<h2 id="sec-steps">Steps</h2>',
+            f"<p>{st.count} steps of <code>{esc(st.name)}</code> on {esc(st.thread)}{others}: "
+            "median "
+            f"{esc(format_ns(st.median_ns))}; outliers (longer than "
+            f"{esc(format_ns(st.threshold_ns))}, the median plus 5 scaled median absolute "
+            f"deviations, at least 1.2 times the median): {esc(outliers)}.{grouped}</p>",
+            plot(
+                "steps",
+                data,
+                {
+                    "barmode": "stack",
+                    "xaxis": {"title": {"text": "step"}},
+                    "yaxis": {"title": {"text": "time (s)"}},
+                    "title": {"text": "Step time by top-level range"},
+                },
+            ),
+        ]
+    )
+
+
+def _line(series: Series, name: str | None = None) -> dict[str, Any]:
+    return {
+        "type": "scatter",
+        "mode": "lines",
+        "line": {"shape": "hv"},
+        "name": name or series.name,
+        "x": _seconds(series.times),
+        "y": series.values,
+    }
+
+
+def _counters(s: Sections) -> str:
+    out = ['<h2 id="sec-counters">Counters</h2>']
+    if not s.counters:
+        out.append('<p class="muted">No counters in the input.</p>')
+        return "\n".join(out)
+    out.append(
+        f"<p>Each counter over time (s from the start); long series are reduced to about "
+        f"{POINTS} points keeping every interval's lowest and highest sample.</p>"
+    )
+    rows = [(c.name, c.category, c.process, c.samples, c.last, c.least, c.most) for c in s.counters]
+    out.append(_table(["counter", "category", "process", "samples", "last", "min", "max"], rows))
+    for k, c in enumerate(s.counters[:COUNTER_PLOTS]):
+        out.append(
+            plot(
+                f"counter-{k}",
+                [_line(c)],
+                {"title": {"text": f"{c.name} ({c.process})"}, "xaxis": {"title": {"text": "s"}}},
+                small=True,
+            )
+        )
+    if len(s.counters) > COUNTER_PLOTS:
+        out.append(f'<p class="muted">The first {COUNTER_PLOTS} counters are plotted.</p>')
+    return "\n".join(out)
+
+
+def _bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} TiB"
+
+
+def _memory(s: Sections) -> str:
+    out = ['<h2 id="sec-memory">Memory</h2>']
+    if not s.devices and not s.scopes:
+        out.append(
+            '<p class="muted">No memory counters in the input (mxprof records them with '
+            "<code>profile_memory</code> and <code>mxprof.memory.record_alloc</code>).</p>"
+        )
+        return "\n".join(out)
+    rows = [
+        (p.device, p.process, _bytes(p.peak), format_ns(p.at_ns), p.scope or "-",
+         _bytes(p.scope_bytes))
+        for p in s.peaks
+    ]  # fmt: skip
+    out.append(
+        _table(["device", "process", "peak", "at", "scope holding most then", "its bytes"], rows)
+    )
+    scopes = [(c.name, c.process, _bytes(c.most), format_ns(c.peak_ts)) for c in s.scopes]
+    if scopes:
+        out.append(_table(["scope", "process", "peak", "at"], scopes))
+    if s.devices:
+        out.append(
+            plot(
+                "memory-devices",
+                [_line(c, f"{c.name} ({c.process})") for c in s.devices],
+                {
+                    "title": {"text": "Memory in use by device"},
+                    "yaxis": {"title": {"text": "bytes"}},
+                    "xaxis": {"title": {"text": "s"}},
+                },  # fmt: skip
+            )
+        )
+    if s.scopes:
+        out.append(
+            plot(
+                "memory-scopes",
+                [_line(c, f"{c.name} ({c.process})") for c in s.scopes[:SCOPE_LINES]],
+                {
+                    "title": {"text": f"Memory in use by scope (the {SCOPE_LINES} largest peaks)"},
+                    "yaxis": {"title": {"text": "bytes"}},
+                    "xaxis": {"title": {"text": "s"}},
+                },  # fmt: skip
+            )
+        )
+    return "\n".join(out)
+
+
+def _processes(s: Sections) -> str:
+    if len(s.processes) < 2:
+        return ""
+    rows = [
+        (p.label, p.path, p.threads, p.ranges, format_ns(p.wall_ns),
+         sum(p.tallies.get(k, 0) for k in TALLIES))
+        for p in s.processes
+    ]  # fmt: skip
+    totals: dict[str, int] = {}
+    for p in s.processes:
+        for name, ns in p.totals.items():
+            totals[name] = totals.get(name, 0) + ns
+    names = sorted(totals, key=lambda n: (-totals[n], n))[:PROCESS_NAMES]
+    data = [
+        {"type": "bar", "name": p.label, "x": names, "y": [p.totals.get(n, 0) / 1e9 for n in names]}
+        for p in s.processes
+    ]
+    return "\n".join(
+        [
+            '<h2 id="sec-processes">Processes and ranks</h2>',
+            _table(["process", "file", "threads", "ranges", "wall", "tallies"], rows),
+            plot(
+                "processes",
+                data,
+                {
+                    "barmode": "group",
+                    "title": {"text": "Total time of the largest ranges by process"},
+                    "yaxis": {"title": {"text": "s"}},
+                },  # fmt: skip
+            ),
+        ]
+    )
+
+
+def _timeline(s: Sections) -> str:
+    files = " ".join(f"<code>{esc(p)}</code>" for p in s.paths)
+    return (
+        '<h2 id="sec-timeline">The timeline</h2>'
+        f"<p>This page holds statistics, not events. To see every range on its thread, open "
+        f"{files} in the Perfetto UI (ui.perfetto.dev, <i>Open trace file</i>; the trace stays "
+        "in the browser) or chrome://tracing. JSON viewers give up at a few hundred MB; the "
+        "Perfetto protobuf form is smaller and loads far beyond that: "
+        "<code>mxprof merge TRACE -o trace.pftrace</code> writes it, or record straight into "
+        'it with <code>set_config(filename="trace.pftrace")</code>.</p>'
+    )
+
+
+def hints_html(hints: Sequence[Any]) -> str:
+    """The hints section: each hint's title, evidence and suggestion."""
+    out = ['<h2 id="sec-hints">Hints</h2>']
+    if not hints:
+        out.append("<p>No hints: none of the rules found anything to point out.</p>")
+    for h in hints:
+        evidence = "".join(f"<li>{esc(line)}</li>" for line in h.evidence)
+        out.append(
+            f'<div class="hint {esc(h.severity)}" data-rule="{esc(h.rule)}">'
+            f'<h3><span class="badge">{esc(h.severity)}</span>{esc(h.title)}</h3>'
+            f"<ul>{evidence}</ul><p><b>Try:</b> {esc(h.suggestion)}</p></div>"
+        )
+    return "\n".join(out)
+
+
+def diff_html(result: Any, baseline: Sequence[str]) -> str:
+    """The baseline comparison: the diff's table, its flagged regressions and one-sided names."""
+    files = ", ".join(f"<code>{esc(p)}</code>" for p in baseline)
+    out = [f'<h2 id="sec-diff">Compared with the baseline</h2><p>Baseline: {files}.</p>']
+    regressions = list(result.regressions)
+    if regressions:
+        items = "".join(
+            f"<li><code>{esc(r.name)}</code>: {esc(getattr(r, 'why', ''))}</li>"
+            for r in regressions
+        )
+        out.append(f"<p><b>{len(regressions)} flagged regression(s):</b></p><ul>{items}</ul>")
+    else:
+        out.append("<p>No flagged regression.</p>")
+    for label, names in (
+        ("Only in the baseline", result.only_base),
+        ("Only here", result.only_new),
+    ):
+        if names:
+            shown = ", ".join(f"<code>{esc(n)}</code>" for n in names)
+            out.append(f"<p>{label}: {shown}</p>")
+    out.append(f"<pre>{esc(result.to_table())}</pre>")
+    return "\n".join(out)

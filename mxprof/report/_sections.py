@@ -1,0 +1,371 @@
+"""What the report shows, computed from loaded traces: plain data, no HTML.
+
+Every series meant for a plot is bounded here (``downsample``), so the page
+stays small whatever the number of events: the cost of a report is one pass
+over the events, not one point per event.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..averages import Row
+from ..trace import Event, Trace
+from ._series import (
+    DEVICE_STORAGE,
+    SCOPE_STORAGE,
+    Histogram,
+    MemoryPeak,
+    Series,
+    histogram,
+    peaks,
+    raw_series,
+    series,
+)
+
+HIST_ROWS = 500  # ranges (largest total first) whose histogram the page holds
+TABLE_ROWS = 2000  # most rows of the ranges table
+STEP_BARS = 1000  # most bars of the step breakdown (more steps are averaged in groups)
+BREAKDOWN_NAMES = 8  # top-level ranges shown by name in the step breakdown
+COUNTER_PLOTS = 12  # counters plotted (the rest are listed)
+SCOPE_LINES = 10  # scopes plotted in the memory-by-scope plot
+PROCESS_NAMES = 10  # ranges compared across processes
+
+# The tallies mxprof writes into otherData (README, "The trace file").
+TALLIES = (
+    "dropped_events",
+    "unmatched_stops",
+    "non_lifo_stops",
+    "ignored_calls",
+    "unknown_frees",
+    "cut_ranges",
+    "saturated_values",
+)
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@dataclass
+class Process:
+    """One process of the input: which file, its pid and name, and its numbers."""
+
+    label: str
+    path: str
+    pid: Any
+    threads: int
+    ranges: int
+    wall_ns: int
+    tallies: dict[str, int]
+    totals: dict[str, int]  # range name -> total ns in this process
+
+
+@dataclass
+class Steps:
+    """Step times and their breakdown by top-level range (the steps as plotted)."""
+
+    name: str
+    thread: str  # the thread whose steps these are
+    threads: int  # threads with steps of this kind (one is shown)
+    count: int
+    index: list[int]  # the step's number (frame index, N of ProfilerStep#N, or its order)
+    duration: list[int]  # ns per plotted bar (a group mean when steps are grouped)
+    parts: dict[str, list[int]]  # top-level range name -> ns per plotted bar; "other", "(self)"
+    group: int  # steps per plotted bar (1: every step its own bar)
+    outliers: list[tuple[int, int]]  # (step number, ns) of the outlier steps
+    median_ns: float
+    threshold_ns: float
+
+
+@dataclass
+class Sections:
+    """Everything the page shows, for one set of inputs."""
+
+    paths: list[str]
+    traces: list[Trace]
+    combined: Trace
+    wall_ns: int
+    rows: list[Row]
+    histograms: dict[int, Histogram]  # index into rows -> histogram
+    processes: list[Process]
+    steps: Steps | None
+    counters: list[Series]
+    devices: list[Series]
+    scopes: list[Series]
+    peaks: list[MemoryPeak]
+    counts: dict[str, int] = field(default_factory=dict)
+    tallies: dict[str, int] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    truncated: list[str] = field(default_factory=list)
+
+
+def other_data(trace: Trace) -> dict[str, Any]:
+    """The trace's ``otherData`` (mxprof's version, host, tallies ...), or {}."""
+    value = trace.metadata.get("otherData")
+    return value if isinstance(value, dict) else {}
+
+
+def _combine(traces: Sequence[Trace]) -> tuple[Trace, list[int]]:
+    """One Trace of every input, on one time axis, pids kept apart per file.
+
+    Each input's events move by the difference between its wall-clock start
+    (``baseTimeNanoseconds``) and the earliest input's when every input has
+    one (as ``mxprof merge`` does); otherwise they stay on their own axis. A
+    pid two files share becomes ``"<file number>:<pid>"`` in the later file.
+    """
+    if len(traces) == 1:
+        return traces[0], [0]
+    bases = [t.base_time_ns for t in traces]
+    known = [b for b in bases if b is not None]
+    first = min(known) if len(known) == len(bases) and known else None
+    shifts = [b - first if first is not None and b is not None else 0 for b in bases]
+    events: list[Event] = []
+    seen: set[Any] = set()
+    process_names: dict[Any, str] = {}
+    thread_names: dict[tuple[Any, Any], str] = {}
+    for k, (trace, shift) in enumerate(zip(traces, shifts)):
+        pids = {e.pid for e in trace} | set(trace.process_names)
+        clash = pids & seen
+        seen |= pids
+
+        def pid_of(pid: Any, clash: set[Any] = clash, k: int = k) -> Any:
+            return f"{k}:{pid}" if pid in clash else pid
+
+        if not clash and not shift:
+            events.extend(trace.events)
+        else:
+            events.extend(replace(e, ts=e.ts + shift, pid=pid_of(e.pid)) for e in trace)
+        for pid, name in trace.process_names.items():
+            process_names[pid_of(pid)] = name
+        for (pid, tid), name in trace.thread_names.items():
+            thread_names[(pid_of(pid), tid)] = name
+    combined = Trace(events, process_names=process_names, thread_names=thread_names)
+    return combined, shifts
+
+
+def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
+    """The report's sections for traces (loaded from paths, in that order)."""
+    combined, _ = _combine(traces)
+    ranges = [e for e in combined if e.dur is not None]
+    start = min((e.ts for e in combined), default=0)
+    end = max((e.end for e in combined), default=0)
+    wall = max(end - start, 0)
+    rows = list(combined.key_averages())[:TABLE_ROWS]
+    counts = {
+        "events": len(combined),
+        "ranges": len(ranges),
+        "instants": sum(1 for e in combined if e.ph in ("i", "n", "R")),
+        "counter samples": sum(1 for e in combined if e.ph == "C"),
+        "unpaired begins/ends": sum(t.unmatched for t in traces),
+        "processes": len({e.pid for e in combined} | set(combined.process_names)),
+        "threads": len({(e.pid, e.tid) for e in combined}),
+    }
+    raw = raw_series(combined, start)
+    counters = series(combined, raw)
+    tallies: dict[str, int] = {}
+    config: dict[str, Any] = {}
+    for path, trace in zip(paths, traces):
+        data = other_data(trace)
+        for key in TALLIES:
+            value = data.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                tallies[key] = tallies.get(key, 0) + value
+        for key, value in data.items():
+            if key not in TALLIES:
+                config.setdefault(key, {})[path] = value
+    return Sections(
+        paths=list(paths),
+        traces=list(traces),
+        combined=combined,
+        wall_ns=wall,
+        rows=rows,
+        histograms=_histograms(ranges, rows),
+        processes=_processes(paths, traces),
+        steps=_steps(combined),
+        counters=[s for s in counters if s.category not in _MEMORY],
+        devices=[s for s in counters if s.category == DEVICE_STORAGE],
+        scopes=[s for s in counters if s.category == SCOPE_STORAGE],
+        peaks=peaks(combined, raw),
+        counts=counts,
+        tallies=tallies,
+        config=config,
+        truncated=[p for p, t in zip(paths, traces) if t.truncated],
+    )
+
+
+_MEMORY = (DEVICE_STORAGE, SCOPE_STORAGE)
+
+
+def _histograms(ranges: Sequence[Event], rows: Sequence[Row]) -> dict[int, Histogram]:
+    wanted = {(r.name, r.category): i for i, r in enumerate(rows[:HIST_ROWS])}
+    durations: dict[int, list[int]] = {i: [] for i in wanted.values()}
+    for e in ranges:
+        i = wanted.get((e.name, e.category))
+        if i is not None:
+            durations[i].append(e.dur or 0)
+    return {i: histogram(d) for i, d in durations.items() if d}
+
+
+def _label(trace: Trace, pid: Any) -> str:
+    info = trace.metadata.get("distributedInfo")
+    name = trace.process_names.get(pid)
+    if isinstance(info, dict) and "rank" in info:
+        return f"{info.get('role', 'rank')} {info.get('rank')} (pid {pid})"
+    return f"{name} (pid {pid})" if name else f"pid {pid}"
+
+
+def _processes(paths: Sequence[str], traces: Sequence[Trace]) -> list[Process]:
+    out = []
+    for path, trace in zip(paths, traces):
+        # One pass: per pid, [first ts, last end, ranges], its tids, and totals by name.
+        spans: dict[Any, list[int]] = {}
+        tids: dict[Any, set[Any]] = {}
+        totals: dict[tuple[Any, str], int] = {}
+        for e in trace:
+            span = spans.get(e.pid)
+            if span is None:
+                span = spans[e.pid] = [e.ts, e.end, 0]
+                tids[e.pid] = set()
+            tids[e.pid].add(e.tid)
+            dur = e.dur
+            if dur is not None:
+                span[2] += 1
+                key = (e.pid, e.name)
+                totals[key] = totals.get(key, 0) + dur
+                end = e.ts + dur
+                if end > span[1]:
+                    span[1] = end
+            if e.ts < span[0]:
+                span[0] = e.ts
+            elif e.ts > span[1]:
+                span[1] = e.ts
+        data = other_data(trace)
+        tallies = {k: v for k, v in data.items() if k in TALLIES}
+        for pid, (first, last, ranges) in spans.items():
+            out.append(
+                Process(
+                    label=_label(trace, pid),
+                    path=path,
+                    pid=pid,
+                    threads=len(tids[pid]),
+                    ranges=ranges,
+                    wall_ns=last - first,
+                    tallies=tallies if data.get("pid") in (pid, None) else {},
+                    totals={name: ns for (p, name), ns in totals.items() if p == pid},
+                )
+            )
+    return out
+
+
+def _step_kind(name: str, category: str) -> tuple[str, str] | None:
+    """Which kind of step a range of this name and category is (None: no step).
+
+    A frame (category ``<domain>,frame``) is a step of its own name; torch's
+    ``ProfilerStep#N`` ranges are all steps of one kind, ``ProfilerStep``.
+    """
+    if category.endswith(",frame"):
+        return (name, category)
+    if _PROFILER_STEP.match(name):
+        return ("ProfilerStep", category)
+    return None
+
+
+def _step_number(event: Event, order: int) -> int:
+    """A step's number: the frame's index, the N of ProfilerStep#N, else its order."""
+    index = event.args.get("frame")
+    if isinstance(index, int) and not isinstance(index, bool):
+        return index
+    match = _PROFILER_STEP.match(event.name)
+    return int(match.group(1)) if match else order
+
+
+def _steps(trace: Trace) -> Steps | None:
+    """The most frequent kind of step, its times and top-level breakdown."""
+    kind_of: dict[tuple[str, str], tuple[str, str] | None] = {}
+    kinds: dict[tuple[str, str], int] = {}
+    for e in trace:
+        if e.dur is None:
+            continue
+        key = (e.name, e.category)
+        if key not in kind_of:
+            kind_of[key] = _step_kind(*key)
+        found = kind_of[key]
+        if found is not None:
+            kinds[found] = kinds.get(found, 0) + 1
+    if not kinds:
+        return None
+    kind = max(kinds, key=lambda k: (kinds[k], k))
+    step_names = {key for key, found in kind_of.items() if found == kind}
+    # Walk each thread in order (events are sorted per thread by ts, longest
+    # first): a range inside the current step is top-level when it starts
+    # past the end of the previous top-level one.
+    # (number, ns, {child: ns}) per thread; the thread with the most steps is
+    # shown (ranks' step numbers repeat: stacking them would add them up).
+    by_thread: dict[tuple[Any, Any], list[tuple[int, int, dict[str, int]]]] = {}
+    steps: list[tuple[int, int, dict[str, int]]] = []
+    inside_step: dict[str, int] = {}
+    step_end = -1
+    child_end = 0
+    thread: tuple[Any, Any] | None = None
+    for e in trace:
+        dur = e.dur
+        if dur is None:
+            continue
+        if (e.pid, e.tid) != thread:
+            thread, step_end = (e.pid, e.tid), -1
+            steps = by_thread.setdefault(thread, [])
+        if (e.name, e.category) in step_names:
+            inside_step = {}
+            steps.append((_step_number(e, len(steps)), dur, inside_step))
+            step_end, child_end = e.ts + dur, e.ts
+            continue
+        end = e.ts + dur
+        if e.ts >= step_end or end > step_end:
+            continue
+        if e.ts >= child_end or dur == 0:
+            inside_step[e.name] = inside_step.get(e.name, 0) + dur
+            child_end = max(child_end, end)
+    thread = max(by_thread, key=lambda t: (len(by_thread[t]), str(t)))
+    steps = sorted(by_thread[thread], key=lambda s: s[0])
+    totals: dict[str, int] = {}
+    for _, _, children in steps:
+        for name, ns in children.items():
+            totals[name] = totals.get(name, 0) + ns
+    named = sorted(totals, key=lambda n: (-totals[n], n))[:BREAKDOWN_NAMES]
+    durations = [d for _, d, _ in steps]
+    median = statistics.median(durations)
+    mad = statistics.median(abs(d - median) for d in durations)
+    threshold = max(median + 5 * 1.4826 * mad, median * 1.2)
+    outliers = [(n, d) for n, d, _ in steps if d > threshold]
+    group = max(1, -(-len(steps) // STEP_BARS))
+    index, duration = [], []
+    parts: dict[str, list[int]] = {n: [] for n in [*named, "other", "(self)"]}
+    for lo in range(0, len(steps), group):
+        chunk = steps[lo : lo + group]
+        size = len(chunk)
+        index.append(chunk[0][0])
+        duration.append(sum(d for _, d, _ in chunk) // size)
+        for name in named:
+            parts[name].append(sum(p.get(name, 0) for _, _, p in chunk) // size)
+        inside = [sum(p.values()) for _, _, p in chunk]
+        known = [sum(p.get(n, 0) for n in named) for _, _, p in chunk]
+        parts["other"].append(sum(i - k for i, k in zip(inside, known)) // size)
+        parts["(self)"].append(sum(max(d - i, 0) for (_, d, _), i in zip(chunk, inside)) // size)
+    pid, tid = thread
+    label = trace.process_names.get(pid)
+    where = trace.thread_names.get(thread) or f"tid {tid}"
+    return Steps(
+        name=kind[0],
+        thread=f"{where} of {label} (pid {pid})" if label else f"{where} of pid {pid}",
+        threads=len(by_thread),
+        count=len(steps),
+        index=index,
+        duration=duration,
+        parts={n: v for n, v in parts.items() if any(v)},
+        group=group,
+        outliers=sorted(outliers, key=lambda o: -o[1])[:50],
+        median_ns=float(median),
+        threshold_ns=float(threshold),
+    )

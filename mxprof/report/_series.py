@@ -1,0 +1,210 @@
+"""Counter series and duration histograms, bounded for plotting.
+
+``downsample`` keeps a series to about ``POINTS`` points whatever its
+length; a histogram has ``HIST_BINS`` bins whatever the number of ranges.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..trace import Event, Trace
+
+POINTS = 2000  # most points of one plotted series
+HIST_BINS = 40  # bins of a range's duration histogram
+DEVICE_STORAGE = "Device Storage"  # mxprof's memory counters by device ...
+SCOPE_STORAGE = "Scope Storage"  # ... and by scope (README, "The trace file")
+
+RawSeries = dict[tuple[Any, str, str], tuple[list[float], list[float]]]
+
+
+def downsample(
+    xs: Sequence[float], ys: Sequence[float], limit: int = POINTS
+) -> tuple[list[float], list[float]]:
+    """At most about ``limit`` points of a series, keeping each bucket's extremes.
+
+    The series is cut into ``limit // 2`` buckets of consecutive points; each
+    keeps its lowest and highest point in their order, so peaks and dips
+    survive (a spike of one sample among millions is still drawn).  The first
+    and last points are always kept.
+
+    Example:
+        >>> downsample([0, 1, 2, 3, 4, 5], [0, 9, 1, 1, 8, 0], limit=4)
+        ([0, 1, 4, 5], [0, 9, 8, 0])
+    """
+    n = len(xs)
+    if n <= limit:
+        return list(xs), list(ys)
+    buckets = max(limit // 2, 1)
+    keep: list[int] = [0]
+    for b in range(buckets):
+        lo, hi = b * n // buckets, (b + 1) * n // buckets
+        if lo >= hi:
+            continue
+        chunk = ys[lo:hi]
+        low = lo + min(range(hi - lo), key=chunk.__getitem__)
+        high = lo + max(range(hi - lo), key=chunk.__getitem__)
+        keep.extend(sorted({low, high}))
+    keep.append(n - 1)
+    picked = sorted(set(keep))
+    return [xs[i] for i in picked], [ys[i] for i in picked]
+
+
+@dataclass
+class Histogram:
+    """Counts of a range's durations in log-spaced bins (edges in ns, one more than counts)."""
+
+    edges: list[float]
+    counts: list[int]
+
+
+def histogram(durations: Sequence[int], bins: int = HIST_BINS) -> Histogram:
+    """Every duration counted into ``bins`` log-spaced bins from the least to the largest.
+
+    Example:
+        >>> h = histogram([10, 100, 1000], bins=2)
+        >>> h.counts
+        [1, 2]
+    """
+    least, most = min(durations), max(durations)
+    if least == most:
+        return Histogram([least, most], [len(durations)])
+    lo, hi = math.log(max(least, 1)), math.log(most)
+    step = (hi - lo) / bins
+    counts = [0] * bins
+    for d in durations:
+        k = int((math.log(max(d, 1)) - lo) / step) if d > 1 else 0
+        counts[min(max(k, 0), bins - 1)] += 1
+    edges = [math.exp(lo + k * step) for k in range(bins + 1)]
+    edges[0], edges[-1] = least, most
+    return Histogram(edges, counts)
+
+
+@dataclass
+class Series:
+    """One counter's samples over time (time in ns from the earliest input start)."""
+
+    name: str
+    category: str
+    process: str
+    samples: int
+    times: list[float]
+    values: list[float]
+    last: float
+    least: float
+    most: float
+    peak_ts: float
+
+
+@dataclass
+class MemoryPeak:
+    """A device's peak of memory in use and the scope holding most of it at that instant."""
+
+    device: str
+    process: str
+    peak: float
+    at_ns: float
+    scope: str | None
+    scope_bytes: float | None
+
+
+def counter_value(event: Event) -> float | None:
+    """A counter sample's value: its arg named like the counter, else its only number."""
+    value = event.args.get(event.name)
+    if value is None:
+        numbers = [v for v in event.args.values() if isinstance(v, (int, float))]
+        value = numbers[0] if len(numbers) == 1 else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def raw_series(trace: Trace, start: int) -> RawSeries:
+    """Every counter's samples, (pid, category, name) -> (times, values), in time order.
+
+    Times are ns from ``start``.
+    """
+    found: RawSeries = {}
+    for e in trace:
+        if e.ph != "C":
+            continue
+        value = counter_value(e)
+        if value is None:
+            continue
+        times, values = found.setdefault((e.pid, e.category, e.name), ([], []))
+        times.append(float(e.ts - start))
+        values.append(value)
+    for times, values in found.values():
+        if any(b < a for a, b in zip(times, times[1:])):  # several threads: put in time order
+            ordered = sorted(zip(times, values))
+            times[:], values[:] = [t for t, _ in ordered], [v for _, v in ordered]
+    return found
+
+
+def series(trace: Trace, raw: RawSeries) -> list[Series]:
+    """Every counter of raw_series, downsampled, with its last, least and largest value."""
+    out = []
+    for (pid, cat, name), (times, values) in raw.items():
+        peak = max(range(len(values)), key=values.__getitem__)
+        xs, ys = downsample(times, values)
+        label = trace.process_names.get(pid)
+        out.append(
+            Series(
+                name=name,
+                category=cat,
+                process=f"{label} (pid {pid})" if label else f"pid {pid}",
+                samples=len(values),
+                times=xs,
+                values=ys,
+                last=values[-1],
+                least=min(values),
+                most=values[peak],
+                peak_ts=times[peak],
+            )
+        )
+    out.sort(key=lambda s: (-s.most, s.name, s.process))
+    return out
+
+
+def peaks(trace: Trace, raw: RawSeries) -> list[MemoryPeak]:
+    """Each device's peak and the scope (same process) with most bytes in use then."""
+    peaks = []
+    for (pid, cat, name), (times, values) in raw.items():
+        if cat != DEVICE_STORAGE:
+            continue
+        k = max(range(len(values)), key=values.__getitem__)
+        at = times[k]
+        holder: tuple[float, str] | None = None
+        for (spid, scat, scope), (stimes, svalues) in raw.items():
+            if spid != pid or scat != SCOPE_STORAGE:
+                continue
+            value = value_at(stimes, svalues, at)
+            if value is not None and (holder is None or value > holder[0]):
+                holder = (value, scope)
+        label = trace.process_names.get(pid)
+        peaks.append(
+            MemoryPeak(
+                device=name.removeprefix("Memory: "),
+                process=f"{label} (pid {pid})" if label else f"pid {pid}",
+                peak=values[k],
+                at_ns=at,
+                scope=holder[1] if holder else None,
+                scope_bytes=holder[0] if holder else None,
+            )
+        )
+    return sorted(peaks, key=lambda p: (-p.peak, p.device))
+
+
+def value_at(times: list[float], values: list[float], at: float) -> float | None:
+    """The counter's value at instant at: its last sample at or before it."""
+    lo, hi = 0, len(times)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if times[mid] <= at:
+            lo = mid + 1
+        else:
+            hi = mid
+    return values[lo - 1] if lo else None

@@ -1,0 +1,382 @@
+"""mxprof report: the page's sections and numbers, bad input, and that it needs no network."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import types
+from dataclasses import dataclass
+from html.parser import HTMLParser
+
+import pytest
+
+import mxprof
+from mxprof import _testing
+from mxprof.errors import OutputError, TraceFormatError, TraceReadError
+
+pytest.importorskip("plotly", reason="the report needs plotly (pip install 'mxprof[report]')")
+
+import plotly.offline  # noqa: E402
+
+import mxprof.report  # noqa: E402
+from mxprof.report import _html, _sections, _series  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Page(HTMLParser):
+    """Tags with their attributes, the ranges table's cells, and script texts."""
+
+    def __init__(self, text):
+        super().__init__()
+        self.tags, self.rows, self.scripts = [], [], []
+        self._in_ranges = self._in_script = False
+        self._row = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.tags.append((tag, attrs))
+        if tag == "table" and attrs.get("id") == "ranges":
+            self._in_ranges = True
+        elif tag == "tr" and self._in_ranges and "data-row" in attrs:
+            self._row = []
+            self.rows.append(self._row)
+        elif tag == "td" and self._row is not None:
+            self._row.append([attrs.get("data-v"), ""])
+        elif tag == "script":
+            self._in_script = True
+            self.scripts.append("")
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._in_ranges, self._row = False, None
+        elif tag == "script":
+            self._in_script = False
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.scripts[-1] += data
+        elif self._row is not None and self._row:
+            self._row[-1][1] += data
+
+    def ids(self):
+        return {a["id"] for _, a in self.tags if "id" in a}
+
+    def table(self):
+        """Per row: name -> (category, count, total, self, avg, p50, p90, p99) from data-v."""
+        out = {}
+        for cells in self.rows:
+            name, cat = cells[0][1], cells[1][1]
+            out[name] = (cat, *(float(v) for v, _ in cells[2:9]))
+        return out
+
+
+def X(name, ts, dur, *, pid=1, tid=1, cat="train", **args):
+    return {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "pid": pid, "tid": tid,
+            "args": args}  # fmt: skip
+
+
+def C(name, ts, value, *, pid=1, cat="train"):
+    return {"name": name, "cat": cat, "ph": "C", "ts": ts, "pid": pid, "tid": 1,
+            "args": {name: value}}  # fmt: skip
+
+
+def training(steps=10, slow=6, pid=1):
+    """steps frames of 10 ms: data 2 ms (20 ms in step slow), forward 5 ms; memory and a counter."""
+    events, t = [], 0.0
+    for i in range(steps):
+        data = 20_000 if i == slow else 2_000
+        dur = data + 5_000 + 1_000
+        events.append(X("step", t, dur, pid=pid, cat="train,frame", frame=i))
+        events.append(X("data", t + 500, data, pid=pid))
+        events.append(X("forward", t + 500 + data, 5_000, pid=pid))
+        events.append(X("matmul", t + 600 + data, 1_000, pid=pid))  # nested in forward
+        events.append(C("loss", t + dur, 100 - i, pid=pid))
+        used = (i + 1) << 20
+        events.append(C("Memory: gpu/0", t + 700 + data, used, pid=pid, cat="Device Storage"))
+        events.append(C("encoder:", t + 700 + data, used - (1 << 19), pid=pid, cat="Scope Storage"))
+        events.append(C("decoder:", t + 700 + data, 1 << 19, pid=pid, cat="Scope Storage"))
+        t += dur + 100
+    return events
+
+
+def write(path, events, **top):
+    path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms", **top}))
+    return path
+
+
+def make_report(tmp_path, events, **top):
+    trace = write(tmp_path / "t.json", events, **top)
+    out = mxprof.report.report(trace, tmp_path / "r.html")
+    assert out == str(tmp_path / "r.html")
+    return Page((tmp_path / "r.html").read_text(encoding="utf-8")), trace
+
+
+def test_the_ranges_table_holds_key_averages_numbers(tmp_path):
+    page, trace = make_report(tmp_path, training())
+    rows = page.table()
+    assert list(rows) == ["step", "forward", "data", "matmul"]  # by total, largest first
+    for r in mxprof.load(trace).key_averages():
+        shown = rows[r.name]
+        assert shown == (r.category, r.count, r.total, r.self, r.avg, r.p50, r.p90, r.p99)
+    # By hand: data is 2 ms nine times and 20 ms once.
+    assert rows["data"][1:3] == (10, 38_000_000)
+    assert rows["data"][5:] == (2_000_000, 2_000_000, 20_000_000)
+    assert rows["forward"][3] == 40_000_000  # self: 5 ms less the 1 ms matmul, 10 times
+    assert {"sec-hints", "sec-summary", "sec-ranges", "sec-steps", "sec-counters",
+            "sec-memory", "sec-timeline", "ranges", "histogram", "steps", "counter-0",
+            "memory-devices", "memory-scopes"} <= page.ids()  # fmt: skip
+    assert "sec-processes" not in page.ids()  # one process: nothing to compare
+    hist = json.loads(next(s for s in page.scripts if s.startswith('{"0"')))
+    data_row = next(i for i, c in enumerate(page.rows) if c[0][1] == "data")
+    assert sum(hist[str(data_row)]["counts"]) == 10
+    assert hist[str(data_row)]["edges"][0] == 0.002 and hist[str(data_row)]["edges"][-1] == 0.02
+
+
+def test_sections_find_steps_outliers_memory_peaks_and_counters(tmp_path):
+    trace = write(tmp_path / "t.json", training(), otherData={"dropped_events": 3, "host": "h"})
+    s = _sections.build([str(trace)], [mxprof.load(trace)])
+    st = s.steps
+    assert (st.name, st.count, st.group, st.threads) == ("step", 10, 1, 1)
+    assert st.index == list(range(10))
+    assert st.outliers == [(6, 26_000_000)]
+    assert st.parts["data"][6] == 20_000_000 and st.parts["forward"][0] == 5_000_000
+    assert st.parts["(self)"] == [1_000_000] * 10  # the step less its top-level ranges
+    assert "matmul" not in st.parts  # nested in forward: not top-level
+    (peak,) = s.peaks
+    assert (peak.device, peak.peak, peak.scope, peak.scope_bytes) == (
+        "gpu/0", 10 << 20, "encoder:", (10 << 20) - (1 << 19)
+    )  # fmt: skip
+    assert [c.name for c in s.counters] == ["loss"] and s.counters[0].last == 91
+    assert s.tallies["dropped_events"] == 3 and s.config["host"] == {str(trace): "h"}
+    page = _html.page(s, "", "")
+    assert "3 events were dropped" in page and "max_events" in page
+
+
+def test_several_processes_side_by_side(tmp_path):
+    a = write(tmp_path / "a.json", training(pid=7), baseTimeNanoseconds=10**18)
+    b = write(tmp_path / "b.json", training(slow=2, pid=7), baseTimeNanoseconds=10**18 + 5000)
+    mxprof.report.report([a, b], tmp_path / "r.html")
+    page = Page((tmp_path / "r.html").read_text(encoding="utf-8"))
+    assert "sec-processes" in page.ids() and "processes" in page.ids()
+    rows = page.table()
+    assert rows["data"][1] == 20  # both files' ranges in one table
+    s = _sections.build([str(a), str(b)], [mxprof.load(a), mxprof.load(b)])
+    assert [p.pid for p in s.processes] == [7, 7]  # each file's own pid ...
+    assert {e.pid for e in s.combined} == {7, "1:7"}  # ... kept apart when combined
+    assert s.steps.count == 10 and s.steps.threads == 2  # one rank's steps, not both added
+    assert s.steps.thread == "tid 1 of pid 7"
+
+
+def test_reads_kineto_viztracer_gzip_and_perfetto(tmp_path, clock):
+    kineto = [X(f"ProfilerStep#{i}", i * 1000, 900, cat="cpu_op") for i in range(1, 5)]
+    kineto += [X("aten::mm", i * 1000 + 10, 500, cat="cpu_op") for i in range(1, 5)]
+    page, _ = make_report(tmp_path, kineto, schemaVersion=1)
+    assert "4 steps of <code>ProfilerStep</code>" in (tmp_path / "r.html").read_text()
+    assert page.table()["aten::mm"][1] == 4
+
+    viz = {"traceEvents": [X("f", 1, 5, cat="FEE"), X("g", 2, 1, cat="FEE")],
+           "viztracer_metadata": {"version": "1.1.1"}}  # fmt: skip
+    with gzip.open(tmp_path / "viz.json.gz", "wt") as f:
+        json.dump(viz, f)
+    mxprof.report.report(tmp_path / "viz.json.gz", tmp_path / "v.html")
+    assert Page((tmp_path / "v.html").read_text()).table()["g"][1] == 1
+
+    pf = tmp_path / "live.pftrace"
+    _testing.start(pf)
+    task = mxprof.Domain("d").new_task("work")
+    for _ in range(3):
+        with task:
+            clock(1_000_000)
+    mxprof.set_state("stop")
+    mxprof.dump()
+    mxprof.report.report(pf, tmp_path / "p.html")
+    assert Page((tmp_path / "p.html").read_text()).table()["work"][1:3] == (3, 3_000_000)
+
+
+def test_the_page_fetches_nothing(tmp_path):
+    make_report(tmp_path, training())
+    text = (tmp_path / "r.html").read_text(encoding="utf-8")
+    page = Page(text)
+    for tag, attrs in page.tags:
+        assert tag not in ("link", "iframe", "img", "object", "embed"), (tag, attrs)
+        for key in ("src", "href", "srcset", "action", "data"):
+            assert key not in attrs or attrs[key].startswith(("#", "data:")), (tag, attrs)
+    styles = "".join(s for s in page.scripts if "Plotly.newPlot" in s)
+    assert "url(" not in text.split("</style>")[0] and "@import" not in text.split("</style>")[0]
+    assert text.count(plotly.offline.get_plotlyjs()) == 1  # inlined once, not per figure
+    assert "Plotly.newPlot" in styles
+
+
+def test_long_series_are_downsampled_and_the_page_stays_small(tmp_path):
+    events = training(steps=5000)
+    events += [
+        C("queue", 10 * k, k % 1000 + (50_000 if k == 77_777 else 0)) for k in range(100_000)
+    ]
+    page, trace = make_report(tmp_path, events)
+    size = os.path.getsize(tmp_path / "r.html") - len(plotly.offline.get_plotlyjs())
+    assert size < 1_500_000
+    s = _sections.build([str(trace)], [mxprof.load(trace)])
+    (queue,) = [c for c in s.counters if c.name == "queue"]
+    assert queue.samples == 100_000 and len(queue.values) <= _series.POINTS + 2
+    assert max(queue.values) == 50_000 + 777  # the one spike survives
+    assert s.steps.count == 5000 and len(s.steps.index) == 1000 and s.steps.group == 5
+    assert s.steps.outliers[0] == (6, 26_000_000)  # still named, though its bar is a mean
+
+
+def test_downsample_keeps_extremes_and_ends():
+    xs = list(range(10_000))
+    ys = [(-1) ** k * k for k in xs]
+    dx, dy = _series.downsample(xs, ys, limit=100)
+    assert len(dx) <= 102 and dx[0] == 0 and dx[-1] == 9_999
+    assert max(dy) == max(ys) and min(dy) == min(ys)
+    assert dx == sorted(dx)
+    assert _series.downsample([1, 2], [3, 4]) == ([1, 2], [3, 4])
+
+
+def test_only_counters_still_makes_a_page(tmp_path):
+    page, _ = make_report(tmp_path, [C("loss", t, 10 - t) for t in range(10)])
+    text = (tmp_path / "r.html").read_text()
+    assert "The input holds no ranges" in text and "No steps" in text
+    assert "counter-0" in page.ids() and page.rows == []
+
+
+def bad_inputs(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello, not a trace\n")
+    (tmp_path / "empty.json").write_text('{"traceEvents": []}')
+    (tmp_path / "blank.json").write_text("")
+    return {
+        "missing.json": (TraceReadError, "cannot read"),
+        "notes.txt": (TraceFormatError, "not JSON"),
+        "empty.json": (TraceFormatError, "holds no events"),
+        "blank.json": (TraceFormatError, "empty"),
+    }
+
+
+def test_bad_inputs_raise_naming_the_file_and_write_nothing(tmp_path):
+    for name, (error, words) in bad_inputs(tmp_path).items():
+        with pytest.raises(error, match=words) as info:
+            mxprof.report.report(tmp_path / name, tmp_path / "r.html")
+        assert name in str(info.value)
+        assert not (tmp_path / "r.html").exists()
+        proc = _testing.cli("report", tmp_path / name, "-o", tmp_path / "r.html", cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("mxprof report: ") and name in proc.stderr
+        assert not (tmp_path / "r.html").exists()
+
+
+def test_unwritable_outputs_fail_before_reading_and_leave_nothing(tmp_path, monkeypatch):
+    trace = write(tmp_path / "t.json", training())
+    cases = {
+        tmp_path / "no-such-dir" / "r.html": "no such directory",
+        tmp_path: "is a directory",
+    }
+    for output, words in cases.items():
+        with pytest.raises(OutputError, match=words) as info:
+            mxprof.report.report(trace, output)
+        assert info.value.filename == str(output)
+        proc = _testing.cli("report", trace, "-o", output, cwd=tmp_path)
+        assert proc.returncode == 2 and str(output) in proc.stderr, proc.stderr
+    # A failure while the page is written leaves the old page whole and no temporary file.
+    (tmp_path / "r.html").write_text("old page")
+
+    def broken(*args):
+        raise MemoryError("out of memory while rendering")
+
+    monkeypatch.setattr(mxprof.report, "page", broken)
+    with pytest.raises(MemoryError):
+        mxprof.report.report(trace, tmp_path / "r.html")
+    assert (tmp_path / "r.html").read_text() == "old page"
+    assert sorted(os.listdir(tmp_path)) == ["r.html", "t.json"]
+
+
+def test_usage_errors_exit_2(tmp_path):
+    trace = write(tmp_path / "t.json", training())
+    for args in (["report", trace], ["report", "-o", tmp_path / "r.html"]):
+        proc = _testing.cli(*args, cwd=tmp_path)
+        assert proc.returncode == 2 and "usage: mxprof report" in proc.stderr
+    proc = _testing.cli("report", trace, "-o", tmp_path / "r.html", cwd=tmp_path)
+    assert proc.returncode == 0 and "written to" in proc.stderr
+    assert (tmp_path / "r.html").stat().st_size > 1_000_000
+
+
+@dataclass(frozen=True)
+class StandInHint:
+    """The interface of mxprof.report.hints.Hint (issue 12), for this test only."""
+
+    rule: str
+    severity: str
+    title: str
+    evidence: tuple
+    suggestion: str
+    subjects: tuple = ()
+
+
+def test_hints_come_first_with_their_evidence(tmp_path, monkeypatch):
+    seen = []
+
+    def find_hints(traces):
+        seen.append(traces)
+        return [StandInHint("data-loading", "high", "Data loading takes <40 %> of step time",
+                            ("data: 38.000ms of 96.000ms", "step 6: 20.000ms"),
+                            "use more loader workers", ("data",))]  # fmt: skip
+
+    fake = types.ModuleType("mxprof.report.hints")
+    fake.find_hints = find_hints
+    monkeypatch.setitem(sys.modules, "mxprof.report.hints", fake)
+    make_report(tmp_path, training())
+    text = (tmp_path / "r.html").read_text()
+    assert len(seen) == 1 and [len(t) for t in seen[0]] == [80]
+    assert "Data loading takes &lt;40 %&gt; of step time" in text  # escaped
+    assert text.index('id="sec-hints"') < text.index('id="sec-summary"')
+    assert "step 6: 20.000ms" in text and "use more loader workers" in text
+
+
+def test_baseline_puts_the_diff_in_the_page(tmp_path, monkeypatch):
+    base = write(tmp_path / "base.json", training(slow=99))
+    new = write(tmp_path / "new.json", training())
+    calls = []
+
+    def diff(b, n, *, threshold=5.0):
+        calls.append((b.path, n.path))
+        row = types.SimpleNamespace(name="data", why="P50 and P99 both up, beyond noise")
+        return types.SimpleNamespace(
+            regressions=[row], improvements=[], only_base=[], only_new=["extra"],
+            to_table=lambda: "name  base  new\ndata  2ms   3.8ms",
+        )  # fmt: skip
+
+    fake = types.ModuleType("mxprof.report.diff")
+    fake.diff = diff
+    monkeypatch.setitem(sys.modules, "mxprof.report.diff", fake)
+    mxprof.report.report(new, tmp_path / "r.html", baseline=base)
+    text = (tmp_path / "r.html").read_text()
+    assert calls == [(str(base), str(new))]
+    assert "1 flagged regression(s)" in text and "beyond noise" in text
+    assert "data  2ms   3.8ms" in text and "<code>extra</code>" in text
+    assert text.index('id="sec-diff"') < text.index('id="sec-summary"')
+
+
+def test_baseline_without_the_diff_module_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "mxprof.report.diff", None)  # as if not installed
+    trace = write(tmp_path / "t.json", training())
+    with pytest.raises(mxprof.report.ReportUnavailable, match="baseline"):
+        mxprof.report.report(trace, tmp_path / "r.html", baseline=trace)
+    assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.slow
+def test_benchmark_quick_mode(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "report.py"), "--quick", "--json", out],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["events"] > 0 and doc["html_bytes"] > 0
+    assert "size" in proc.stdout and "build" in proc.stdout

@@ -1,0 +1,197 @@
+"""The report as a person sees it: opened in a real headless Chromium, offline.
+
+Debian's ``chromium`` and ``chromium-driver`` packages and selenium (the test
+extra) drive it; without them the test skips naming what is missing (.ci/run
+installs them).
+"""
+
+import json
+import os
+import shutil
+import time
+
+import pytest
+
+import mxprof
+from mxprof import _testing, memory
+
+pytest.importorskip("plotly", reason="the report needs plotly (pip install 'mxprof[report]')")
+webdriver = pytest.importorskip(
+    "selenium.webdriver", reason="the browser test needs selenium (the test extra)"
+)
+
+import mxprof.report  # noqa: E402 - after the skips for its dependency
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+pytestmark = [
+    pytest.mark.skipif(
+        CHROMIUM is None or DRIVER is None,
+        reason="needs Debian's chromium and chromium-driver (apt-get install chromium "
+        "chromium-driver); not found on PATH",
+    ),
+]
+DOCS_SCREENSHOT = os.environ.get("MXPROF_REPORT_SCREENSHOT")  # where to copy one, if set
+
+
+def record(path, clock):
+    """A small training loop with known times: steps, data loading, a counter, memory."""
+    _testing.start(path, profile_memory=True)
+    train = mxprof.Domain("train")
+    step, data, forward = train.new_frame("step"), train.new_task("data"), train.new_task("forward")
+    loss = train.new_counter("loss", 100)
+    for i in range(12):
+        with step:
+            with data:
+                clock(2_000_000 if i != 7 else 30_000_000)  # step 7 waits for data
+            with mxprof.scope("encoder:"), forward:
+                buf = memory.record_alloc((1 + i % 3) << 20, "gpu:0", tag="act")
+                clock(5_000_000 + 100_000 * i)
+                memory.record_free(buf)
+            loss.set_value(100 - 7 * i)
+        clock(50_000)
+    stats = json.loads(mxprof.dumps(format="json"))
+    _testing.finish(path)
+    return stats
+
+
+@pytest.fixture
+def browser(tmp_path):
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--window-size=1280,2400", "--disable-background-networking", "--no-first-run",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ):  # fmt: skip
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def wait_for(driver, script, timeout=30):
+    """Poll a JavaScript expression until it is truthy (bounded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = driver.execute_script(f"return {script}")
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {script}")
+
+
+def table(driver):
+    """The ranges table: per row, name and the numbers (ns) of its cells."""
+    return driver.execute_script(
+        """
+        var out = [];
+        document.querySelectorAll('#ranges tbody tr').forEach(function (tr) {
+          var c = tr.cells;
+          out.push({name: c[0].textContent, cat: c[1].textContent,
+                    count: +c[2].dataset.v, total: +c[3].dataset.v, self: +c[4].dataset.v,
+                    p50: +c[6].dataset.v, p90: +c[7].dataset.v, p99: +c[8].dataset.v});
+        });
+        return out;
+        """
+    )
+
+
+def test_the_report_in_a_real_browser(tmp_path, clock, browser):
+    trace = tmp_path / "train.json"
+    stats = record(trace, clock)
+    # A second process (another rank, say), so the side-by-side plot is there too.
+    other = _testing.load_trace(trace)
+    for e in other["traceEvents"]:
+        e["pid"] = 999_999
+    (tmp_path / "rank1.json").write_text(json.dumps(other))
+    page = tmp_path / "report.html"
+    mxprof.report.report(["train.json", "rank1.json"], page)  # the test runs in tmp_path
+    url = page.as_uri()
+
+    browser.get(url)
+    wait_for(browser, "document.readyState === 'complete' && window.Plotly !== undefined")
+    plots = wait_for(
+        browser,
+        """(function () {
+          var divs = document.querySelectorAll('.plotly-graph-div');
+          var out = [];
+          for (var i = 0; i < divs.length; i++) {
+            var d = divs[i];
+            if (!d.data || !d.querySelector('svg.main-svg')) return null;
+            var points = 0;
+            d.data.forEach(function (t) { points += (t.x || []).length; });
+            out.push([d.id, d.data.length, points]);
+          }
+          return out.length ? out : null;
+        })()""",
+    )
+    ids = {p[0] for p in plots}
+    assert {"histogram", "steps", "counter-0", "memory-devices", "memory-scopes"} <= ids
+    assert "processes" in ids
+    for div_id, traces, points in plots:
+        if div_id == "steps":
+            points -= 0  # the outlier marker trace may be empty; the bars are not
+        assert traces >= 1 and points > 0, (div_id, traces, points)
+
+    # The numbers: both processes recorded the same run, so each row is twice dumps()'s.
+    rows = {r["name"]: r for r in table(browser)}
+    assert set(rows) >= {"step", "data", "forward"}
+    for name, cat in (("step", "train,frame"), ("data", "train"), ("forward", "train")):
+        live, shown = stats["Time"][cat][name], rows[name]
+        assert shown["cat"] == cat
+        assert shown["count"] == 2 * live["Count"] == 24
+        assert shown["total"] == pytest.approx(2 * live["Total"] * 1e6, abs=24)
+        assert shown["self"] == pytest.approx(2 * live["Self"] * 1e6, abs=24)
+        for p in ("p50", "p90", "p99"):  # the live core's histogram: within 0.79 %
+            assert shown[p] == pytest.approx(live[p.upper()] * 1e6, rel=0.0079)
+    assert rows["data"]["p99"] == 30_000_000  # the slow step's data loading, exact
+
+    # Sorting: by Count ascending-first-click is descending for numbers; by Name, text order.
+    headers = browser.find_elements("css selector", "#ranges thead th")
+    before = [r["name"] for r in table(browser)]
+    headers[0].click()
+    by_name = [r["name"] for r in table(browser)]
+    assert by_name == sorted(by_name) and by_name != before
+    headers[2].click()
+    counts = [r["count"] for r in table(browser)]
+    assert counts == sorted(counts, reverse=True)
+    headers[2].click()
+    assert [r["count"] for r in table(browser)] == sorted(counts)
+    # Clicking a row draws its histogram.
+    browser.find_element("xpath", "//table[@id='ranges']//td[text()='data']").click()
+    title = browser.find_element("id", "hist-title").text
+    assert title.startswith("Durations of data (24 ranges)")
+    total = browser.execute_script(
+        "var d = document.getElementById('histogram').data[0].y;"
+        "return d.slice(0, d.length - 1).reduce(function (a, b) { return a + b; }, 0);"
+    )
+    assert total == 24
+
+    shot = tmp_path / "report.png"
+    browser.set_window_size(1280, 1800)
+    browser.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10_000
+    if DOCS_SCREENSHOT:
+        shutil.copyfile(shot, DOCS_SCREENSHOT)
+
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []
+    requests = []  # (url, the document that made it) of every request the browser made
+    for entry in browser.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            params = message["params"]
+            requests.append((params["request"]["url"], params.get("documentURL")))
+    assert (url, url) in requests
+    # The page fetched nothing but itself (data: URLs are in the file), and no
+    # request at all left the machine (the browser's own new-tab page loads
+    # chrome:// resources, which are not the network).
+    assert [u for u, doc in requests if doc == url and u != url and not u.startswith("data:")] == []
+    assert [
+        u for u, _ in requests if u.split(":")[0] in ("http", "https", "ws", "wss", "ftp")
+    ] == []
