@@ -26,6 +26,7 @@ OFFLINE = {
     "mxprof.errors",
     "mxprof.report",
     "mxprof.report.diff",
+    "mxprof.report.hints",
     "mxprof.report._html",
     "mxprof.report._sections",
     "mxprof.report._series",
@@ -34,9 +35,9 @@ OFFLINE = {
 PUBLIC = [
     "ConfigError", "Counter", "DeviceUnavailable", "Domain", "Event", "Frame", "Marker",
     "OutputError", "ProfilerAction", "ProfilerError", "StateError", "Task", "TraceFormatError",
-    "TraceReadError", "__version__", "current_scope", "dump", "dump_profile", "dumps", "load",
-    "memory", "pause", "profiler_set_config", "profile", "profiler_set_state", "record_function",
-    "resume", "schedule", "scope", "set_config", "set_state",
+    "TraceReadError", "__version__", "current_scope", "diff", "dump", "dump_profile", "dumps",
+    "load", "memory", "pause", "profiler_set_config", "profile", "profiler_set_state",
+    "record_function", "report", "resume", "schedule", "scope", "set_config", "set_state",
 ]  # fmt: skip
 
 

@@ -5,8 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import types
-from dataclasses import dataclass
 from html.parser import HTMLParser
 
 import pytest
@@ -21,6 +19,8 @@ import plotly.offline  # noqa: E402
 
 import mxprof.report  # noqa: E402
 from mxprof.report import _html, _sections, _series  # noqa: E402
+from mxprof.report.diff import diff  # noqa: E402
+from mxprof.report.hints import find_hints  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -302,68 +302,30 @@ def test_usage_errors_exit_2(tmp_path):
     assert (tmp_path / "r.html").stat().st_size > 1_000_000
 
 
-@dataclass(frozen=True)
-class StandInHint:
-    """The interface of mxprof.report.hints.Hint (issue 12), for this test only."""
-
-    rule: str
-    severity: str
-    title: str
-    evidence: tuple
-    suggestion: str
-    subjects: tuple = ()
-
-
-def test_hints_come_first_with_their_evidence(tmp_path, monkeypatch):
-    seen = []
-
-    def find_hints(traces):
-        seen.append(traces)
-        return [StandInHint("data-loading", "high", "Data loading takes <40 %> of step time",
-                            ("data: 38.000ms of 96.000ms", "step 6: 20.000ms"),
-                            "use more loader workers", ("data",))]  # fmt: skip
-
-    fake = types.ModuleType("mxprof.report.hints")
-    fake.find_hints = find_hints
-    monkeypatch.setitem(sys.modules, "mxprof.report.hints", fake)
-    make_report(tmp_path, training())
-    text = (tmp_path / "r.html").read_text()
-    assert len(seen) == 1 and [len(t) for t in seen[0]] == [80]
-    assert "Data loading takes &lt;40 %&gt; of step time" in text  # escaped
-    assert text.index('id="sec-hints"') < text.index('id="sec-summary"')
-    assert "step 6: 20.000ms" in text and "use more loader workers" in text
+def test_hints_come_first_with_their_evidence(tmp_path):
+    _, trace = make_report(tmp_path, training())
+    text = (tmp_path / "r.html").read_text(encoding="utf-8")
+    hints = find_hints([mxprof.load(trace)])
+    assert {h.rule for h in hints} >= {"data-loading", "memory-growth"}
+    places = [text.index(_html.esc(h.title)) for h in hints]
+    assert places == sorted(places)  # most severe first, as find_hints gives them
+    assert text.index('id="sec-hints"') < min(places) < text.index('id="sec-summary"')
+    for h in hints:
+        assert _html.esc(h.suggestion) in text
+        assert all(_html.esc(line) in text for line in h.evidence)
 
 
-def test_baseline_puts_the_diff_in_the_page(tmp_path, monkeypatch):
+def test_baseline_puts_the_diff_in_the_page(tmp_path):
     base = write(tmp_path / "base.json", training(slow=99))
-    new = write(tmp_path / "new.json", training())
-    calls = []
-
-    def diff(b, n, *, threshold=5.0):
-        calls.append((b.path, n.path))
-        row = types.SimpleNamespace(name="data", why="P50 and P99 both up, beyond noise")
-        return types.SimpleNamespace(
-            regressions=[row], improvements=[], only_base=[], only_new=["extra"],
-            to_table=lambda: "name  base  new\ndata  2ms   3.8ms",
-        )  # fmt: skip
-
-    fake = types.ModuleType("mxprof.report.diff")
-    fake.diff = diff
-    monkeypatch.setitem(sys.modules, "mxprof.report.diff", fake)
+    new = write(tmp_path / "new.json", training() + [X("extra", 0, 10)])
     mxprof.report.report(new, tmp_path / "r.html", baseline=base)
     text = (tmp_path / "r.html").read_text()
-    assert calls == [(str(base), str(new))]
-    assert "1 flagged regression(s)" in text and "beyond noise" in text
-    assert "data  2ms   3.8ms" in text and "<code>extra</code>" in text
+    result = diff(str(base), str(new))
+    assert result.only_new == ["extra"]
     assert text.index('id="sec-diff"') < text.index('id="sec-summary"')
-
-
-def test_baseline_without_the_diff_module_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "mxprof.report.diff", None)  # as if not installed
-    trace = write(tmp_path / "t.json", training())
-    with pytest.raises(mxprof.report.ReportUnavailable, match="baseline"):
-        mxprof.report.report(trace, tmp_path / "r.html", baseline=trace)
-    assert not (tmp_path / "r.html").exists()
+    assert "<code>extra</code>" in text
+    table = _html.esc(result.to_table())
+    assert all(line in text for line in table.splitlines() if line.strip())
 
 
 @pytest.mark.slow
