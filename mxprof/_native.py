@@ -34,6 +34,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable, NamedTuple, TypeVar
 
+from ._tallies import TALLIES
 from .errors import ConfigError, ProfilerError, StateError
 
 try:
@@ -295,15 +296,7 @@ def stats_snapshot(reset: bool = False) -> list[Stat]:
     )
 
 
-COUNT_FIELDS = (
-    "dropped_events",
-    "unmatched_stops",
-    "non_lifo_stops",
-    "ignored_calls",
-    "unknown_frees",
-    "cut_ranges",
-    "saturated_values",
-)
+COUNT_FIELDS = TALLIES  # mxp_counts' fields
 
 
 def counts() -> dict[str, int]:

@@ -19,6 +19,7 @@ from mxprof import _testing
 OFFLINE = {
     "mxprof",
     "mxprof._render",
+    "mxprof._tallies",
     "mxprof._tracejson",
     "mxprof._version",
     "mxprof.averages",
@@ -270,7 +271,7 @@ def test_the_offline_tier_imports_only_the_offline_tier():
 
     root = pathlib.Path(mxprof.__file__).parent
     packages = {"trace", "report"}
-    offline = {"errors", "_version", "_tracejson", "_render", "averages", *packages}
+    offline = {"errors", "_version", "_tallies", "_tracejson", "_render", "averages", *packages}
     for pkg in packages:
         offline |= {f"{pkg}.{p.stem}" for p in (root / pkg).glob("*.py") if p.stem != "__init__"}
     assert {"report.hints", "report.diff"} <= offline

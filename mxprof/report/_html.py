@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._render import format_ns
+from .._tallies import TALLIES
 from .._version import __version__
 from ._sections import (
     COUNTER_PLOTS,
@@ -22,7 +23,6 @@ from ._sections import (
     PROCESS_NAMES,
     SCOPE_LINES,
     TABLE_ROWS,
-    TALLIES,
     Sections,
 )
 from ._series import POINTS, Series

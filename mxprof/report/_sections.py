@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .._tallies import TALLIES
 from ..averages import Row
 from ..trace import Event, Trace
 from ._series import (
@@ -35,16 +36,6 @@ COUNTER_PLOTS = 12  # counters plotted (the rest are listed)
 SCOPE_LINES = 10  # scopes plotted in the memory-by-scope plot
 PROCESS_NAMES = 10  # ranges compared across processes
 
-# The tallies mxprof writes into otherData (README, "The trace file").
-TALLIES = (
-    "dropped_events",
-    "unmatched_stops",
-    "non_lifo_stops",
-    "ignored_calls",
-    "unknown_frees",
-    "cut_ranges",
-    "saturated_values",
-)
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
