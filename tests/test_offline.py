@@ -31,6 +31,7 @@ OFFLINE = {
     "mxprof.report._html",
     "mxprof.report._sections",
     "mxprof.report._series",
+    "mxprof.report._steps",
 }
 
 PUBLIC = [

@@ -7,7 +7,6 @@ over the events, not one point per event.
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -27,6 +26,7 @@ from ._series import (
     raw_series,
     series,
 )
+from ._steps import is_frame, is_profiler_step, step_number
 
 HIST_ROWS = 500  # ranges (largest total first) whose histogram the page holds
 TABLE_ROWS = 2000  # most rows of the ranges table
@@ -35,8 +35,6 @@ BREAKDOWN_NAMES = 8  # top-level ranges shown by name in the step breakdown
 COUNTER_PLOTS = 12  # counters plotted (the rest are listed)
 SCOPE_LINES = 10  # scopes plotted in the memory-by-scope plot
 PROCESS_NAMES = 10  # ranges compared across processes
-
-_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
 @dataclass
@@ -256,20 +254,11 @@ def _step_kind(name: str, category: str) -> tuple[str, str] | None:
     A frame (category ``<domain>,frame``) is a step of its own name; torch's
     ``ProfilerStep#N`` ranges are all steps of one kind, ``ProfilerStep``.
     """
-    if category.endswith(",frame"):
+    if is_frame(category):
         return (name, category)
-    if _PROFILER_STEP.match(name):
+    if is_profiler_step(name):
         return ("ProfilerStep", category)
     return None
-
-
-def _step_number(event: Event, order: int) -> int:
-    """A step's number: the frame's index, the N of ProfilerStep#N, else its order."""
-    index = event.args.get("frame")
-    if isinstance(index, int) and not isinstance(index, bool):
-        return index
-    match = _PROFILER_STEP.match(event.name)
-    return int(match.group(1)) if match else order
 
 
 def _steps(trace: Trace) -> Steps | None:
@@ -309,7 +298,7 @@ def _steps(trace: Trace) -> Steps | None:
             steps = by_thread.setdefault(thread, [])
         if (e.name, e.category) in step_names:
             inside_step = {}
-            steps.append((_step_number(e, len(steps)), dur, inside_step))
+            steps.append((step_number(e, len(steps)), dur, inside_step))
             step_end, child_end = e.ts + dur, e.ts
             continue
         end = e.ts + dur

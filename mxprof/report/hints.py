@@ -97,6 +97,7 @@ from typing import Callable, Optional, Union
 
 from .._render import display, format_ns
 from ..trace import Event, Trace
+from ._steps import is_frame, is_profiler_step, step_number
 
 __all__ = ["Hint", "find_hints"]
 
@@ -295,9 +296,9 @@ def _processes(traces: list[Trace]) -> list[_Process]:
                 thread = p.threads.setdefault(e.tid, [])
             thread.append(e)
             p.durations.setdefault((e.name, e.category), []).append(dur)
-            if e.category.endswith(",frame"):
+            if is_frame(e.category):
                 p.step_groups.setdefault((e.tid, e.name), []).append(e)
-            elif e.name.startswith("ProfilerStep#"):
+            elif is_profiler_step(e.name):
                 p.step_groups.setdefault((e.tid, "ProfilerStep#"), []).append(e)
         for p in mine.values():
             p.role, p.label = _label(traces, i, p.pid, len(mine))
@@ -334,16 +335,7 @@ def _pick_steps(p: _Process) -> _Steps | None:
     (tid, name), ranges = max(
         p.step_groups.items(), key=lambda kv: (len(kv[1]), sum(e.dur or 0 for e in kv[1]))
     )
-    index = []
-    for k, e in enumerate(ranges):
-        frame = e.args.get("frame")
-        digits = e.name[len("ProfilerStep#") :] if name == "ProfilerStep#" else ""
-        if isinstance(frame, int) and not isinstance(frame, bool):
-            index.append(frame)
-        elif digits.isdigit():
-            index.append(int(digits))
-        else:
-            index.append(k)
+    index = [step_number(e, k) for k, e in enumerate(ranges)]
     return _Steps(name, tid, index, ranges)
 
 
@@ -364,7 +356,7 @@ def _is_loading(name: str, category: str, cache: dict[tuple[str, str], bool]) ->
             words & LOADING_WORDS
             or ("data" in words and "parallel" not in words)
             or (words & {"batch", "batches"} and words & BATCH_VERBS)
-            or (not category.endswith(",frame") and _words(category) & (LOADING_WORDS | {"input"}))
+            or (not is_frame(category) and _words(category) & (LOADING_WORDS | {"input"}))
         )
         cache[(name, category)] = known
     return known
@@ -482,8 +474,8 @@ def _data_loading(traces: list[Trace], procs: list[_Process]) -> Hint | None:
             for e in p.threads.get(tid, ()):
                 if (
                     _is_loading(e.name, e.category, cache)
-                    and not e.category.endswith(",frame")
-                    and not e.name.startswith("ProfilerStep#")
+                    and not is_frame(e.category)
+                    and not is_profiler_step(e.name)
                     and not _holds_a_step(e, steps, starts)
                 ):
                     ranges.append(e)
@@ -661,7 +653,7 @@ def _tail_latency(traces: list[Trace], procs: list[_Process]) -> Hint | None:
     steps = {(s.ranges[0].name, s.ranges[0].category) for p in procs if (s := p.steps)}
     for p in procs:
         for key, durations in p.durations.items():
-            if key not in steps and not key[0].startswith("ProfilerStep#"):
+            if key not in steps and not is_profiler_step(key[0]):
                 pooled.setdefault(key, []).extend(durations)
     found = []
     for (name, category), durations in pooled.items():

@@ -1,0 +1,36 @@
+"""What a step is, for every reader of steps (the report's page and its hints).
+
+A step is a range of a frame (category ``<domain>,frame``, its number in
+``args.frame``) or torch.profiler's ``ProfilerStep#N`` (number N).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..trace import Event
+
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def is_frame(category: str) -> bool:
+    """Whether ranges of this category are frames (numbered steps)."""
+    return category.endswith(",frame")
+
+
+def is_profiler_step(name: str) -> bool:
+    """Whether a range of this name is torch.profiler's ``ProfilerStep#N``."""
+    return _PROFILER_STEP.match(name) is not None
+
+
+def step_number(event: Event, order: int) -> int:
+    """A step's number: the frame's index, the N of ProfilerStep#N, else its
+    order among its kind's steps.
+
+    Example: ``step_number(event, 3)`` is 7 for ``ProfilerStep#7``.
+    """
+    index = event.args.get("frame")
+    if isinstance(index, int) and not isinstance(index, bool):
+        return index
+    match = _PROFILER_STEP.match(event.name)
+    return int(match.group(1)) if match else order
