@@ -31,7 +31,7 @@ from ._html import diff_html, hints_html, page
 from ._sections import build
 from .diff import Diff
 from .diff import diff as compare
-from .hints import Hint, find_hints
+from .hints import find_hints
 
 __all__ = ["ReportUnavailable", "report"]
 
@@ -103,10 +103,6 @@ def _write(output: str, text: str) -> None:
         raise
 
 
-def _hints(traces: Sequence[Trace]) -> Sequence[Hint]:
-    return find_hints(traces)
-
-
 def _diff(baseline: list[str], traces: Sequence[Trace]) -> Diff:
     base = [_load(p) for p in baseline]
     return compare(base if len(base) > 1 else base[0], traces if len(traces) > 1 else traces[0])
@@ -154,7 +150,7 @@ def report(paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) ->
     traces = [_load(p) for p in inputs]
     sections = build(inputs, traces)
     compared = diff_html(_diff(bases, traces), bases) if bases else ""
-    _write(out, page(sections, hints_html(_hints(traces)), compared))
+    _write(out, page(sections, hints_html(find_hints(traces)), compared))
     return out
 
 
