@@ -225,8 +225,11 @@ def test_reading_needs_no_compiled_core(tmp_path):
     """A copy of the package without its compiled core (a source tree never
     built) still loads traces and runs stats and repair; a live name says
     what is missing.  Without site-packages (-S): reading needs only the
-    standard library, and no installed mxprof can lend its core."""
+    standard library and msgspec (its one dependency, put on the path by
+    hand), and no installed mxprof can lend its core."""
     import shutil
+
+    import msgspec
 
     trace = recorded(tmp_path)
     package = tmp_path / "src" / "mxprof"
@@ -239,6 +242,7 @@ def test_reading_needs_no_compiled_core(tmp_path):
         """
         import json, sys
         sys.path.insert(0, sys.argv[2])
+        sys.path.append(sys.argv[3])
         import mxprof
         from mxprof import cli
         codes = [
@@ -255,6 +259,7 @@ def test_reading_needs_no_compiled_core(tmp_path):
         """,
         trace,
         tmp_path / "src",
+        os.path.dirname(os.path.dirname(msgspec.__file__)),
         cwd=tmp_path,
         flags=["-S"],
     )

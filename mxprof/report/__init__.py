@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from typing import Union
 
 from ..errors import OutputError, ProfilerError, TraceFormatError
-from ..trace import Trace, load
+from ..trace import Trace
+from ..trace.model import read_events
 from ..trace.reader import shown
 from ._html import diff_html, hints_html, page
 from ._sections import build
@@ -53,7 +54,7 @@ def _paths(inputs: Inputs, what: str) -> list[str]:
 
 
 def _load(path: str) -> Trace:
-    trace = load(path)
+    trace = read_events(path)
     if not len(trace) and not trace.truncated:
         raise TraceFormatError(f"{shown(path)}: the trace holds no events; nothing to report")
     return trace

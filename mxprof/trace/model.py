@@ -8,58 +8,41 @@ ranges nested in the file stay nested after rounding.
 
 from __future__ import annotations
 
-import json
-import math
 import os
+import re
+from array import array
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Union, overload
+from operator import attrgetter
+from typing import Any, overload
+
+import msgspec
 
 from ..averages import KeyAverages, Row
-from .reader import PathArg, RawEvent, read_raw
+from . import _scan
+from ._convert import Converter, ThreadKey, ns_ratio, round_ratio
+from ._event import DECODE_EVENTS, Event, Id
+from .reader import PathArg, RawEvent, open_trace, read_raw
 from .tree import CallTree, build_tree, structure
 
-Id = Union[int, str]
-ThreadKey = tuple[Id, Id]
+__all__ = ["Event", "Trace", "base_time_ns", "load", "ns_ratio", "round_ratio"]
 
-_RANGE_PHASES = frozenset("XBEbe")
-# Phases kept besides ranges, and what they become ('I' is the old name of 'i').
-_POINT_PHASES = {"i": "i", "I": "i", "n": "n", "R": "R", "C": "C"}
 _PERCENTILES = (50, 90, 99)
-
-
-@dataclass(frozen=True)
-class Event:
-    """One range, instant or counter sample, times in ns on the trace's own axis.
-
-    ``ph`` is ``'X'`` for every range, whatever phases it was written as (X,
-    a B/E pair, a b/e pair); ``dur`` is None for events that are not ranges.
-    ``pid`` and ``tid`` are as in the file (Kineto writes some as strings).
-
-    Example:
-        >>> e = Event("step", "train", "X", ts=1_000, dur=500, pid=1, tid=1, args={})
-        >>> e.end
-        1500
-    """
-
-    name: str
-    category: str
-    ph: str
-    ts: int
-    dur: int | None
-    pid: Id
-    tid: Id
-    args: dict[str, Any]
-
-    @property
-    def end(self) -> int:
-        """ts + dur in ns (ts for events that are not ranges)."""
-        return self.ts + (self.dur or 0)
+# A run of the text holding an async begin or end: the fast decoding drops
+# their ids, so the run is read the general way.
+_ASYNC = re.compile(rb'"ph"\s*:\s*"[be]"')
+_TS = attrgetter("ts")
 
 
 def load(path: PathArg) -> Trace:
     """Load a trace file: Chrome JSON (mxprof's, torch.profiler's, viztracer's, ...),
     gzip-compressed or not, or the Perfetto protobuf mxprof writes.
+
+    The file is read once here, and checked whole; its events are read again
+    only when something needs them one by one (iteration, ``filter``,
+    ``tree``). ``key_averages`` and ``table`` of a file in mxprof's own shape
+    (one event per line, as the core and ``merge`` write) come from that
+    first reading: memory then grows with the threads and the distinct names,
+    and 8 bytes per range for exact percentiles, not with whole events.
 
     A file cut short loads everything complete before the cut, with
     ``Trace.truncated`` set; see ``read_raw`` for the forms accepted.
@@ -74,8 +57,15 @@ def load(path: PathArg) -> Trace:
         >>> trace = mxprof.load("trace.json")  # doctest: +SKIP
         >>> print(trace.filter(category="train").table(sort_by="self"))  # doctest: +SKIP
     """
-    events, metadata, truncated = read_raw(path)
-    return Trace.from_raw(events, metadata=metadata, truncated=truncated, path=os.fspath(path))
+    return Trace._read(path, keep_events=False)
+
+
+def read_events(path: PathArg) -> Trace:
+    """``load``, holding every event from the start (one reading instead of two).
+
+    For whoever will go through the events anyway, as the report does.
+    """
+    return Trace._read(path, keep_events=True)
 
 
 def base_time_ns(metadata: dict[str, Any]) -> int | None:
@@ -95,10 +85,6 @@ def base_time_ns(metadata: dict[str, Any]) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return int(value)
-
-
-def _order(event: Event) -> tuple[str, str, int, int]:
-    return (str(event.pid), str(event.tid), event.ts, -(event.dur or 0))
 
 
 class Trace(Sequence[Event]):
@@ -126,7 +112,10 @@ class Trace(Sequence[Event]):
         path: str | None = None,
         unmatched: int = 0,
     ) -> None:
-        self.events: list[Event] = sorted(events, key=_order)
+        threads: dict[ThreadKey, list[Event]] = {}
+        for event in events:
+            threads.setdefault((event.pid, event.tid), []).append(event)
+        self._events: list[Event] | None = _in_order(threads)
         self.metadata: dict[str, Any] = metadata if metadata is not None else {}
         self.truncated = truncated
         self.process_names: dict[Id, str] = process_names if process_names is not None else {}
@@ -136,6 +125,8 @@ class Trace(Sequence[Event]):
         # (parent index, self ns) per event; computed on first use. A subset
         # carries its source's, so filtering never changes a range's self time.
         self._structure: tuple[list[int], list[int]] | None = None
+        # Of a file read without keeping its events: their count and statistics.
+        self._summary: _Summary | None = None
 
     @classmethod
     def from_raw(
@@ -157,11 +148,23 @@ class Trace(Sequence[Event]):
             >>> t[0].ph, t[0].ts, t[0].dur
             ('X', 1000, 2000)
         """
-        converted = _Converter()
-        for seq, raw in enumerate(events):
-            converted.add(seq, raw)
-        return cls(
-            converted.finish(),
+        converted = Converter()
+        for raw in events:
+            converted.add(raw)
+        return cls._of(converted, metadata, truncated, path)
+
+    @classmethod
+    def _of(
+        cls,
+        converted: Converter,
+        metadata: dict[str, Any] | None,
+        truncated: bool,
+        path: str | None,
+    ) -> Trace:
+        """The Trace of a finished conversion into lists (or into a summary, events=None)."""
+        sinks = converted.finish()
+        trace = cls(
+            (),
             metadata=metadata,
             truncated=truncated,
             process_names=converted.process_names,
@@ -169,6 +172,45 @@ class Trace(Sequence[Event]):
             path=path,
             unmatched=converted.unmatched,
         )
+        if all(isinstance(sink, list) for sink in sinks.values()):
+            trace._events = _in_order(sinks)  # type: ignore[arg-type]
+        else:
+            trace._events = None
+        return trace
+
+    @classmethod
+    def _read(cls, path: PathArg, *, keep_events: bool) -> Trace:
+        """Read path whole: its events kept, or only counted and summed up."""
+        name = os.fspath(path)
+        summary = None if keep_events else _Summary()
+        try:
+            converted, metadata = _read_lines(path, None if summary is None else summary.sink)
+        except _scan.NotLines:
+            events, metadata, truncated = read_raw(path)
+            return cls.from_raw(events, metadata=metadata, truncated=truncated, path=name)
+        trace = cls._of(converted, metadata, False, name)
+        trace._summary = summary
+        return trace
+
+    @property
+    def events(self) -> list[Event]:
+        """Every event, ordered by ``(str(pid), str(tid), ts, -dur)``, ties in file order."""
+        if self._events is None:
+            # Read without keeping its events: read them now (the file is
+            # mxprof's own shape, or it would have been read whole at once).
+            assert self.path is not None
+            try:
+                converted, _ = _read_lines(self.path, None)
+                self._events = _in_order(converted.finish())  # type: ignore[arg-type]
+            except _scan.NotLines:  # changed since: read it whole
+                raw, _, _ = read_raw(self.path)
+                self._events = Trace.from_raw(raw).events
+        return self._events
+
+    @events.setter
+    def events(self, events: list[Event]) -> None:
+        self._events = events
+        self._summary = None
 
     @property
     def base_time_ns(self) -> int | None:
@@ -176,6 +218,8 @@ class Trace(Sequence[Event]):
         return base_time_ns(self.metadata)
 
     def __len__(self) -> int:
+        if self._events is None and self._summary is not None:
+            return self._summary.count
         return len(self.events)
 
     def __iter__(self) -> Iterator[Event]:
@@ -191,7 +235,7 @@ class Trace(Sequence[Event]):
         return self.events[index]
 
     def __repr__(self) -> str:
-        return f"Trace({self.path!r}, {len(self.events)} events{', truncated' * self.truncated})"
+        return f"Trace({self.path!r}, {len(self)} events{', truncated' * self.truncated})"
 
     def _parts(self) -> tuple[list[int], list[int]]:
         if self._structure is None:
@@ -276,22 +320,20 @@ class Trace(Sequence[Event]):
             >>> row.name, row.count, row.total, row.p50  # doctest: +SKIP
             ('outer', 2, 8000000, 4000000)
         """
+        summary = self._summary
+        if self._events is None and summary is not None and not summary.broken:
+            return _rows(summary.groups)
         _, selfs = self._parts()
-        groups: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        groups: dict[tuple[str, str], tuple[array[int], list[int]]] = {}
         for i, event in enumerate(self.events):
             if event.dur is not None:
-                durations, self_times = groups.setdefault((event.name, event.category), ([], []))
-                durations.append(event.dur)
-                self_times.append(selfs[i])
-        rows = []
-        for (name, category), (durations, self_times) in groups.items():
-            durations.sort()
-            count, total, least, most = len(durations), sum(durations), durations[0], durations[-1]
-            p50, p90, p99 = (_nearest_rank(durations, p) for p in _PERCENTILES)
-            rows.append(
-                Row(name, category, count, total, sum(self_times), least, most, p50, p90, p99)
-            )
-        return KeyAverages(rows).sorted("total")
+                key = (event.name, event.category)
+                group = groups.get(key)
+                if group is None:
+                    group = groups[key] = (array("q"), [0])
+                group[0].append(event.dur)
+                group[1][0] += selfs[i]
+        return _rows(groups)
 
     def table(self, sort_by: str = "total", row_limit: int | None = 100) -> str:
         """``key_averages().table(...)``: the statistics as a text table.
@@ -326,153 +368,122 @@ def _nearest_rank(ordered: list[int], percent: int) -> int:
     return ordered[max(rank, 1) - 1]
 
 
-def ns_ratio(value: object) -> tuple[int, int] | None:
-    """A time in µs from the file as an exact fraction of ns (numerator,
-    denominator), or None if it is none.  ``load`` and ``merge`` both read
-    times through it, so that they round alike.
+def _longer_first(event: Event) -> int:
+    return -(event.dur or 0)
 
-    Example:
-        >>> ns_ratio(1.5), ns_ratio("2"), ns_ratio(None)
-        ((3000, 2), (2000, 1), None)
+
+def _in_order(threads: dict[ThreadKey, list[Event]]) -> list[Event]:
+    """The threads' events (each list in file order) as ``Trace.events`` orders them."""
+    ordered: list[Event] = []
+    for key in sorted(threads, key=lambda k: (str(k[0]), str(k[1]))):
+        events = threads[key]
+        # Two stable sorts: by ts, longer first at one ts, ties in file order.
+        events.sort(key=_longer_first)
+        events.sort(key=_TS)
+        ordered += events
+    return ordered
+
+
+def _rows(groups: dict[tuple[str, str], tuple[array[int], list[int]]]) -> KeyAverages:
+    """Rows of (durations, [self total]) per (name, category)."""
+    rows = []
+    for (name, category), (durations, self_total) in sorted(groups.items()):
+        ordered = sorted(durations)
+        count, total, least, most = len(ordered), sum(ordered), ordered[0], ordered[-1]
+        p50, p90, p99 = (_nearest_rank(ordered, p) for p in _PERCENTILES)
+        rows.append(Row(name, category, count, total, self_total[0], least, most, p50, p90, p99))
+    return KeyAverages(rows).sorted("total")
+
+
+class _Summary:
+    """What ``key_averages`` needs of a file, gathered while it is read once.
+
+    Self times are worked out as the events come, which needs each thread's
+    ranges in the order they ended (mxprof's writers write a range when it
+    ends), a range that contains another with the same end after it. A thread
+    in another order sets ``broken``: then the events are read again and
+    ``key_averages`` is computed from them.
     """
-    if type(value) is str:
-        try:
-            value = float(value)
-        except ValueError:
-            return None
-    if type(value) is float:
-        if not math.isfinite(value):
-            return None
-        num, den = value.as_integer_ratio()
-        return num * 1000, den
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value * 1000, 1
-    return None
-
-
-def round_ratio(num: int, den: int) -> int:
-    """num / den (den > 0) rounded to the nearest integer, halves up: a
-    rounding that never decreases as num grows, so nesting survives it.
-
-    Example:
-        >>> round_ratio(*ns_ratio(0.0015)), round_ratio(5, 2)
-        (2, 3)
-    """
-    return (2 * num + den) // (2 * den)
-
-
-def _ident(value: object) -> Id:
-    """A pid or tid as in the file, made hashable; a whole float becomes an int."""
-    if type(value) is int or type(value) is str:
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return "" if value is None else json.dumps(value, sort_keys=True)
-
-
-class _Converter:
-    """Turns raw events into Events: pairs B/E per thread and b/e per async id."""
 
     def __init__(self) -> None:
-        self.done: list[tuple[int, Event]] = []
-        self.paired: list[tuple[int, int, RawEvent]] = []
-        self.process_names: dict[Id, str] = {}
-        self.thread_names: dict[ThreadKey, str] = {}
-        self.unmatched = 0
+        self.count = 0
+        self.broken = False
+        self.groups: dict[tuple[str, str], tuple[array[int], list[int]]] = {}
 
-    def add(self, seq: int, raw: RawEvent) -> None:
-        ph = raw.get("ph")
-        if ph == "M":
-            self._metadata(raw)
-            return
-        if type(ph) is not str or (ph not in _RANGE_PHASES and ph not in _POINT_PHASES):
-            return
-        ts = ns_ratio(raw.get("ts"))
-        if ts is None:
-            return
-        start = round_ratio(*ts)
-        if ph != "X" and ph in _RANGE_PHASES:
-            self.paired.append((start, seq, raw))
-            return
-        dur = None
-        if ph == "X":
-            length = ns_ratio(raw.get("dur", 0)) or (0, 1)
-            # Round the end, not the length, so that nesting survives rounding.
-            end = round_ratio(ts[0] * length[1] + length[0] * ts[1], ts[1] * length[1])
-            dur = max(end - start, 0)
-        self.done.append((seq, _event(raw, "X" if ph == "X" else _POINT_PHASES[ph], start, dur)))
+    def sink(self, key: ThreadKey) -> _Running:
+        return _Running(self)
 
-    def _metadata(self, raw: RawEvent) -> None:
-        args = raw.get("args")
-        name = args.get("name") if isinstance(args, dict) else None
-        if not isinstance(name, str):
-            return
-        pid = _ident(raw.get("pid", 0))
-        if raw.get("name") == "process_name":
-            self.process_names[pid] = name
-        elif raw.get("name") == "thread_name":
-            self.thread_names[(pid, _ident(raw.get("tid", 0)))] = name
 
-    def finish(self) -> list[Event]:
-        """All events in file order (a paired range at its begin's place)."""
-        # Pair in time order, ties in file order, as chrome://tracing does.
-        self.paired.sort(key=lambda item: (item[0], item[1]))
-        threads: dict[ThreadKey, list[tuple[int, int, RawEvent]]] = {}
-        flows: dict[tuple[Id, str, str], list[tuple[int, int, RawEvent]]] = {}
-        for item in self.paired:
-            ts, seq, raw = item
-            ph = raw["ph"]
-            if ph in ("B", "E"):
-                stack = threads.setdefault(_thread(raw), [])
-                if ph == "B":
-                    stack.append(item)
-                elif stack:
-                    self._close(stack.pop(), ts, raw)
-                else:
-                    self.unmatched += 1
-            else:
-                async_id = json.dumps(raw.get("id", raw.get("id2")), sort_keys=True)
-                key = (_ident(raw.get("pid", 0)), _text(raw.get("cat")), async_id)
-                stack = flows.setdefault(key, [])
-                if ph == "b":
-                    stack.append(item)
+class _Running:
+    """One thread's ranges that no range seen so far contains: (start, length)."""
+
+    __slots__ = ("summary", "starts", "lengths", "last_end")
+
+    def __init__(self, summary: _Summary) -> None:
+        self.summary = summary
+        self.starts: array[int] = array("q")
+        self.lengths: array[int] = array("q")
+        self.last_end = -(1 << 63)
+
+    def append(self, event: Event) -> None:
+        summary = self.summary
+        summary.count += 1
+        length = event.dur
+        if length is None or summary.broken:
+            return
+        start = event.ts
+        end = start + length
+        starts = self.starts
+        if end < self.last_end or (
+            # The range before ends here too and contains this one: it came
+            # first, so it was taken for a range without this child.
+            end == self.last_end and length > 0 and starts[-1] <= start and self.lengths[-1] > 0
+        ):
+            summary.broken = True
+            return
+        self.last_end = end
+        children = 0
+        if length > 0:  # zero-length ranges contain nothing
+            lengths = self.lengths
+            while starts and starts[-1] >= start:
+                starts.pop()
+                children += lengths.pop()
+        key = (event.name, event.category)
+        group = summary.groups.get(key)
+        if group is None:
+            group = summary.groups[key] = (array("q"), [0])
+        group[0].append(length)
+        if length > children:
+            group[1][0] += length - children
+        starts.append(start)
+        self.lengths.append(length)
+
+
+def _read_lines(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any]]:
+    """Read a file in mxprof's one-event-per-line shape into sink(thread) per thread.
+
+    Raises:
+        _scan.NotLines: the file is not in that shape (or is cut short, or
+            damaged): read it whole with ``read_raw``.
+        TraceReadError: the path cannot be read.
+    """
+    converted = Converter(sink)
+    with open_trace(path) as f:
+        blocks = _scan.blocks(f)
+        while True:
+            try:
+                text = next(blocks)
+            except StopIteration as stop:
+                metadata: dict[str, Any] = stop.value
+                break
+            if _ASYNC.search(text) is None:
+                try:
+                    converted.add_block(DECODE_EVENTS(text))
                     continue
-                # An 'e' closes the innermost open 'b' of its name (any, if it has none).
-                name = raw.get("name")
-                for k in range(len(stack) - 1, -1, -1):
-                    if name is None or stack[k][2].get("name") == name:
-                        self._close(stack.pop(k), ts, raw)
-                        break
-                else:
-                    self.unmatched += 1
-        self.unmatched += sum(len(s) for s in threads.values())
-        self.unmatched += sum(len(s) for s in flows.values())
-        self.done.sort(key=lambda item: item[0])
-        return [event for _, event in self.done]
-
-    def _close(self, begin: tuple[int, int, RawEvent], end_ts: int, end: RawEvent) -> None:
-        start, seq, raw = begin
-        args = raw.get("args")
-        end_args = end.get("args")
-        if isinstance(end_args, dict) and end_args:
-            # The end's args add to the begin's, as in the Trace Event Format.
-            args = {**(args if isinstance(args, dict) else {}), **end_args}
-            raw = {**raw, "args": args}
-        self.done.append((seq, _event(raw, "X", start, max(end_ts - start, 0))))
-
-
-def _text(value: object) -> str:
-    if type(value) is str:
-        return value
-    return "" if value is None else str(value)
-
-
-def _thread(raw: RawEvent) -> ThreadKey:
-    return (_ident(raw.get("pid", 0)), _ident(raw.get("tid", 0)))
-
-
-def _event(raw: RawEvent, ph: str, ts: int, dur: int | None) -> Event:
-    args = raw.get("args")
-    pid, tid = _thread(raw)
-    name, category = _text(raw.get("name")), _text(raw.get("cat"))
-    return Event(name, category, ph, ts, dur, pid, tid, args if isinstance(args, dict) else {})
+                except msgspec.ValidationError:
+                    pass  # a value the fast decoding does not take: read the run as dicts
+                except msgspec.DecodeError:
+                    raise _scan.NotLines from None
+            for raw in _scan.raw_events(text):
+                converted.add(raw)
+    return converted, metadata

@@ -15,7 +15,8 @@ import json
 import os
 import re
 import zlib
-from typing import Any, Union
+from collections.abc import Callable
+from typing import Any, BinaryIO, TypeVar, Union
 
 from ..errors import TraceFormatError, TraceReadError
 from .perfetto import looks_like_perfetto, read_perfetto
@@ -71,7 +72,7 @@ def read_raw(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], bool]:
         ('X', 1795242929580964856, False)
     """
     where = shown(os.fspath(path))
-    data = _read_bytes(os.fspath(path), where)
+    data = _read_bytes(os.fspath(path))
     if looks_like_perfetto(data):
         return read_perfetto(data, where)
     cut = False
@@ -104,11 +105,34 @@ def shown(path: str) -> str:
     return path if path.isprintable() else repr(path)
 
 
-def _read_bytes(path: str, where: str) -> bytes:
+def open_trace(path: PathArg) -> BinaryIO:
+    """The file open for reading bytes; every way the path can fail is one TraceReadError.
+
+    Example:
+        >>> with open_trace("trace.json") as f:  # doctest: +SKIP
+        ...     head = f.read(16)
+    """
+    name = os.fspath(path)
+    return _failing_as_trace_error(lambda: open(name, "rb"), name)
+
+
+def _read_bytes(path: str) -> bytes:
     """The file's bytes; every way the path can fail is one TraceReadError."""
-    try:
+
+    def read() -> bytes:
         with open(path, "rb") as f:
             return f.read()
+
+    return _failing_as_trace_error(read, path)
+
+
+_T = TypeVar("_T")
+
+
+def _failing_as_trace_error(action: Callable[[], _T], path: str) -> _T:
+    where = shown(path)
+    try:
+        return action()
     except OSError as e:
         reason = e.strerror or str(e)
         raise TraceReadError(f"{where}: cannot read: {reason}", path, e.errno) from None

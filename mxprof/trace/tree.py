@@ -37,27 +37,35 @@ def structure(events: Sequence[Event]) -> tuple[list[int], list[int]]:
     """
     parents = [-1] * len(events)
     selfs = [0] * len(events)
-    open_ranges: dict[ThreadKey, list[int]] = {}
+    # Per thread, the ranges that may still contain what comes: (ts, end, index).
+    open_ranges: dict[ThreadKey, list[tuple[int, int, int]]] = {}
+    stack: list[tuple[int, int, int]] = []
+    thread: ThreadKey | None = None
     for i, event in enumerate(events):
-        if event.dur is None:
+        length = event.dur
+        if length is None:
             continue
-        selfs[i] = event.dur
-        stack = open_ranges.setdefault((event.pid, event.tid), [])
+        if thread is None or event.pid != thread[0] or event.tid != thread[1]:
+            thread = (event.pid, event.tid)
+            stack = open_ranges.setdefault(thread, [])
+        start = event.ts
+        end = start + length
+        selfs[i] = length
         # Ranges that ended before this one starts can parent nothing after it.
-        while stack and event.ts >= events[stack[-1]].end and not _inside(event, events[stack[-1]]):
-            stack.pop()
-        for j in reversed(stack):
-            if _inside(event, events[j]):
-                parents[i] = j
-                selfs[j] -= event.dur
+        while stack:
+            top_start, top_end, _ = stack[-1]
+            if start < top_end or (top_start <= start and end <= top_end):
                 break
-        if event.dur > 0:
-            stack.append(i)
-    return parents, [max(s, 0) for s in selfs]
-
-
-def _inside(child: Event, parent: Event) -> bool:
-    return parent.ts <= child.ts and child.end <= parent.end
+            stack.pop()
+        for k in range(len(stack) - 1, -1, -1):
+            top_start, top_end, j = stack[k]
+            if top_start <= start and end <= top_end:
+                parents[i] = j
+                selfs[j] -= length
+                break
+        if length > 0:
+            stack.append((start, end, i))
+    return parents, [s if s > 0 else 0 for s in selfs]
 
 
 @dataclass

@@ -1,0 +1,345 @@
+"""Raw trace events to ``Event`` objects: times in ns, B/E and b/e paired, per thread.
+
+Two ways in, one result. ``add_block`` takes ``Event`` objects that msgspec
+decoded straight from a file's text (times still in the file's µs) and puts
+the common ones (X, C, i with numeric times, int or str ids) right in place;
+every other event goes the general way, ``add``, which takes any raw event
+dict. Both give a thread's events in file order, a paired range at the place
+of its begin; ``threads()`` hands out the per-thread lists.
+
+Times: ``ts`` is the file's µs times 1000 rounded from the exact value of the
+number; a range's end is rounded the same way from ``ts + dur``, so that
+ranges nested in the file stay nested. The fast path reads ``x * 1000.0``
+when that lies within 0.001 of an integer below 2**52 (then the float's error
+is far below 0.5 ns and the integer is the exact rounding), and the exact
+rational path otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Protocol
+
+from msgspec.structs import force_setattr
+
+from ._event import NO_ARGS, Event, Id
+from .reader import RawEvent
+
+ThreadKey = tuple[Id, Id]
+
+RANGE_PHASES = frozenset("XBEbe")
+# Phases kept besides ranges, and what they become ('I' is the old name of 'i').
+POINT_PHASES = {"i": "i", "I": "i", "n": "n", "R": "R", "C": "C"}
+_FAST_POINTS = frozenset("iCnR")
+# A B or b event waiting for its end: (ts ns, file order, the event, the key
+# it pairs under, its held place in its thread's list or -1).
+_Pending = tuple[int, int, RawEvent, ThreadKey, int]
+_EXACT_BELOW = float(1 << 52)
+
+
+class Sink(Protocol):
+    """Where a thread's events go, in file order: a list, or a running summary."""
+
+    def append(self, event: Any, /) -> None: ...
+
+
+def ns_ratio(value: object) -> tuple[int, int] | None:
+    """A time in µs from the file as an exact fraction of ns (numerator,
+    denominator), or None if it is none.  ``load`` and ``merge`` both read
+    times through it, so that they round alike.
+
+    Example:
+        >>> ns_ratio(1.5), ns_ratio("2"), ns_ratio(None)
+        ((3000, 2), (2000, 1), None)
+    """
+    if type(value) is str:
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if type(value) is float:
+        if not math.isfinite(value):
+            return None
+        num, den = value.as_integer_ratio()
+        return num * 1000, den
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value * 1000, 1
+    return None
+
+
+def round_ratio(num: int, den: int) -> int:
+    """num / den (den > 0) rounded to the nearest integer, halves up: a
+    rounding that never decreases as num grows, so nesting survives it.
+
+    Example:
+        >>> round_ratio(*ns_ratio(0.0015)), round_ratio(5, 2)
+        (2, 3)
+    """
+    return (2 * num + den) // (2 * den)
+
+
+def span_ns(ts: object, dur: object) -> tuple[int, int] | None:
+    """(start, end) in ns of a range at ts lasting dur µs (None: no valid ts).
+
+    Example:
+        >>> span_ns(1.5, 2), span_ns("x", 1)
+        ((1500, 3500), None)
+    """
+    start = ns_ratio(ts)
+    if start is None:
+        return None
+    length = ns_ratio(dur) or (0, 1)
+    # Round the end, not the length, so that nesting survives rounding.
+    end = round_ratio(start[0] * length[1] + length[0] * start[1], start[1] * length[1])
+    return round_ratio(*start), end
+
+
+def ident(value: object) -> Id:
+    """A pid or tid as in the file, made hashable; a whole float becomes an int."""
+    if type(value) is int or type(value) is str:
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return "" if value is None else json.dumps(value, sort_keys=True)
+
+
+def text(value: object) -> str:
+    if type(value) is str:
+        return value
+    return "" if value is None else str(value)
+
+
+def thread_of(raw: RawEvent) -> ThreadKey:
+    return (ident(raw.get("pid", 0)), ident(raw.get("tid", 0)))
+
+
+class Converter:
+    """Turns raw events into Events: pairs B/E per thread and b/e per async id.
+
+    ``sink(key)`` makes the place a new thread's events go (default: a list).
+    """
+
+    def __init__(self, sink: Any = None) -> None:
+        self._sink = sink if sink is not None else _new_list
+        self.sinks: dict[ThreadKey, Sink] = {}
+        self.paired: list[_Pending] = []
+        self.process_names: dict[Id, str] = {}
+        self.thread_names: dict[ThreadKey, str] = {}
+        self.unmatched = 0
+        self.seq = 0
+        self._strings: dict[str, str] = {}
+        self._ids: dict[Any, Any] = {}
+
+    def sink(self, key: ThreadKey) -> Sink:
+        found = self.sinks.get(key)
+        if found is None:
+            found = self.sinks[key] = self._sink(key)
+        return found
+
+    # ---- the fast way: Events decoded from the text, times in µs ----
+
+    def add_block(self, events: list[Any]) -> None:
+        """Events msgspec decoded from a run of the file's text, in file order."""
+        fs = force_setattr
+        strings = self._strings
+        ids = self._ids
+        sinks = self.sinks
+        exact = _EXACT_BELOW
+        for e in events:
+            ph = e.ph
+            pid = e.pid
+            tid = e.tid
+            ts = e.ts
+            tts = type(ts)
+            if (
+                (ph == "X" or ph in _FAST_POINTS)
+                and (tts is float or tts is int)
+                and (type(pid) is int or type(pid) is str)
+                and (type(tid) is int or type(tid) is str)
+            ):
+                if tts is float:
+                    v = ts * 1000.0
+                    start = round(v) if -exact < v < exact else None
+                    if start is not None and not -0.001 < v - start < 0.001:
+                        start = None
+                else:
+                    start = ts * 1000
+                if ph == "X":
+                    dur = e.dur
+                    td = type(dur)
+                    if dur is None:
+                        end = start
+                    elif td is float:
+                        w = dur * 1000.0
+                        end = round(w) if -exact < w < exact else None
+                        if end is not None and -0.001 < w - end < 0.001 and start is not None:
+                            end += start
+                        else:
+                            end = None
+                    elif td is int and start is not None:
+                        end = start + dur * 1000
+                    else:
+                        end = None
+                    if start is None or end is None:
+                        span = span_ns(ts, dur if dur is not None else 0)
+                        if span is None:
+                            self.seq += 1
+                            continue
+                        start, end = span
+                    fs(e, "dur", end - start if end > start else 0)
+                else:
+                    if start is None:
+                        start = round_ratio(*ns_ratio(ts))  # type: ignore[misc]
+                    fs(e, "dur", None)
+                fs(e, "ts", start)
+                name = e.name
+                fs(e, "name", strings.setdefault(name, name))
+                cat = e.category
+                fs(e, "category", strings.setdefault(cat, cat))
+                key = (pid, tid)
+                canon = ids.get(key)
+                if canon is None:
+                    canon = ids[key] = key
+                    self.sink(key)
+                fs(e, "pid", canon[0])
+                fs(e, "tid", canon[1])
+                args = e.args
+                if args is None:
+                    fs(e, "args", NO_ARGS)
+                elif type(args) is not dict:
+                    fs(e, "args", {})
+                sinks[canon].append(e)
+                self.seq += 1
+            else:
+                self.add(_as_raw(e))
+
+    # ---- the general way: any raw event dict ----
+
+    def add(self, raw: RawEvent) -> None:
+        """One raw event (a dict as in the file), the next in file order."""
+        seq = self.seq
+        self.seq += 1
+        ph = raw.get("ph")
+        if ph == "M":
+            self._metadata(raw)
+            return
+        if type(ph) is not str or (ph not in RANGE_PHASES and ph not in POINT_PHASES):
+            return
+        if ph == "X":
+            span = span_ns(raw.get("ts"), raw.get("dur", 0))
+            if span is not None:
+                start, end = span
+                self._put(_event(raw, "X", start, max(end - start, 0)))
+            return
+        ts = ns_ratio(raw.get("ts"))
+        if ts is None:
+            return
+        start = round_ratio(*ts)
+        if ph in RANGE_PHASES:
+            key = thread_of(raw) if ph in "BE" else (ident(raw.get("pid", 0)), "")
+            place = -1
+            if ph in "Bb":  # a place held in its thread's events until its end is found
+                sink = self.sink(thread_of(raw))
+                if isinstance(sink, list):
+                    place = len(sink)
+                    sink.append(None)
+            self.paired.append((start, seq, raw, key, place))
+            return
+        self._put(_event(raw, POINT_PHASES[ph], start, None))
+
+    def _put(self, event: Any) -> None:
+        self.sink((event.pid, event.tid)).append(event)
+
+    def _metadata(self, raw: RawEvent) -> None:
+        args = raw.get("args")
+        name = args.get("name") if isinstance(args, dict) else None
+        if not isinstance(name, str):
+            return
+        pid = ident(raw.get("pid", 0))
+        if raw.get("name") == "process_name":
+            self.process_names[pid] = name
+        elif raw.get("name") == "thread_name":
+            self.thread_names[(pid, ident(raw.get("tid", 0)))] = name
+
+    def finish(self) -> dict[ThreadKey, Sink]:
+        """Pair the B/E and b/e events; every thread's events, in file order."""
+        # Pair in time order, ties in file order, as chrome://tracing does.
+        self.paired.sort(key=lambda item: (item[0], item[1]))
+        threads: dict[ThreadKey, list[_Pending]] = {}
+        flows: dict[tuple[Id, str, str], list[_Pending]] = {}
+        for item in self.paired:
+            ts, _seq, raw, key, _place = item
+            ph = raw["ph"]
+            if ph in ("B", "E"):
+                stack = threads.setdefault(key, [])
+                if ph == "B":
+                    stack.append(item)
+                elif stack:
+                    self._close(stack.pop(), ts, raw)
+                else:
+                    self.unmatched += 1
+            else:
+                async_id = json.dumps(raw.get("id", raw.get("id2")), sort_keys=True)
+                flow = (key[0], text(raw.get("cat")), async_id)
+                stack = flows.setdefault(flow, [])
+                if ph == "b":
+                    stack.append(item)
+                    continue
+                # An 'e' closes the innermost open 'b' of its name (any, if it has none).
+                name = raw.get("name")
+                for k in range(len(stack) - 1, -1, -1):
+                    if name is None or stack[k][2].get("name") == name:
+                        self._close(stack.pop(k), ts, raw)
+                        break
+                else:
+                    self.unmatched += 1
+        self.unmatched += sum(len(s) for s in threads.values())
+        self.unmatched += sum(len(s) for s in flows.values())
+        self.paired = []
+        for sink in self.sinks.values():
+            if isinstance(sink, list) and None in sink:
+                sink[:] = [e for e in sink if e is not None]
+        return self.sinks
+
+    def _close(self, begin: _Pending, end_ts: int, end: RawEvent) -> None:
+        start, _seq, raw, _key, place = begin
+        args = raw.get("args")
+        end_args = end.get("args")
+        if isinstance(end_args, dict) and end_args:
+            # The end's args add to the begin's, as in the Trace Event Format.
+            args = {**(args if isinstance(args, dict) else {}), **end_args}
+            raw = {**raw, "args": args}
+        event = _event(raw, "X", start, max(end_ts - start, 0))
+        sink = self.sink((event.pid, event.tid))
+        if place >= 0 and isinstance(sink, list):
+            sink[place] = event
+        else:
+            sink.append(event)
+
+
+def _new_list(key: ThreadKey) -> list[Event]:
+    return []
+
+
+def _event(raw: RawEvent, ph: str, ts: int, dur: int | None) -> Event:
+    args = raw.get("args")
+    pid, tid = thread_of(raw)
+    return Event(
+        text(raw.get("name")),
+        text(raw.get("cat")),
+        ph,
+        ts,
+        dur,
+        pid,
+        tid,
+        args if isinstance(args, dict) else NO_ARGS if args is None else {},
+    )
+
+
+def _as_raw(event: Any) -> RawEvent:
+    """A decoded Event that the fast way does not take, as the raw dict it came from."""
+    raw: RawEvent = {"ph": event.ph, "name": event.name, "cat": event.category}
+    for field in ("ts", "dur", "pid", "tid", "args"):
+        raw[field] = getattr(event, field)
+    return raw

@@ -1,0 +1,150 @@
+"""Read a Chrome JSON trace in pieces, by its lines, without holding the whole file.
+
+mxprof's writers (the core's and ``merge``'s) put one event per line between
+the line that opens ``"traceEvents": [`` and the line that closes it, and the
+other top-level members before and after. A file of that shape is read block
+by block: each block, cut at its last newline, is a run of whole events that
+``msgspec`` decodes straight into ``Event`` objects, so memory holds a block
+at a time, not the file (or, for a load, not the text besides the events).
+
+Anything else (another shape, a file cut short, damage, a value the fast
+decoder will not take) raises ``NotLines`` and the caller reads the file the
+slow, general way (``reader.read_raw``), which keeps what a cut file holds and
+names the damage. Gzip is decompressed as a stream, member after member.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import Generator, Iterator
+from typing import IO, Any
+
+from .reader import _GZIP_MAGIC
+
+BLOCK = 8 << 20  # bytes of text decoded at a time
+_HEAD_LIMIT = 1 << 20  # how far the opening of the events array may lie
+_OPENING = re.compile(rb'\A\s*(?:\[|\{(?P<members>.*?)"traceEvents"\s*:\s*\[)', re.DOTALL)
+# A line that begins with ']' closes the array: JSON strings hold no raw newline.
+_CLOSING = re.compile(rb"\n[ \t\r]*\]")
+# Members kept apart from the events: a decoder that accepts anything.
+_DECODER = json.JSONDecoder(strict=False)
+
+
+class NotLines(Exception):
+    """The file is not one event per line (or is damaged): read it the general way."""
+
+
+def _text(f: IO[bytes]) -> Iterator[bytes]:
+    """The file's text, decompressed if it is gzip, block by block.
+
+    Raises:
+        NotLines: the gzip stream is damaged or ends inside a member.
+    """
+    data = f.read(BLOCK)
+    if not data.startswith(_GZIP_MAGIC):
+        yield data
+        while block := f.read(BLOCK):
+            yield block
+        return
+    member = zlib.decompressobj(wbits=31)
+    while True:
+        try:
+            out = member.decompress(data, BLOCK)
+            while out:
+                yield out
+                out = member.decompress(member.unconsumed_tail, BLOCK)
+        except zlib.error:
+            raise NotLines from None
+        if not member.eof:
+            data = f.read(BLOCK)
+            if not data:
+                raise NotLines  # the stream ends inside a member: a cut file
+            continue
+        data = member.unused_data
+        if len(data) < 2:
+            data += f.read(BLOCK)
+        if not data:
+            return
+        if data[:2] != _GZIP_MAGIC:
+            raise NotLines  # padding or damage after a member: the general reader decides
+        member = zlib.decompressobj(wbits=31)
+
+
+def blocks(f: IO[bytes]) -> Generator[bytes, None, dict[str, Any]]:
+    """The file's events as JSON arrays of whole events; returns its other members.
+
+    Yields ``b"[...]"`` texts, each a run of complete events in file order;
+    the generator's return value is every top-level member but the events
+    (``{}`` for the array form).
+
+    Raises:
+        NotLines: the file is not in the one-event-per-line shape, or is cut
+            short or damaged (the caller then reads it the general way).
+    """
+    text = _text(f)
+    head = b""
+    opening = None
+    for block in text:
+        head += block
+        opening = _OPENING.match(head)
+        if opening is not None or len(head) >= _HEAD_LIMIT:
+            break
+    if opening is None:
+        raise NotLines
+    pending = head[opening.end() :]
+    if pending.lstrip().startswith(b"]"):
+        pending = b"\n" + pending  # an empty array: its closing, as a line of its own
+    while True:
+        closing = _CLOSING.search(pending)
+        if closing is not None:
+            if pending[: closing.start()].strip():
+                yield _array(pending[: closing.start()])
+            tail = pending[closing.end() :] + b"".join(text)
+            return members(opening.group("members"), tail)
+        cut = pending.rfind(b"\n")
+        if cut > 0 and pending[:cut].strip():
+            yield _array(pending[:cut])
+            pending = pending[cut:]
+        more = next(text, None)
+        if more is None:
+            raise NotLines  # the text ends inside the events: a cut file
+        pending += more
+
+
+def _array(body: bytes) -> bytes:
+    """A run of events, with the commas between them, as one JSON array."""
+    return b"[" + body.strip().strip(b",") + b"]"
+
+
+def members(members: bytes | None, tail: bytes) -> dict[str, Any]:
+    """The top-level members other than the events, from the text around them."""
+    if members is None:
+        if tail.strip():
+            raise NotLines
+        return {}
+    doc_text = (b"{" + members + b'"traceEvents":[]' + tail).decode("utf-8-sig", "replace")
+    try:
+        doc = _DECODER.decode(doc_text)
+    except json.JSONDecodeError:
+        raise NotLines from None
+    if not isinstance(doc, dict):
+        raise NotLines
+    doc.pop("traceEvents", None)
+    return doc
+
+
+def raw_events(text: bytes) -> list[dict[str, Any]]:
+    """A run of events (``blocks``' form) as the dicts in the file.
+
+    Raises:
+        NotLines: the run is not an array of objects.
+    """
+    try:
+        events = _DECODER.decode(text.decode("utf-8", "replace"))
+    except json.JSONDecodeError:
+        raise NotLines from None
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        raise NotLines
+    return events
