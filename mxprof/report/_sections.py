@@ -8,8 +8,10 @@ over the events, not one point per event.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from msgspec.structs import replace
@@ -139,19 +141,21 @@ def _combine(traces: Sequence[Trace]) -> tuple[Trace, list[int]]:
 def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
     """The report's sections for traces (loaded from paths, in that order)."""
     combined, _ = _combine(traces)
-    ranges = [e for e in combined if e.dur is not None]
-    start = min((e.ts for e in combined), default=0)
-    end = max((e.end for e in combined), default=0)
+    start = min(map(_TS, combined), default=0)
+    end = max((e.end for e in combined if e.dur is not None), default=start)
+    end = max(end, max(map(_TS, combined), default=0))
     wall = max(end - start, 0)
     rows = list(combined.key_averages())[:TABLE_ROWS]
+    phases = Counter(map(_PH, combined))
+    threads = set(map(_THREAD, combined))
     counts = {
         "events": len(combined),
-        "ranges": len(ranges),
-        "instants": sum(1 for e in combined if e.ph in ("i", "n", "R")),
-        "counter samples": sum(1 for e in combined if e.ph == "C"),
+        "ranges": phases["X"],
+        "instants": phases["i"] + phases["n"] + phases["R"],
+        "counter samples": phases["C"],
         "unpaired begins/ends": sum(t.unmatched for t in traces),
-        "processes": len({e.pid for e in combined} | set(combined.process_names)),
-        "threads": len({(e.pid, e.tid) for e in combined}),
+        "processes": len({pid for pid, _ in threads} | set(combined.process_names)),
+        "threads": len(threads),
     }
     raw = raw_series(combined, start)
     counters = series(combined, raw)
@@ -172,7 +176,7 @@ def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
         combined=combined,
         wall_ns=wall,
         rows=rows,
-        histograms=_histograms(ranges, rows),
+        histograms=_histograms(combined, rows),
         processes=_processes(paths, traces),
         steps=_steps(combined),
         counters=[s for s in counters if s.category not in _MEMORY],
@@ -187,16 +191,15 @@ def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
 
 
 _MEMORY = (DEVICE_STORAGE, SCOPE_STORAGE)
+_TS = attrgetter("ts")
+_PH = attrgetter("ph")
+_THREAD = attrgetter("pid", "tid")
 
 
-def _histograms(ranges: Sequence[Event], rows: Sequence[Row]) -> dict[int, Histogram]:
-    wanted = {(r.name, r.category): i for i, r in enumerate(rows[:HIST_ROWS])}
-    durations: dict[int, list[int]] = {i: [] for i in wanted.values()}
-    for e in ranges:
-        i = wanted.get((e.name, e.category))
-        if i is not None:
-            durations[i].append(e.dur or 0)
-    return {i: histogram(d) for i, d in durations.items() if d}
+def _histograms(trace: Trace, rows: Sequence[Row]) -> dict[int, Histogram]:
+    wanted = [(r.name, r.category) for r in rows[:HIST_ROWS]]
+    durations = trace.durations(wanted)
+    return {i: histogram(durations[key]) for i, key in enumerate(wanted) if durations.get(key)}
 
 
 def _label(trace: Trace, pid: Any) -> str:

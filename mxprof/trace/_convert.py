@@ -139,80 +139,66 @@ class Converter:
 
     # ---- the fast way: Events decoded from the text, times in µs ----
 
-    def add_block(self, events: list[Any]) -> None:
-        """Events msgspec decoded from a run of the file's text, in file order."""
+    def add_block(self, events: list[Event]) -> None:
+        """Events msgspec decoded from a run of the file's text, in file order.
+
+        The decoding checked the types (numeric times, int or str ids, dict
+        args); the common phases are finished here, the rest go to ``add``.
+        """
         fs = force_setattr
         strings = self._strings
         ids = self._ids
-        sinks = self.sinks
         exact = _EXACT_BELOW
+        last_pid: Any = None
+        last_tid: Any = None
+        sink: Any = None
         for e in events:
             ph = e.ph
-            pid = e.pid
-            tid = e.tid
             ts = e.ts
-            tts = type(ts)
-            if (
-                (ph == "X" or ph in _FAST_POINTS)
-                and (tts is float or tts is int)
-                and (type(pid) is int or type(pid) is str)
-                and (type(tid) is int or type(tid) is str)
-            ):
-                if tts is float:
-                    v = ts * 1000.0
-                    start = round(v) if -exact < v < exact else None
-                    if start is not None and not -0.001 < v - start < 0.001:
-                        start = None
+            if ph == "X" and ts is not None:
+                v = ts * 1000.0
+                start = round(v)
+                dur = e.dur
+                w = 0.0 if dur is None else dur * 1000.0
+                length = round(w)
+                if (
+                    -0.001 < v - start < 0.001
+                    and -0.001 < w - length < 0.001
+                    and -exact < v < exact
+                    and -exact < w < exact
+                ):
+                    fs(e, "dur", length if length > 0 else 0)
                 else:
-                    start = ts * 1000
-                if ph == "X":
-                    dur = e.dur
-                    td = type(dur)
-                    if dur is None:
-                        end = start
-                    elif td is float:
-                        w = dur * 1000.0
-                        end = round(w) if -exact < w < exact else None
-                        if end is not None and -0.001 < w - end < 0.001 and start is not None:
-                            end += start
-                        else:
-                            end = None
-                    elif td is int and start is not None:
-                        end = start + dur * 1000
-                    else:
-                        end = None
-                    if start is None or end is None:
-                        span = span_ns(ts, dur if dur is not None else 0)
-                        if span is None:
-                            self.seq += 1
-                            continue
-                        start, end = span
+                    start, end = span_ns(ts, 0 if dur is None else dur)  # type: ignore[misc]
                     fs(e, "dur", end - start if end > start else 0)
-                else:
-                    if start is None:
-                        start = round_ratio(*ns_ratio(ts))  # type: ignore[misc]
-                    fs(e, "dur", None)
-                fs(e, "ts", start)
-                name = e.name
-                fs(e, "name", strings.setdefault(name, name))
-                cat = e.category
-                fs(e, "category", strings.setdefault(cat, cat))
-                key = (pid, tid)
-                canon = ids.get(key)
-                if canon is None:
-                    canon = ids[key] = key
-                    self.sink(key)
-                fs(e, "pid", canon[0])
-                fs(e, "tid", canon[1])
-                args = e.args
-                if args is None:
-                    fs(e, "args", NO_ARGS)
-                elif type(args) is not dict:
-                    fs(e, "args", {})
-                sinks[canon].append(e)
-                self.seq += 1
+            elif ph in _FAST_POINTS and ts is not None:
+                v = ts * 1000.0
+                start = round(v)
+                if not (-0.001 < v - start < 0.001 and -exact < v < exact):
+                    start = round_ratio(*ns_ratio(ts))  # type: ignore[misc]
+                fs(e, "dur", None)
             else:
                 self.add(_as_raw(e))
+                last_pid = None  # add may have made a new thread's sink
+                continue
+            fs(e, "ts", start)
+            name = e.name
+            fs(e, "name", strings.setdefault(name, name))
+            category = e.category
+            fs(e, "category", strings.setdefault(category, category))
+            pid = e.pid
+            tid = e.tid
+            if last_pid is None or tid != last_tid or pid != last_pid:
+                key = (pid, tid)
+                found = ids.get(key)
+                if found is None:
+                    found = ids[key] = (pid, tid, self.sink(key))
+                last_pid, last_tid, sink = found
+            fs(e, "pid", last_pid)
+            fs(e, "tid", last_tid)
+            if e.args is None:
+                fs(e, "args", NO_ARGS)
+            sink.append(e)
 
     # ---- the general way: any raw event dict ----
 

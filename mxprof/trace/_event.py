@@ -18,10 +18,10 @@ Id = Union[int, str]
 if TYPE_CHECKING:
     _Time = int
     _Length = Optional[int]
-    _Id = Id
     _Args = dict[str, Any]
-else:  # what decoding takes before the times are converted and the ids checked
-    _Time = _Length = _Id = _Args = Any
+else:  # what decoding takes (and checks), before the times are set in ns
+    _Time = _Length = Union[int, float, None]
+    _Args = Optional[dict[str, Any]]
 
 
 class NoArgs(dict):  # type: ignore[type-arg]
@@ -56,8 +56,8 @@ class Event(msgspec.Struct, frozen=True, gc=False):
     ph: str = ""
     ts: _Time = None  # type: ignore[assignment]
     dur: _Length = None
-    pid: _Id = 0
-    tid: _Id = 0
+    pid: Id = 0
+    tid: Id = 0
     args: _Args = None  # type: ignore[assignment]
 
     @property

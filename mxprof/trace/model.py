@@ -12,7 +12,8 @@ import os
 import re
 from array import array
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, eq
 from typing import Any, overload
 
 import msgspec
@@ -127,6 +128,8 @@ class Trace(Sequence[Event]):
         self._structure: tuple[list[int], list[int]] | None = None
         # Of a file read without keeping its events: their count and statistics.
         self._summary: _Summary | None = None
+        # _groups() of the events, once worked out.
+        self._by_name: dict[tuple[str, str], tuple[array[int], list[int]]] | None = None
 
     @classmethod
     def from_raw(
@@ -211,6 +214,7 @@ class Trace(Sequence[Event]):
     def events(self, events: list[Event]) -> None:
         self._events = events
         self._summary = None
+        self._by_name = None
 
     @property
     def base_time_ns(self) -> int | None:
@@ -320,9 +324,33 @@ class Trace(Sequence[Event]):
             >>> row.name, row.count, row.total, row.p50  # doctest: +SKIP
             ('outer', 2, 8000000, 4000000)
         """
+        return _rows(self._groups())
+
+    def durations(
+        self, keys: Iterable[tuple[str, str]] | None = None
+    ) -> dict[tuple[str, str], list[int]]:
+        """The ranges' durations in ns per (name, category), each list sorted.
+
+        Args:
+            keys: the (name, category) pairs wanted (default: every one);
+                a pair with no range is left out.
+
+        Example:
+            >>> step = ("step", "train,frame")
+            >>> trace.durations([step])[step][-1]  # doctest: +SKIP
+            12378000
+        """
+        groups = self._groups()
+        wanted = groups if keys is None else [k for k in keys if k in groups]
+        return {key: sorted(groups[key][0]) for key in wanted}
+
+    def _groups(self) -> dict[tuple[str, str], tuple[array[int], list[int]]]:
+        """(durations, [self total]) per (name, category) of ranges."""
         summary = self._summary
         if self._events is None and summary is not None and not summary.broken:
-            return _rows(summary.groups)
+            return summary.groups
+        if self._by_name is not None:
+            return self._by_name
         _, selfs = self._parts()
         groups: dict[tuple[str, str], tuple[array[int], list[int]]] = {}
         for i, event in enumerate(self.events):
@@ -333,7 +361,8 @@ class Trace(Sequence[Event]):
                     group = groups[key] = (array("q"), [0])
                 group[0].append(event.dur)
                 group[1][0] += selfs[i]
-        return _rows(groups)
+        self._by_name = groups
+        return groups
 
     def table(self, sort_by: str = "total", row_limit: int | None = 100) -> str:
         """``key_averages().table(...)``: the statistics as a text table.
@@ -377,9 +406,19 @@ def _in_order(threads: dict[ThreadKey, list[Event]]) -> list[Event]:
     ordered: list[Event] = []
     for key in sorted(threads, key=lambda k: (str(k[0]), str(k[1]))):
         events = threads[key]
-        # Two stable sorts: by ts, longer first at one ts, ties in file order.
-        events.sort(key=_longer_first)
-        events.sort(key=_TS)
+        events.sort(key=_TS)  # stable: file order at one ts
+        starts = list(map(_TS, events))
+        same = list(map(eq, starts, starts[1:]))  # [i]: events i and i + 1 start together
+        if True in same:  # at one ts, longer first (then file order)
+            ties = list(compress(range(len(same)), same))
+            k = 0
+            while k < len(ties):
+                first = last = ties[k]
+                while k + 1 < len(ties) and ties[k + 1] == last + 1:
+                    k += 1
+                    last = ties[k]
+                events[first : last + 2] = sorted(events[first : last + 2], key=_longer_first)
+                k += 1
         ordered += events
     return ordered
 
