@@ -145,7 +145,8 @@ def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
     end = max((e.end for e in combined if e.dur is not None), default=start)
     end = max(end, max(map(_TS, combined), default=0))
     wall = max(end - start, 0)
-    rows = list(combined.key_averages())[:TABLE_ROWS]
+    every_row = list(combined.key_averages())
+    rows = every_row[:TABLE_ROWS]
     phases = Counter(map(_PH, combined))
     threads = set(map(_THREAD, combined))
     counts = {
@@ -178,7 +179,7 @@ def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
         rows=rows,
         histograms=_histograms(combined, rows),
         processes=_processes(paths, traces),
-        steps=_steps(combined),
+        steps=_steps(combined, every_row),
         counters=[s for s in counters if s.category not in _MEMORY],
         devices=[s for s in counters if s.category == DEVICE_STORAGE],
         scopes=[s for s in counters if s.category == SCOPE_STORAGE],
@@ -266,23 +267,20 @@ def _step_kind(name: str, category: str) -> tuple[str, str] | None:
     return None
 
 
-def _steps(trace: Trace) -> Steps | None:
-    """The most frequent kind of step, its times and top-level breakdown."""
-    kind_of: dict[tuple[str, str], tuple[str, str] | None] = {}
+def _steps(trace: Trace, rows: Sequence[Row]) -> Steps | None:
+    """The most frequent kind of step, its times and top-level breakdown (rows:
+    the trace's key_averages, all of them)."""
+    kind_of = {(r.name, r.category): _step_kind(r.name, r.category) for r in rows}
     kinds: dict[tuple[str, str], int] = {}
-    for e in trace:
-        if e.dur is None:
-            continue
-        key = (e.name, e.category)
-        if key not in kind_of:
-            kind_of[key] = _step_kind(*key)
-        found = kind_of[key]
+    for r in rows:
+        found = kind_of[(r.name, r.category)]
         if found is not None:
-            kinds[found] = kinds.get(found, 0) + 1
+            kinds[found] = kinds.get(found, 0) + r.count
     if not kinds:
         return None
     kind = max(kinds, key=lambda k: (kinds[k], k))
     step_names = {key for key, found in kind_of.items() if found == kind}
+    names = {name for name, _ in step_names}
     # Walk each thread in order (events are sorted per thread by ts, longest
     # first): a range inside the current step is top-level when it starts
     # past the end of the previous top-level one.
@@ -293,25 +291,27 @@ def _steps(trace: Trace) -> Steps | None:
     inside_step: dict[str, int] = {}
     step_end = -1
     child_end = 0
-    thread: tuple[Any, Any] | None = None
+    pid: Any = None
+    tid: Any = None
     for e in trace:
         dur = e.dur
         if dur is None:
             continue
-        if (e.pid, e.tid) != thread:
-            thread, step_end = (e.pid, e.tid), -1
-            steps = by_thread.setdefault(thread, [])
-        if (e.name, e.category) in step_names:
+        if e.tid != tid or e.pid != pid or not by_thread:
+            pid, tid, step_end = e.pid, e.tid, -1
+            steps = by_thread.setdefault((pid, tid), [])
+        start = e.ts
+        if e.name in names and (e.name, e.category) in step_names:
             inside_step = {}
             steps.append((step_number(e, len(steps)), dur, inside_step))
-            step_end, child_end = e.ts + dur, e.ts
+            step_end, child_end = start + dur, start
             continue
-        end = e.ts + dur
-        if e.ts >= step_end or end > step_end:
+        if start >= step_end or start + dur > step_end:
             continue
-        if e.ts >= child_end or dur == 0:
+        if start >= child_end or dur == 0:
             inside_step[e.name] = inside_step.get(e.name, 0) + dur
-            child_end = max(child_end, end)
+            if start + dur > child_end:
+                child_end = start + dur
     thread = max(by_thread, key=lambda t: (len(by_thread[t]), str(t)))
     steps = sorted(by_thread[thread], key=lambda s: s[0])
     totals: dict[str, int] = {}

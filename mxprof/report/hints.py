@@ -272,6 +272,7 @@ class _Process:
 def _processes(traces: list[Trace]) -> list[_Process]:
     procs: list[_Process] = []
     labels: set[str] = set()
+    kinds: dict[tuple[str, str], str] = {}  # the step group a name is in ("": none)
     for i, trace in enumerate(traces):
         mine: dict[Id, _Process] = {}
         p = _Process(pid="", source=i)
@@ -295,11 +296,22 @@ def _processes(traces: list[Trace]) -> list[_Process]:
                 tid = e.tid
                 thread = p.threads.setdefault(e.tid, [])
             thread.append(e)
-            p.durations.setdefault((e.name, e.category), []).append(dur)
-            if is_frame(e.category):
-                p.step_groups.setdefault((e.tid, e.name), []).append(e)
-            elif is_profiler_step(e.name):
-                p.step_groups.setdefault((e.tid, "ProfilerStep#"), []).append(e)
+            key = (e.name, e.category)
+            durations = p.durations.get(key)
+            if durations is None:
+                durations = p.durations[key] = []
+                if key not in kinds:
+                    kinds[key] = (
+                        e.name
+                        if is_frame(e.category)
+                        else "ProfilerStep#"
+                        if is_profiler_step(e.name)
+                        else ""
+                    )
+            durations.append(dur)
+            kind = kinds[key]
+            if kind:
+                p.step_groups.setdefault((e.tid, kind), []).append(e)
         for p in mine.values():
             p.role, p.label = _label(traces, i, p.pid, len(mine))
             if p.label in labels:
