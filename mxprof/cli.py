@@ -28,7 +28,7 @@ from .errors import ProfilerError, TraceFormatError
 from .report import ReportUnavailable, report
 from .report.diff import DiffError, diff
 from .trace import load
-from .trace.merge import merge
+from .trace.merge import merge, parse_ranks, parse_window
 from .trace.repair import repair
 
 
@@ -185,7 +185,13 @@ def cmd_merge(args: argparse.Namespace) -> int:
         if not os.path.isfile(path):
             return _error("merge", f"no such file: {path!r}")
     try:
-        summary = merge(args.traces, args.output)
+        window = parse_window(args.window) if args.window is not None else None
+        ranks = parse_ranks(args.ranks) if args.ranks is not None else None
+    except ValueError as e:
+        _error("merge", str(e))
+        return 2  # a usage error
+    try:
+        summary = merge(args.traces, args.output, window=window, ranks=ranks)
     except (TraceFormatError, OSError) as e:
         return _error("merge", str(e))
     for item in summary["inputs"]:
@@ -334,7 +340,17 @@ def parser() -> argparse.ArgumentParser:
 
     mg = sub.add_parser("merge", help="put several traces on one timeline")
     mg.add_argument("traces", nargs="+", help="input traces")
-    mg.add_argument("-o", "--output", required=True, help="the merged trace")
+    mg.add_argument(
+        "-o", "--output", required=True, help="the merged trace (.json, .json.gz or .pftrace)"
+    )
+    mg.add_argument(
+        "--window",
+        metavar="START:END",
+        help="keep what overlaps this span: seconds from the start (10:12) or steps (#100:#120)",
+    )
+    mg.add_argument(
+        "--ranks", metavar="LIST", help="keep these ranks' inputs: 0-3,7 or worker:0-3,server:1"
+    )
     mg.set_defaults(func=cmd_merge)
 
     rr = sub.add_parser("report", help="one self-contained HTML page of traces (needs plotly)")

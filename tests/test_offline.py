@@ -31,7 +31,6 @@ OFFLINE = {
     "mxprof.report._html",
     "mxprof.report._sections",
     "mxprof.report._series",
-    "mxprof.report._steps",
 }
 
 PUBLIC = [

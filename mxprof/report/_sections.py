@@ -19,6 +19,7 @@ from msgspec.structs import replace
 from .._tallies import TALLIES
 from ..averages import Row
 from ..trace import Event, Trace
+from ..trace.steps import is_frame, is_profiler_step, step_number
 from ._series import (
     DEVICE_STORAGE,
     SCOPE_STORAGE,
@@ -30,7 +31,6 @@ from ._series import (
     raw_series,
     series,
 )
-from ._steps import is_frame, is_profiler_step, step_number
 
 HIST_ROWS = 500  # ranges (largest total first) whose histogram the page holds
 TABLE_ROWS = 2000  # most rows of the ranges table

@@ -97,7 +97,7 @@ from typing import Callable, Optional, Union
 
 from .._render import display, format_ns
 from ..trace import Event, Trace
-from ._steps import is_frame, is_profiler_step, step_number
+from ..trace.steps import is_frame, is_profiler_step, step_number
 
 __all__ = ["Hint", "find_hints"]
 

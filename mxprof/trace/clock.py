@@ -135,6 +135,11 @@ class ClockModel:
         return abs(b.offset_ns - a.offset_ns) > a.error_ns + b.error_ns
 
     @property
+    def constant(self) -> bool:
+        """Whether offset_at is one number whatever the reading (no drift applied)."""
+        return not self.drift_applied or self._span is None
+
+    @property
     def drift(self) -> float:
         """The drift offset_at applies: the measured one, or 0 within its error bound."""
         return self.measured_drift if self.drift_applied else 0.0

@@ -18,21 +18,34 @@ its end (``ts + dur``, rounded from the exact values in the file, as
 decreases.  So on every thread track, ranges nested in an input stay
 nested, back-to-back ranges do not overlap, and instants, counters, async
 and flow events keep their order and stay inside the ranges they fell in.
+
+Inputs stream through: one block of events at a time for inputs in mxprof's
+own one-event-per-line shape (others are read whole, one input at a time),
+so memory grows with the largest block and the processes, not the events.
+JSON output is written event by event; Perfetto output one input at a time
+(its events sorted by time within it). ``window`` and ``ranks`` cut a
+viewer-sized timeline out of a big job.
 """
 
 from __future__ import annotations
 
+import gzip
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, Union
 
+from .._tracejson import dumps as trace_json
 from .._version import __version__
 from ..errors import TraceFormatError
+from . import _scan
+from ._convert import Converter
 from .clock import IDENTITY, ClockModel
-from .model import base_time_ns, ns_ratio, round_ratio
-from .reader import read_raw
-from .writer import encode, file_format
+from .model import Trace, base_time_ns, ns_ratio, round_ratio
+from .reader import RawEvent, open_trace, read_raw
+from .steps import is_frame, is_profiler_step
+from .writer import JSON_GZ, PERFETTO, PerfettoWriter, file_format
 
 _ROLE_ORDER = {"worker": 0, "server": 1}
 
@@ -93,16 +106,185 @@ def _moved(event: dict[str, Any], move: _Move) -> dict[str, Any]:
     return out
 
 
+Window = tuple[str, float, float]  # ("seconds" | "steps", start, end)
+_WINDOW = re.compile(r"^\s*(#?)([-+0-9.eE]+)s?\s*:\s*(#?)([-+0-9.eE]+)s?\s*$")
+_RANKS = re.compile(r"^(?:(worker|server):)?(\d+)(?:-(\d+))?$")
+
+
+def parse_window(text: str) -> Window:
+    """``START:END`` in seconds from the merged start, or ``#A:#B`` in step numbers.
+
+    Raises:
+        ValueError: the text is neither, or the end comes before the start.
+
+    Example:
+        >>> parse_window("1.5:3"), parse_window("#10:#20")
+        (('seconds', 1.5, 3.0), ('steps', 10.0, 20.0))
+    """
+    m = _WINDOW.match(text)
+    if m is None or bool(m.group(1)) != bool(m.group(3)):
+        raise ValueError(
+            f"window {text!r}: expected START:END in seconds (1.5:3) or #A:#B in step numbers"
+        )
+    try:
+        lo, hi = float(m.group(2)), float(m.group(4))
+    except ValueError:
+        raise ValueError(
+            f"window {text!r}: {m.group(2)!r} or {m.group(4)!r} is no number"
+        ) from None
+    if not lo <= hi:
+        raise ValueError(f"window {text!r}: the end comes before the start")
+    return ("steps" if m.group(1) else "seconds", lo, hi)
+
+
+def parse_ranks(text: str) -> list[tuple[str | None, int, int]]:
+    """``0-3,7`` or ``worker:0-3,server:1``: (role or None, first, last) per item.
+
+    Raises:
+        ValueError: an item is neither form.
+
+    Example:
+        >>> parse_ranks("0-3,server:1")
+        [(None, 0, 3), ('server', 1, 1)]
+    """
+    out = []
+    for item in text.split(","):
+        m = _RANKS.match(item.strip())
+        if m is None:
+            raise ValueError(f"ranks {text!r}: {item!r} is not N, N-M or worker:/server: N[-M]")
+        first = int(m.group(2))
+        last = int(m.group(3)) if m.group(3) else first
+        if last < first:
+            raise ValueError(f"ranks {text!r}: {item!r} ends before it begins")
+        out.append((m.group(1), first, last))
+    return out
+
+
+class _Input:
+    """One input: its metadata at once, its events block by block on demand."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.truncated = False
+        try:
+            with open_trace(path) as f:
+                blocks = _scan.blocks(f)
+                while True:
+                    next(blocks)  # the text only: the events are read later
+        except StopIteration as stop:
+            self.lines = True
+            self.metadata: dict[str, Any] = stop.value
+        except _scan.NotLines:  # another shape: read whole, here and again later
+            self.lines = False
+            _, self.metadata, self.truncated = read_raw(path)
+
+    def blocks(self) -> Iterator[list[RawEvent]]:
+        if not self.lines:
+            yield read_raw(self.path)[0]
+            return
+        with open_trace(self.path) as f:
+            blocks = _scan.blocks(f)
+            try:
+                while True:
+                    yield _scan.raw_events(next(blocks))
+            except StopIteration:
+                return
+            except _scan.NotLines:
+                raise TraceFormatError(f"{self.path}: changed while it was merged") from None
+
+
+def _selected(
+    inputs: list[_Input], dist: list[Any], ranks: Sequence[tuple[str | None, int, int]]
+) -> list[int]:
+    """Indices of the inputs ranks names (an input without distributedInfo: its position)."""
+    keep = []
+    for k, d in enumerate(dist):
+        role, rank = (str(d[0].get("role")), d[0].get("rank")) if d is not None else (None, k)
+        if not isinstance(rank, int):
+            continue
+        if any((want is None or want == role) and lo <= rank <= hi for want, lo, hi in ranks):
+            keep.append(k)
+    return keep
+
+
+def _moved_fast(event: RawEvent, shift: int) -> RawEvent | None:
+    """_moved for a constant shift when the times are whole ns as floats or ints (else None)."""
+    ts = event.get("ts")
+    if type(ts) is not float and type(ts) is not int:
+        return None
+    v = ts * 1000.0
+    start = round(v)
+    if not (-0.001 < v - start < 0.001 and -4e15 < v < 4e15):
+        return None
+    out = dict(event)
+    out["ts"] = (start + shift) / 1000
+    if "dur" in event:
+        dur = event["dur"]
+        if type(dur) is not float and type(dur) is not int:
+            return None
+        w = dur * 1000.0
+        length = round(w)
+        if not (-0.001 < w - length < 0.001 and -4e15 < w < 4e15):
+            return None
+        out["dur"] = length / 1000
+    return out
+
+
+class _JsonOut:
+    """Chrome JSON in mxprof's shape (one event per line), plain or gzip."""
+
+    def __init__(self, f: IO[bytes], head: dict[str, Any]) -> None:
+        self.f = f
+        self.first = True
+        members = trace_json(head)[1:-1]
+        self.f.write(("{" + members + ', "traceEvents": [\n').encode("utf-8"))
+
+    def add(self, events: list[RawEvent]) -> None:
+        if not events:
+            return
+        text = ",\n".join(trace_json(e) for e in events)
+        self.f.write(((",\n" if not self.first else "") + text).encode("utf-8"))
+        self.first = False
+
+    def close(self, tail: dict[str, Any]) -> None:
+        members = trace_json(tail)[1:-1]
+        self.f.write(("\n],\n" + members + "}\n").encode("utf-8"))
+
+
+class _PerfettoOut:
+    """Perfetto protobuf, one input (converted and sorted) at a time."""
+
+    def __init__(self, f: IO[bytes], base_time: int | None) -> None:
+        # Merged times are seldom negative (an input's ts below 0): room for a day of them.
+        self.writer = PerfettoWriter(f, base_time, 86_400 * 10**9)
+        self.converter = Converter()
+
+    def add(self, events: list[RawEvent]) -> None:
+        for e in events:
+            self.converter.add(e)
+
+    def end_input(self) -> None:
+        self.writer.add(Trace._of(self.converter, None, False, None))
+        self.converter = Converter()
+
+
+Output = Union[_JsonOut, _PerfettoOut]
+
+
 def merge(
     paths: Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],
     *,
     sources: Sequence[str] | None = None,
+    window: Window | None = None,
+    ranks: Sequence[tuple[str | None, int, int]] | None = None,
 ) -> dict[str, Any]:
     """Write one trace holding every input's events, aligned by wall clock.
 
     Inputs without a base time are taken as they are (their ts axis is
-    assumed to be the earliest input's).
+    assumed to be the earliest input's). Inputs stream through (see the
+    module docstring); the output is written to a temporary file beside it
+    and renamed into place.
 
     Args:
         paths: the traces to merge (any form ``mxprof.load`` reads).
@@ -115,118 +297,223 @@ def merge(
             each input, in order (default: the paths as given).
             ``distributed.collect`` merges temporary copies and passes each
             process's label and file name instead.
+        window: ``parse_window``'s: keep only what overlaps this span of the
+            merged timeline (seconds from its start, or from the start of
+            step A to the end of step B, steps of any input); ranges that
+            overlap are kept whole, names always.
+        ranks: ``parse_ranks``'s: keep only the inputs of these ranks (an
+            input from no distributed job counts as the rank of its place
+            among the inputs, from 0).
 
     Returns:
         A summary: ``{"events": n, "inputs": [{"path", "pids", "shift_us",
-        "truncated"}, ...]}``.
+        "truncated"}, ...]}`` (only the inputs kept), with ``"window_ns"``
+        when a window was given.
 
     Raises:
-        TraceFormatError: fewer than one input, or an input is not a trace.
+        TraceFormatError: fewer than one input, an input is not a trace, or
+            ranks keeps none.
         ValueError: sources does not name every input.
 
     Example:
-        >>> merge(["worker.json", "server.json"], "job.json")  # doctest: +SKIP
+        >>> merge(["worker.json", "server.json"], "job.pftrace",
+        ...       window=parse_window("10:12"))  # doctest: +SKIP
     """
     if not paths:
         raise TraceFormatError("merge: no input traces")
     if sources is not None and len(sources) != len(paths):
         raise ValueError(f"merge: {len(sources)} sources named for {len(paths)} inputs")
-    inputs = [(os.fspath(p), *read_raw(p)) for p in paths]
-    dist = [_distributed(path, meta) for path, _, meta, _ in inputs]
-    bases = [base_time_ns(meta) for _, _, meta, _ in inputs]
+    inputs = [_Input(os.fspath(p)) for p in paths]
+    dist = [_distributed(inp.path, inp.metadata) for inp in inputs]
+    names = list(sources) if sources is not None else [inp.path for inp in inputs]
+    if ranks is not None:
+        keep = _selected(inputs, dist, ranks)
+        if not keep:
+            raise TraceFormatError("merge: --ranks keeps none of the inputs")
+        inputs, dist, names = (
+            [inputs[k] for k in keep],
+            [dist[k] for k in keep],
+            [names[k] for k in keep],
+        )
+    bases = [base_time_ns(inp.metadata) for inp in inputs]
     clocks = [d[1] if d is not None else IDENTITY for d in dist]
     # Each base on the reference clock: the rank-0 worker's for distributed inputs.
     corrected = [None if b is None else b + c.offset_at(b) for b, c in zip(bases, clocks)]
     known = [b for b in corrected if b is not None]
     ref = min(known) if known else 0
+    moves = [_Move(base, clock, ref) for base, clock in zip(bases, clocks)]
+    span = _window_ns(window, inputs, moves) if window is not None else None
+    fmt = file_format(output)
+    target = os.fspath(output)
+    temporary = f"{target}.tmp{os.getpid()}"
+    head = {"displayTimeUnit": "ms", "baseTimeNanoseconds": ref}
+    try:
+        with open(temporary, "wb") as raw_file:
+            f: IO[bytes] = raw_file
+            if fmt == JSON_GZ:
+                f = gzip.GzipFile(fileobj=raw_file, mode="wb", compresslevel=6, mtime=0)  # type: ignore[assignment]
+            out: Output = _PerfettoOut(f, ref) if fmt == PERFETTO else _JsonOut(f, head)
+            count, summary, ranks_info = _write_inputs(inputs, dist, moves, span, out)
+            doc: dict[str, Any] = {}
+            if ranks_info:
+                first = next(d[0] for d in dist if d is not None)
+                doc["distributedInfo"] = {
+                    "world_size": first.get("world_size"),
+                    "num_workers": first.get("num_workers"),
+                    "num_servers": first.get("num_servers"),
+                    "backend": first.get("backend"),
+                    "ranks": sorted(
+                        ranks_info,
+                        key=lambda r: (_ROLE_ORDER.get(str(r.get("role")), 2), r.get("rank")),
+                    ),
+                }
+            doc["otherData"] = {"mxprof_version": __version__, "merged_from": names}
+            if span is not None:
+                doc["otherData"]["window_ns"] = list(span)
+            if isinstance(out, _JsonOut):
+                out.close(doc)
+            if f is not raw_file:
+                f.close()
+        os.replace(temporary, target)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+    result: dict[str, Any] = {"events": count, "inputs": summary}
+    if span is not None:
+        result["window_ns"] = list(span)
+    return result
+
+
+def _write_inputs(
+    inputs: list[_Input],
+    dist: list[Any],
+    moves: list[_Move],
+    span: tuple[int, int] | None,
+    out: Output,
+) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every input's events, moved, renumbered and labelled, into out."""
     used: set[Any] = set()
-    merged: list[dict[str, Any]] = []
+    count = 0
     summary: list[dict[str, Any]] = []
     ranks: list[dict[str, Any]] = []
-    for (path, events, _meta, truncated), base, clock, d in zip(inputs, bases, clocks, dist):
-        move = _Move(base, clock, ref)
+    for inp, move, d in zip(inputs, moves, dist):
+        shift = move(0) if move.clock.constant else None
         pids: dict[Any, Any] = {}
         named: set[Any] = set()
-        for ev in events:
-            pid = ev.get("pid")
-            if pid not in pids:
-                pids[pid] = _fresh_pid(pid, used)
-                used.add(pids[pid])
-            out = _moved(ev, move)
-            out["pid"] = pids[pid]
-            if out.get("ph") == "M" and out.get("name") == "process_name":
-                named.add(pid)
-                args = dict(out.get("args") or {})
-                if d is not None:
-                    args["name"] = _process_label(d[0], pid)
-                else:
-                    args["name"] = f"{args.get('name', pid)} [{os.path.basename(path)}]"
-                out["args"] = args
-            merged.append(out)
+        for block in inp.blocks():
+            kept = []
+            for ev in block:
+                pid = ev.get("pid")
+                if pid not in pids:
+                    pids[pid] = _fresh_pid(pid, used)
+                    used.add(pids[pid])
+                moved = _moved_fast(ev, shift) if shift is not None else None
+                moved = moved if moved is not None else _moved(ev, move)
+                if span is not None and not _inside(moved, span):
+                    continue
+                moved["pid"] = pids[pid]
+                if moved.get("ph") == "M" and moved.get("name") == "process_name":
+                    named.add(pid)
+                    args = dict(moved.get("args") or {})
+                    if d is not None:
+                        args["name"] = _process_label(d[0], pid)
+                    else:
+                        args["name"] = f"{args.get('name', pid)} [{os.path.basename(inp.path)}]"
+                    moved["args"] = args
+                kept.append(moved)
+            out.add(kept)
+            count += len(kept)
+        extra = []
         for pid in pids:
             if pid not in named:
                 label = (
                     _process_label(d[0], pid)
                     if d is not None
-                    else f"{os.path.basename(path)} (pid {pid})"
+                    else f"{os.path.basename(inp.path)} (pid {pid})"
                 )
-                merged.append(
-                    {
-                        "name": "process_name",
-                        "ph": "M",
-                        "pid": pids[pid],
-                        "tid": 0,
-                        "args": {"name": label},
-                    }
-                )
+                extra.append(
+                    {"name": "process_name", "ph": "M", "pid": pids[pid], "tid": 0,
+                     "args": {"name": label}}
+                )  # fmt: skip
         if d is not None:
             info = d[0]
             order = _ROLE_ORDER.get(str(info.get("role")), 2) * 100000 + int(info.get("rank") or 0)
-            for pid in pids.values():
-                merged.append(
-                    {
-                        "name": "process_sort_index",
-                        "ph": "M",
-                        "pid": pid,
-                        "tid": 0,
-                        "args": {"sort_index": order},
-                    }
-                )
+            extra += [
+                {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
+                 "args": {"sort_index": order}}
+                for pid in pids.values()
+            ]  # fmt: skip
             ranks.append(
                 {k: info.get(k) for k in ("role", "rank", "host", "pid") if k in info}
                 # The clock as this merge applied it, derived again from the estimates.
-                | {"clock": d[1].to_json(), "file": os.path.basename(path)}
+                | {"clock": d[1].to_json(), "file": os.path.basename(inp.path)}
             )
+        out.add(extra)
+        count += len(extra)
+        if isinstance(out, _PerfettoOut):
+            out.end_input()
         summary.append(
             {
-                "path": path,
+                "path": inp.path,
                 "pids": sorted(map(str, pids.values())),
                 "shift_us": move(0) / 1000,
-                "truncated": truncated,
+                "truncated": inp.truncated,
                 "clock": d[1].to_json() if d is not None else None,
             }
         )
-    doc: dict[str, Any] = {
-        "traceEvents": merged,
-        "displayTimeUnit": "ms",
-        "baseTimeNanoseconds": ref,
-    }
-    if ranks:
-        first = next(d[0] for d in dist if d is not None)
-        doc["distributedInfo"] = {
-            "world_size": first.get("world_size"),
-            "num_workers": first.get("num_workers"),
-            "num_servers": first.get("num_servers"),
-            "backend": first.get("backend"),
-            "ranks": sorted(
-                ranks, key=lambda r: (_ROLE_ORDER.get(str(r.get("role")), 2), r.get("rank"))
-            ),
-        }
-    doc["otherData"] = {
-        "mxprof_version": __version__,
-        "merged_from": list(sources) if sources is not None else [s["path"] for s in summary],
-    }
-    payload = encode(doc, file_format(output))
-    with open(output, "wb") as f:
-        f.write(payload)
-    return {"events": len(merged), "inputs": summary}
+    return count, summary, ranks
+
+
+def _inside(event: RawEvent, span: tuple[int, int]) -> bool:
+    """Whether a moved event overlaps span (ns); events without a time always are."""
+    start = ns_ratio(event.get("ts"))
+    if start is None or event.get("ph") == "M":
+        return True
+    lo, hi = span
+    ts = round_ratio(*start)
+    length = ns_ratio(event.get("dur")) if "dur" in event else None
+    end = ts + (round_ratio(*length) if length is not None else 0)
+    return ts <= hi and end >= lo
+
+
+def _window_ns(window: Window, inputs: list[_Input], moves: list[_Move]) -> tuple[int, int]:
+    """The window as ns on the merged axis; step numbers looked up in every input."""
+    kind, lo, hi = window
+    if kind == "seconds":
+        return round(lo * 1e9), round(hi * 1e9)
+    first: int | None = None
+    last: int | None = None
+    for inp, move in zip(inputs, moves):
+        order: dict[tuple[Any, Any, str], int] = {}
+        for block in inp.blocks():
+            for ev in block:
+                number = _step_number(ev, order)
+                if number is None or not lo <= number <= hi:
+                    continue
+                moved = _moved(ev, move)
+                start = round_ratio(*(ns_ratio(moved.get("ts")) or (0, 1)))
+                end = start + round_ratio(*(ns_ratio(moved.get("dur", 0)) or (0, 1)))
+                first = start if first is None else min(first, start)
+                last = end if last is None else max(last, end)
+    if first is None or last is None:
+        raise TraceFormatError(f"merge: no step numbered {lo:g} to {hi:g} in the inputs")
+    return first, last
+
+
+def _step_number(event: RawEvent, order: dict[tuple[Any, Any, str], int]) -> int | None:
+    """A complete range's step number (as ``steps.step_number``), None for other events."""
+    if event.get("ph") != "X":
+        return None
+    name, category = str(event.get("name", "")), str(event.get("cat", ""))
+    if not (is_frame(category) or is_profiler_step(name)):
+        return None
+    key = (event.get("pid"), event.get("tid"), name)
+    n = order.get(key, 0)
+    order[key] = n + 1
+    args = event.get("args")
+    index = args.get("frame") if isinstance(args, dict) else None
+    if isinstance(index, int) and not isinstance(index, bool):
+        return index
+    if name.startswith("ProfilerStep#") and name[13:].isdigit():
+        return int(name[13:])
+    return n

@@ -10,9 +10,10 @@ gzip-compressed Chrome JSON, any other name Chrome JSON.
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import struct
-from typing import Any
+from typing import IO, Any
 
 from .._tracejson import dumps as trace_json
 from ._protobuf import (
@@ -117,135 +118,162 @@ def write_perfetto(events: list[RawEvent], base_time_ns: int | None) -> bytes:
         [('B', 1), ('E', 3)]
     """
     trace = Trace.from_raw(events)  # pairs B/E and b/e as load does
-    out = bytearray()
-    uuids: dict[Any, int] = {}
-    timed: list[tuple[int, int, int, bytearray]] = []  # (ts ns, rank, order, TrackEvent)
     low = min((e.ts for e in trace), default=0)
-    base = max(0, -low)
+    out = io.BytesIO()
+    writer = PerfettoWriter(out, base_time_ns, max(0, -low))
+    writer.add(trace)
+    return out.getvalue()
 
-    def track(key: Any, describe: Any) -> int:
-        if key not in uuids:
-            uuids[key] = len(uuids) + 1
-            td = bytearray()
-            put_uint(td, TD_UUID, uuids[key])
-            describe(td)
-            body = bytearray()
-            put_uint(body, PK_SEQUENCE_ID, 1)
-            put_bytes(body, PK_TRACK_DESCRIPTOR, td)
-            put_packet(out, body)
-        return uuids[key]
 
-    def process(pid: Any) -> int:
-        def describe(td: bytearray) -> None:
-            desc = bytearray()
-            put_uint(desc, DESC_PID, _int(pid))
-            put_str(desc, PD_PROCESS_NAME, trace.process_names.get(pid, str(pid)))
-            put_bytes(td, TD_PROCESS, desc)
+class PerfettoWriter:
+    """A Perfetto protobuf trace written one Trace after another (``merge``).
 
-        return track(("p", pid), describe)
+    Each Trace's events are sorted by time within it; the traces follow one
+    another, each with its own tracks (their pids must differ).
 
-    def thread(pid: Any, tid: Any) -> int:
-        parent = process(pid)
+    Args:
+        out: where the packets go.
+        base_time_ns: the wall-clock time of ts 0 (None: unknown).
+        base: added to every ts, so that none is negative (the trace's own
+            clock is MONOTONIC, as in the core's files).
+    """
 
-        def describe(td: bytearray) -> None:
-            put_uint(td, TD_PARENT_UUID, parent)
-            desc = bytearray()
-            put_uint(desc, DESC_PID, _int(pid))
-            put_uint(desc, THD_TID, _int(tid))
-            put_str(desc, THD_THREAD_NAME, trace.thread_names.get((pid, tid), f"thread {tid}"))
-            put_bytes(td, TD_THREAD, desc)
-
-        return track(("t", pid, tid), describe)
-
-    def named(key: Any, pid: Any, name: str, counter: bool) -> int:
-        parent = process(pid)
-
-        def describe(td: bytearray) -> None:
-            put_uint(td, TD_PARENT_UUID, parent)
-            put_str(td, TD_NAME, name)
-            if counter:
-                put_bytes(td, TD_COUNTER, b"")
-
-        return track(key, describe)
-
-    def event(ts: int, rank: int, kind: int, uuid: int, e: Any, args: Any) -> None:
-        """One TrackEvent; args: its annotations, or a counter's value."""
-        te = bytearray()
-        put_uint(te, TE_TYPE, kind)
-        put_uint(te, TE_TRACK_UUID, uuid)
-        if kind != END:
-            put_str(te, TE_NAME, e.name)
-            if e.category:
-                put_str(te, TE_CATEGORIES, e.category)
-        if kind == COUNTER:
-            put_uint(te, TE_COUNTER_VALUE, args)
-        else:
-            for key, value in args.items():
-                te += _annotationput_bytes(key, value)
-        timed.append((ts, rank, len(timed), te))
-
-    def threaded(e: Any) -> bool:
-        """Whether e belongs to a thread (tid 0 without a name: a track of no thread)."""
-        return e.tid != 0 or (e.pid, e.tid) in trace.thread_names
-
-    open_ranges: dict[Any, list[Any]] = {}
-    for e in trace:  # per thread by ts, longer first: parents before children
-        if e.dur is not None:
-            stack = open_ranges.setdefault((e.pid, e.tid), [])
-            while stack and e.ts >= stack[-1].end and (e.dur or stack[-1].dur):
-                stack.pop()  # ended before e began: contains nothing from here on
-            if not threaded(e):  # read from a Perfetto track of no thread: one of its own
-                uuid = named(("a", len(uuids)), e.pid, e.name, False)
-            elif not stack or e.end <= stack[-1].end:
-                uuid = thread(e.pid, e.tid)
-                stack.append(e)
-            else:  # overlaps a range open on its thread without nesting: a track of its own
-                uuid = named(("a", len(uuids)), e.pid, e.name, False)
-            # At one ts: ends, then instants, then begins (longer first); of two
-            # ends the shorter range's first; a zero-length range after all that.
-            event(e.ts, 2, BEGIN, uuid, e, e.args)
-            timed[-1] = (e.ts, 2, -e.dur, timed[-1][3])
-            event(e.end, 0, END, uuid, e, {})
-            timed[-1] = (e.end, 3 if e.dur == 0 else 0, e.dur, timed[-1][3])
-        elif e.ph == "C":
-            for key, value in e.args.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    uuid = named(("c", e.pid, key), e.pid, key, True)
-                    event(e.ts, 1, COUNTER, uuid, e, int(value))
-        else:
-            scope = e.args.get("scope")
-            uuid = (
-                GLOBAL_TRACK
-                if scope == "global"
-                else process(e.pid)
-                if scope == "process" or not threaded(e)
-                else thread(e.pid, e.tid)
-            )
-            event(e.ts, 1, INSTANT, uuid, e, e.args)
-    body = bytearray()
-    put_uint(body, PK_SEQUENCE_ID, 1)
-    put_uint(body, PK_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED)
-    snapshot = bytearray()
-    for clock, value in ((CLOCK_MONOTONIC, base), (CLOCK_REALTIME, base_time_ns)):
-        if value is not None:
-            one = bytearray()
-            put_uint(one, 1, clock)
-            put_uint(one, 2, value)
-            put_bytes(snapshot, 1, one)
-    # The trace's own clock is MONOTONIC, as in the core's files: without it
-    # the viewer takes BOOTTIME, which nothing here converts to.
-    put_uint(snapshot, 2, CLOCK_MONOTONIC)
-    put_bytes(body, PK_CLOCK_SNAPSHOT, snapshot)
-    head = bytearray()
-    put_packet(head, body)
-    for ts, _, _, te in sorted(timed, key=lambda t: t[:3]):  # stable: file order on ties
+    def __init__(self, out: IO[bytes], base_time_ns: int | None, base: int) -> None:
+        self.out = out
+        self.base = base
+        self.uuids: dict[Any, int] = {}
         body = bytearray()
         put_uint(body, PK_SEQUENCE_ID, 1)
-        put_uint(body, PK_TIMESTAMP, ts + base)
-        put_uint(body, PK_CLOCK_ID, CLOCK_MONOTONIC)
-        put_bytes(body, PK_TRACK_EVENT, te)
-        put_packet(out, body)
-    return bytes(head + out)
+        put_uint(body, PK_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED)
+        snapshot = bytearray()
+        for clock, value in ((CLOCK_MONOTONIC, base), (CLOCK_REALTIME, base_time_ns)):
+            if value is not None:
+                one = bytearray()
+                put_uint(one, 1, clock)
+                put_uint(one, 2, value)
+                put_bytes(snapshot, 1, one)
+        # Without a clock of its own the viewer takes BOOTTIME, which nothing
+        # here converts to.
+        put_uint(snapshot, 2, CLOCK_MONOTONIC)
+        put_bytes(body, PK_CLOCK_SNAPSHOT, snapshot)
+        head = bytearray()
+        put_packet(head, body)
+        out.write(head)
+
+    def add(self, trace: Trace) -> None:
+        """Every event of trace, on the tracks of its processes and threads."""
+        out = bytearray()
+        uuids = self.uuids
+        timed: list[tuple[int, int, int, bytearray]] = []  # (ts ns, rank, order, TrackEvent)
+        base = self.base
+
+        def track(key: Any, describe: Any) -> int:
+            if key not in uuids:
+                uuids[key] = len(uuids) + 1
+                td = bytearray()
+                put_uint(td, TD_UUID, uuids[key])
+                describe(td)
+                body = bytearray()
+                put_uint(body, PK_SEQUENCE_ID, 1)
+                put_bytes(body, PK_TRACK_DESCRIPTOR, td)
+                put_packet(out, body)
+            return uuids[key]
+
+        def process(pid: Any) -> int:
+            def describe(td: bytearray) -> None:
+                desc = bytearray()
+                put_uint(desc, DESC_PID, _int(pid))
+                put_str(desc, PD_PROCESS_NAME, trace.process_names.get(pid, str(pid)))
+                put_bytes(td, TD_PROCESS, desc)
+
+            return track(("p", pid), describe)
+
+        def thread(pid: Any, tid: Any) -> int:
+            parent = process(pid)
+
+            def describe(td: bytearray) -> None:
+                put_uint(td, TD_PARENT_UUID, parent)
+                desc = bytearray()
+                put_uint(desc, DESC_PID, _int(pid))
+                put_uint(desc, THD_TID, _int(tid))
+                put_str(desc, THD_THREAD_NAME, trace.thread_names.get((pid, tid), f"thread {tid}"))
+                put_bytes(td, TD_THREAD, desc)
+
+            return track(("t", pid, tid), describe)
+
+        def named(key: Any, pid: Any, name: str, counter: bool) -> int:
+            parent = process(pid)
+
+            def describe(td: bytearray) -> None:
+                put_uint(td, TD_PARENT_UUID, parent)
+                put_str(td, TD_NAME, name)
+                if counter:
+                    put_bytes(td, TD_COUNTER, b"")
+
+            return track(key, describe)
+
+        def event(ts: int, rank: int, kind: int, uuid: int, e: Any, args: Any) -> None:
+            """One TrackEvent; args: its annotations, or a counter's value."""
+            te = bytearray()
+            put_uint(te, TE_TYPE, kind)
+            put_uint(te, TE_TRACK_UUID, uuid)
+            if kind != END:
+                put_str(te, TE_NAME, e.name)
+                if e.category:
+                    put_str(te, TE_CATEGORIES, e.category)
+            if kind == COUNTER:
+                put_uint(te, TE_COUNTER_VALUE, args)
+            else:
+                for key, value in args.items():
+                    te += _annotationput_bytes(key, value)
+            timed.append((ts, rank, len(timed), te))
+
+        def threaded(e: Any) -> bool:
+            """Whether e belongs to a thread (tid 0 without a name: a track of no thread)."""
+            return e.tid != 0 or (e.pid, e.tid) in trace.thread_names
+
+        open_ranges: dict[Any, list[Any]] = {}
+        for e in trace:  # per thread by ts, longer first: parents before children
+            if e.dur is not None:
+                stack = open_ranges.setdefault((e.pid, e.tid), [])
+                while stack and e.ts >= stack[-1].end and (e.dur or stack[-1].dur):
+                    stack.pop()  # ended before e began: contains nothing from here on
+                if not threaded(e):  # read from a Perfetto track of no thread: one of its own
+                    uuid = named(("a", len(uuids)), e.pid, e.name, False)
+                elif not stack or e.end <= stack[-1].end:
+                    uuid = thread(e.pid, e.tid)
+                    stack.append(e)
+                else:  # overlaps a range open on its thread without nesting: a track of its own
+                    uuid = named(("a", len(uuids)), e.pid, e.name, False)
+                # At one ts: ends, then instants, then begins (longer first); of two
+                # ends the shorter range's first; a zero-length range after all that.
+                event(e.ts, 2, BEGIN, uuid, e, e.args)
+                timed[-1] = (e.ts, 2, -e.dur, timed[-1][3])
+                event(e.end, 0, END, uuid, e, {})
+                timed[-1] = (e.end, 3 if e.dur == 0 else 0, e.dur, timed[-1][3])
+            elif e.ph == "C":
+                for key, value in e.args.items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        uuid = named(("c", e.pid, key), e.pid, key, True)
+                        event(e.ts, 1, COUNTER, uuid, e, int(value))
+            else:
+                scope = e.args.get("scope")
+                uuid = (
+                    GLOBAL_TRACK
+                    if scope == "global"
+                    else process(e.pid)
+                    if scope == "process" or not threaded(e)
+                    else thread(e.pid, e.tid)
+                )
+                event(e.ts, 1, INSTANT, uuid, e, e.args)
+        for ts, _, _, te in sorted(timed, key=lambda t: t[:3]):  # stable: file order on ties
+            body = bytearray()
+            put_uint(body, PK_SEQUENCE_ID, 1)
+            put_uint(body, PK_TIMESTAMP, ts + base)
+            put_uint(body, PK_CLOCK_ID, CLOCK_MONOTONIC)
+            put_bytes(body, PK_TRACK_EVENT, te)
+            put_packet(out, body)
+        self.out.write(out)
 
 
 def _int(value: Any) -> int:

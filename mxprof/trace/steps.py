@@ -1,4 +1,4 @@
-"""What a step is, for every reader of steps (the report's page and its hints).
+"""What a step is, for every reader of steps (merge --window, the report and its hints).
 
 A step is a range of a frame (category ``<domain>,frame``, its number in
 ``args.frame``) or torch.profiler's ``ProfilerStep#N`` (number N).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..trace import Event
+from .model import Event
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
