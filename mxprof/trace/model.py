@@ -187,7 +187,7 @@ class Trace(Sequence[Event]):
         name = os.fspath(path)
         summary = None if keep_events else _Summary()
         try:
-            converted, metadata = _read_lines(path, None if summary is None else summary.sink)
+            converted, metadata = read_lines(path, None if summary is None else summary.sink)
         except _scan.NotLines:
             events, metadata, truncated = read_raw(path)
             return cls.from_raw(events, metadata=metadata, truncated=truncated, path=name)
@@ -203,7 +203,7 @@ class Trace(Sequence[Event]):
             # mxprof's own shape, or it would have been read whole at once).
             assert self.path is not None
             try:
-                converted, _ = _read_lines(self.path, None)
+                converted, _ = read_lines(self.path, None)
                 self._events = _in_order(converted.finish())  # type: ignore[arg-type]
             except _scan.NotLines:  # changed since: read it whole
                 raw, _, _ = read_raw(self.path)
@@ -498,7 +498,7 @@ class _Running:
         self.lengths.append(length)
 
 
-def _read_lines(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any]]:
+def read_lines(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any]]:
     """Read a file in mxprof's one-event-per-line shape into sink(thread) per thread.
 
     Raises:

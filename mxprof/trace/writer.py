@@ -18,6 +18,7 @@ from typing import IO, Any
 from .._tracejson import dumps as trace_json
 from ._protobuf import (
     BEGIN,
+    BYTES,
     CLOCK_MONOTONIC,
     CLOCK_REALTIME,
     COUNTER,
@@ -164,7 +165,8 @@ class PerfettoWriter:
         """Every event of trace, on the tracks of its processes and threads."""
         out = bytearray()
         uuids = self.uuids
-        timed: list[tuple[int, int, int, bytearray]] = []  # (ts ns, rank, order, TrackEvent)
+        # (ts ns, rank at one ts, order, the packet after its timestamp)
+        timed: list[tuple[int, int, int, bytes]] = []
         base = self.base
 
         def track(key: Any, describe: Any) -> int:
@@ -212,8 +214,21 @@ class PerfettoWriter:
 
             return track(key, describe)
 
-        def event(ts: int, rank: int, kind: int, uuid: int, e: Any, args: Any) -> None:
-            """One TrackEvent; args: its annotations, or a counter's value."""
+        tails: dict[Any, bytes] = {}  # a TrackEvent's packet after its timestamp, by content
+
+        def event(kind: int, uuid: int, e: Any, args: Any) -> bytes:
+            """One TrackEvent, as the end of its packet; args: its annotations, or a
+            counter's value. Packets that differ only in their time share one."""
+            key = (
+                (kind, uuid)
+                if kind == END
+                else (kind, uuid, e.name, e.category)
+                if kind != COUNTER and not args
+                else None
+            )
+            tail = tails.get(key) if key is not None else None
+            if tail is not None:
+                return tail
             te = bytearray()
             put_uint(te, TE_TYPE, kind)
             put_uint(te, TE_TRACK_UUID, uuid)
@@ -223,10 +238,16 @@ class PerfettoWriter:
                     put_str(te, TE_CATEGORIES, e.category)
             if kind == COUNTER:
                 put_uint(te, TE_COUNTER_VALUE, args)
-            else:
-                for key, value in args.items():
-                    te += _annotationput_bytes(key, value)
-            timed.append((ts, rank, len(timed), te))
+            elif args:
+                for name, value in args.items():
+                    te += _annotationput_bytes(name, value)
+            packed = bytearray()
+            put_uint(packed, PK_CLOCK_ID, CLOCK_MONOTONIC)
+            put_bytes(packed, PK_TRACK_EVENT, te)
+            tail = bytes(packed)
+            if key is not None:
+                tails[key] = tail
+            return tail
 
         def threaded(e: Any) -> bool:
             """Whether e belongs to a thread (tid 0 without a name: a track of no thread)."""
@@ -247,15 +268,13 @@ class PerfettoWriter:
                     uuid = named(("a", len(uuids)), e.pid, e.name, False)
                 # At one ts: ends, then instants, then begins (longer first); of two
                 # ends the shorter range's first; a zero-length range after all that.
-                event(e.ts, 2, BEGIN, uuid, e, e.args)
-                timed[-1] = (e.ts, 2, -e.dur, timed[-1][3])
-                event(e.end, 0, END, uuid, e, {})
-                timed[-1] = (e.end, 3 if e.dur == 0 else 0, e.dur, timed[-1][3])
+                timed.append((e.ts, 2, -e.dur, event(BEGIN, uuid, e, e.args)))
+                timed.append((e.end, 3 if e.dur == 0 else 0, e.dur, event(END, uuid, e, None)))
             elif e.ph == "C":
                 for key, value in e.args.items():
                     if isinstance(value, (int, float)) and not isinstance(value, bool):
                         uuid = named(("c", e.pid, key), e.pid, key, True)
-                        event(e.ts, 1, COUNTER, uuid, e, int(value))
+                        timed.append((e.ts, 1, len(timed), event(COUNTER, uuid, e, int(value))))
             else:
                 scope = e.args.get("scope")
                 uuid = (
@@ -265,15 +284,29 @@ class PerfettoWriter:
                     if scope == "process" or not threaded(e)
                     else thread(e.pid, e.tid)
                 )
-                event(e.ts, 1, INSTANT, uuid, e, e.args)
-        for ts, _, _, te in sorted(timed, key=lambda t: t[:3]):  # stable: file order on ties
-            body = bytearray()
-            put_uint(body, PK_SEQUENCE_ID, 1)
-            put_uint(body, PK_TIMESTAMP, ts + base)
-            put_uint(body, PK_CLOCK_ID, CLOCK_MONOTONIC)
-            put_bytes(body, PK_TRACK_EVENT, te)
-            put_packet(out, body)
+                timed.append((e.ts, 1, len(timed), event(INSTANT, uuid, e, e.args)))
         self.out.write(out)
+        timed.sort(key=_first_three)  # stable: file order on ties
+        head = bytearray()
+        put_uint(head, PK_SEQUENCE_ID, 1)
+        put_varint(head, PK_TIMESTAMP << 3)
+        prefix = bytes(head)
+        chunk = bytearray()
+        for ts, _, _, tail in timed:
+            stamp = bytearray(prefix)
+            put_varint(stamp, ts + base)
+            put_varint(chunk, 1 << 3 | BYTES)  # TracePacket, field 1 of Trace
+            put_varint(chunk, len(stamp) + len(tail))
+            chunk += stamp
+            chunk += tail
+            if len(chunk) > 1 << 20:
+                self.out.write(chunk)
+                chunk = bytearray()
+        self.out.write(chunk)
+
+
+def _first_three(item: tuple[int, int, int, bytes]) -> tuple[int, int, int]:
+    return item[0], item[1], item[2]
 
 
 def _int(value: Any) -> int:
