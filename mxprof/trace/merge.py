@@ -279,6 +279,7 @@ class _PerfettoOut:
         events: list[Event] = []
         pids: dict[Any, Any] = {}
         for thread in converted.finish().values():
+            assert isinstance(thread, list)  # read_lines(..., None) fills lists
             for e in thread:
                 pid = e.pid
                 if pid not in pids:
