@@ -28,6 +28,7 @@ from .errors import ProfilerError, TraceFormatError
 from .report import ReportUnavailable, report
 from .report.diff import DiffError, diff
 from .trace import load
+from .trace.gpu import gpu_json, gpu_rows, gpu_table
 from .trace.merge import merge
 from .trace.repair import repair
 
@@ -161,8 +162,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     rows = trace.key_averages()
+    gpu = gpu_rows(trace)  # GPU work by launching range (imported NVIDIA databases)
     if args.format == "table":
         print(rows.table(sort_by=args.sort, row_limit=args.top), end="")
+        if gpu:
+            print("\n" + gpu_table(gpu, row_limit=args.top), end="")
         return 0
     fields = ("count", "total", "self", "avg", "min", "max", "p50", "p90", "p99")
     top = rows.sorted(args.sort)[: args.top] if args.top is not None else rows.sorted(args.sort)
@@ -175,6 +179,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
             for r in top
         ],
     }
+    if gpu:
+        doc["GPU"] = gpu_json(gpu[: args.top] if args.top is not None else gpu)
     print(json.dumps(doc, indent=2, ensure_ascii=False))
     return 0
 

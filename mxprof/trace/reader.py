@@ -46,9 +46,10 @@ def read_raw(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], bool]:
     """Read a trace file's events as the dicts in the file, in file order.
 
     Args:
-        path: the trace file: plain or gzip-compressed JSON, or the Perfetto
+        path: the trace file: plain or gzip-compressed JSON, the Perfetto
             protobuf mxprof writes (``.pftrace``, ``.perfetto-trace``; told
-            apart by content, see ``mxprof.trace.perfetto``).
+            apart by content, see ``mxprof.trace.perfetto``), or an nvprof /
+            Nsight Systems SQLite database (``mxprof.trace.nvidia``).
 
     Returns:
         ``(events, metadata, truncated)``: the event objects in file order;
@@ -70,6 +71,11 @@ def read_raw(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], bool]:
         >>> events[0]["ph"], metadata["baseTimeNanoseconds"], truncated  # doctest: +SKIP
         ('X', 1795242929580964856, False)
     """
+    # NVIDIA-IMPORT HOOK: nvprof / Nsight Systems SQLite databases (mxprof/trace/nvidia.py).
+    from . import nvidia
+
+    if nvidia.is_database(path):
+        return nvidia.read_raw(path)
     where = shown(os.fspath(path))
     data = _read_bytes(os.fspath(path), where)
     if looks_like_perfetto(data):
