@@ -28,7 +28,7 @@ MARKS = [("checkpoint", 8500, MAIN)]
 CALLS = [
     ("runtime", "cudaLaunchKernel", 2100, 2200, MAIN, 1),
     ("runtime", "cudaLaunchKernel", 3100, 3200, MAIN, 2),
-    ("runtime", "cudaLaunchKernel", 4900, 5100, MAIN, 3),  # ends after attention does
+    ("runtime", "cudaLaunchKernel", 5050, 5100, MAIN, 3),  # just after attention closed
     ("runtime", "cudaLaunchKernel", 2600, 2700, LOADER, 4),
     ("runtime", "cudaMemcpyAsync", 9100, 9300, MAIN, 5),
     ("runtime", "cudaLaunchKernel", 21000, 21500, MAIN, 6),
@@ -54,7 +54,7 @@ WORK = [
     ("kernel", "tail_kernel", 31300, 31400, 0, 7, 7, None),
     ("kernel", "bwd_kernel", 10200, 10700, 0, 7, 8, None),
     ("memset", "Memset", 9900, 9950, 0, 7, 9, 256),
-    ("kernel", "early", 2600, 2650, 0, 7, 10, None),
+    ("kernel", "early", 2600, 2650, 0, 13, 10, None),
     ("kernel", "orphan", 40000, 40100, 0, 7, 99, None),  # no call has its id
 ]
 # correlation id -> (enclosing ranges outermost first, launching call's name or None)

@@ -79,6 +79,25 @@ def test_every_unit_of_gpu_work_is_tied_to_its_launch_and_innermost_range(databa
     assert trace.thread_names[(GPU, 13)] == "stream 13"
 
 
+def test_a_range_encloses_a_call_only_strictly():
+    """pyprof's comparisons: opened before the call began and closed after it ended;
+    a range opened or closed at the very ns of the call's ends does not enclose it."""
+    from mxprof.trace._nvidia_db import Call, Database, Range
+    from mxprof.trace._nvidia_events import enclosing_ranges
+
+    db = Database("nsys", None, None, 0)
+    db.ranges = [
+        Range("outer", 0, 100, 1, 1, 1, 1),
+        Range("same_start", 10, 50, 1, 1, 1, 1),
+        Range("same_end", 5, 30, 1, 1, 1, 1),
+        Range("other_thread", 0, 100, 1, 2, 1, 2),
+        Range("open", 1, None, 1, 1, 1, 1),
+    ]
+    call = Call("runtime", "cudaLaunchKernel", 10, 30, 1, 1, 7)
+    db.calls = [call]
+    assert [r.name for r in enclosing_ranges(db)[id(call)]] == ["outer", "open"]
+
+
 def test_calls_ranges_and_marks_are_on_their_cpu_threads(database):
     trace = mxprof.load(database)
     calls = [e for e in trace if e.category in ("cuda_runtime", "cuda_driver")]
@@ -89,7 +108,7 @@ def test_calls_ranges_and_marks_are_on_their_cpu_threads(database):
     )
     assert got == want
     ranges = {e.name: e for e in trace if e.category == "nvtx" and e.ph == "X"}
-    for name, start, end, tid, _, _ in dbs.RANGES:
+    for name, _, _, tid, _, _ in dbs.RANGES:
         assert (ranges[name].pid, ranges[name].tid) == (dbs.PID, tid)
     assert ranges["prefetch"].args["end_tid"] == dbs.MAIN  # closed on another thread
     assert ranges["tail"].args["cut_short"] is True  # never closed: open to the capture's end
@@ -99,7 +118,8 @@ def test_calls_ranges_and_marks_are_on_their_cpu_threads(database):
     assert parents["attention"].ts >= parents["forward"].ts
     assert parents["attention"].end <= parents["forward"].end
     [mark] = [e for e in trace if e.ph == "i"]
-    assert (mark.name, mark.pid, mark.tid, mark.category) == ("checkpoint", dbs.PID, dbs.MAIN, "nvtx")
+    assert (mark.name, mark.pid, mark.tid) == ("checkpoint", dbs.PID, dbs.MAIN)
+    assert mark.category == "nvtx"
     step = ranges["step"]
     assert mark.ts - step.ts == 8500 - 1000  # one axis for CPU and GPU
 
@@ -255,6 +275,47 @@ def mxprof_trace(path, base, ranges):
     return str(path)
 
 
+def test_the_merged_result_opens_in_perfetto(tmp_path):
+    """Loaded by the Perfetto UI's own trace processor (tests/_perfetto_engine.py): no
+    import error, the GPU tracks named, and every flow arrow from a launching call
+    to the very work it launched."""
+    import _perfetto_engine
+
+    try:
+        engine = _perfetto_engine.Engine.start()
+    except _perfetto_engine.Unavailable as e:
+        pytest.skip(str(e))
+    try:
+        for build in (dbs.nsys, dbs.nvprof):
+            db = build(str(tmp_path / f"{build.__name__}.sqlite"))
+            out = tmp_path / f"{build.__name__}.json"
+            assert run_cli("merge", db, "-o", str(out))[0] == 0
+            assert engine.load(out) == []
+            problems = engine.query(
+                "select name from stats where value > 0 and severity in ('error', 'data_loss')"
+            )
+            assert problems == []
+            flows = engine.query(
+                "select a.name call, b.name work from flow "
+                "join slice a on flow.slice_out = a.id join slice b on flow.slice_in = b.id"
+            )
+            launched = [(c[1], w[1]) for c in dbs.CALLS for w in dbs.WORK if w[6] == c[5]]
+            assert sorted((f["call"], short(f["work"])) for f in flows) == sorted(launched)
+            tracks = engine.query(
+                "select p.name process, t.name thread, count(*) n from slice s "
+                "join thread_track tt on s.track_id = tt.id join thread t using (utid) "
+                "join process p using (upid) where p.name like 'GPU%' group by 1, 2"
+            )
+            base = os.path.basename(db)
+            assert {(r["process"], r["thread"], r["n"]) for r in tracks} == {
+                (f"GPU 0 [{base}]", "stream 7", 8),
+                (f"GPU 0 [{base}]", "stream 13", 2),
+                (f"GPU 1 [{base}]", "stream 7", 1),
+            }
+    finally:
+        engine.close()
+
+
 def test_merge_aligns_a_database_on_the_mxprof_trace_of_the_same_run(tmp_path):
     """The database's NVTX ranges are the mxprof trace's ranges (set_config(nvtx=True)):
     matched by name and order, they fix the clock even when the two wall clocks
@@ -292,9 +353,12 @@ def test_reading_a_database_loads_nothing_live(tmp_path):
     code = """
         import contextlib, io, json, sys
         from mxprof import cli
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            codes = [cli.main(["stats", sys.argv[1]]), cli.main(["merge", sys.argv[1], "-o", "m.json"])]
-        print(json.dumps({"codes": codes, "modules": sorted(m for m in sys.modules if m.startswith("mxprof"))}))
+        quiet = contextlib.redirect_stdout(io.StringIO())
+        with quiet, contextlib.redirect_stderr(io.StringIO()):
+            codes = [cli.main(["stats", sys.argv[1]])]
+            codes.append(cli.main(["merge", sys.argv[1], "-o", "m.json"]))
+        modules = sorted(m for m in sys.modules if m.startswith("mxprof"))
+        print(json.dumps({"codes": codes, "modules": modules}))
     """
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), db],
@@ -350,10 +414,12 @@ def test_a_database_cut_short(database):
 
 def test_a_database_with_damaged_pages(tmp_path):
     path = dbs.nsys(str(tmp_path / "d.sqlite"))
-    data = bytearray(open(path, "rb").read())
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
     for i in range(4096, len(data), 7):  # every page after the first, scrambled
         data[i] = (data[i] * 31 + 17) & 0xFF
-    open(path, "wb").write(bytes(data))
+    with open(path, "wb") as f:
+        f.write(bytes(data))
     with pytest.raises(mxprof.TraceFormatError) as info:
         mxprof.load(path)
     assert path in str(info.value)
@@ -378,7 +444,7 @@ def test_an_unknown_export_schema_version(tmp_path):
 def test_string_ids_that_do_not_resolve(tmp_path):
     path = dbs.nsys(str(tmp_path / "s.sqlite"))
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 999 WHERE correlationId = 2")
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 999")
     expect_error(path, "CUPTI_ACTIVITY_KIND_KERNEL.demangledName", "string id 999", "StringIds")
     path = dbs.nsys(str(tmp_path / "t.sqlite"))
     with sqlite3.connect(path) as db:

@@ -134,11 +134,11 @@ def gpu_table(rows: list[GpuRow], row_limit: int | None = None) -> str:
         >>> print(gpu_table([GpuRow("fwd", 2, 3000, 1000, 2000, 1, 4096, 500,
         ...                         by_kernel={"k": [2, 3000]})]), end="")
         GPU work by launching range
-        ----------------------------------------------------------
-        Range  Kernels  Count     Total       Avg  Copies    Bytes
-        ----------------------------------------------------------
-        fwd          1      2   3.000us   1.500us       1   4.0KiB
-        ----------------------------------------------------------
+        -------------------------------------------------------
+        Range  Kernels  Count    Total      Avg  Copies   Bytes
+        -------------------------------------------------------
+        fwd          1      2  3.000us  1.500us       1  4.0KiB
+        -------------------------------------------------------
     """
     shown = rows if row_limit is None else rows[:row_limit]
     names = [display(r.range) for r in shown]
