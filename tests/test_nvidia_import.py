@@ -477,3 +477,17 @@ def test_merge_names_a_bad_database(tmp_path):
     bad.write_bytes(b"SQLite format 3\x00" + b"\x00" * 10)
     code, _, err = run_cli("merge", good, str(bad), "-o", str(tmp_path / "m.json"))
     assert code == 1 and "bad.sqlite" in err and "cut short" in err
+
+
+def test_repair_never_writes_over_a_database(tmp_path):
+    """The reader takes databases, so repair would have rewritten one as JSON in place."""
+    db = dbs.nsys(str(tmp_path / "run.sqlite"))
+    with open(db, "rb") as f:
+        before = f.read()
+    code, _, err = run_cli("repair", db)
+    assert code == 1 and "NVIDIA profiler database" in err and "-o" in err
+    with open(db, "rb") as f:
+        assert f.read() == before
+    code, _, err = run_cli("repair", db, "-o", str(tmp_path / "run.json"))
+    assert code == 0, err
+    assert len(gpu_events(mxprof.load(tmp_path / "run.json"))) == len(dbs.WORK)
