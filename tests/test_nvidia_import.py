@@ -347,6 +347,24 @@ def test_align_pairs_names_in_order_and_reports_the_spread():
     assert align(db, [{"ph": "X", "cat": "d", "name": "other", "ts": 1}]) is None
 
 
+def test_align_finds_a_part_of_the_run_by_the_spacing_of_its_ranges():
+    """mxprof recorded steps 3-5 of 8 (a schedule), the database all of them: every
+    step is a 'step' with a 'forward', so only the steps' differing lengths say
+    which database step is the trace's first."""
+    lengths = [1000, 1300, 900, 1700, 1100, 1500, 1200, 1000]  # µs
+    begins = [sum(lengths[:k]) for k in range(len(lengths))]
+    db = []
+    for t in begins:
+        db.append({"ph": "X", "cat": "nvtx", "name": "step", "ts": t, "dur": 50})
+        db.append({"ph": "X", "cat": "nvtx", "name": "forward", "ts": t + 100, "dur": 20})
+    ours = []
+    for t in begins[3:6]:
+        ours.append({"ph": "X", "cat": "d", "name": "step", "ts": t - begins[3] + 50, "dur": 50})
+        ours.append({"ph": "X", "cat": "d", "name": "forward", "ts": t - begins[3] + 150})
+    found = align(db, ours)
+    assert (found.offset_ns, found.pairs, found.spread_ns) == ((begins[3] - 50) * 1000, 6, 0)
+
+
 def test_reading_a_database_loads_nothing_live(tmp_path):
     """The offline tier: stats and merge of a database start no session."""
     db = dbs.nsys(str(tmp_path / "a.sqlite"))

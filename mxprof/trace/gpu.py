@@ -10,9 +10,9 @@ range table, and ``--format json`` adds them under ``"GPU"``.
 
 ``align_inputs`` moves a database's events onto an mxprof trace's clock when
 both are merged: the NVTX ranges mxprof emits (``set_config(nvtx=True)``) carry
-the names of its own ranges, so the k-th ``forward`` in the database is the
-k-th ``forward`` in the trace; the offset is the median of those pairs'
-differences.
+the names of its own ranges, so each ``forward`` in the database is a
+``forward`` in the trace, and the offset under which their names, order and
+spacing agree is the clocks' offset (see ``align``).
 
 Example:
     >>> import mxprof
@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -173,9 +174,9 @@ def _size(n: int) -> str:
 class Alignment:
     """A database's clock against an mxprof trace's: db ts - offset_ns = trace ts (ns).
 
-    ``pairs`` is how many same-named range starts were matched, ``spread_ns``
-    how far the pairs' differences lie apart (max - min): large only when the
-    names or their order do not match.
+    ``pairs`` is how many database ranges found their trace range,
+    ``spread_ns`` how far the pairs' differences lie apart (max - min): the
+    clocks' drift over the run, plus the time between the two clocks' reads.
     """
 
     offset_ns: int
@@ -199,12 +200,25 @@ def _starts(events: list[dict[str, Any]], *, nvtx: bool) -> dict[str, list[int]]
     return out
 
 
+# How far apart a database's range start and the trace's may lie and still be
+# one range: both clocks are read in the same call, so only their drift over
+# the run separates them.
+MATCH_NS = 100_000
+_CANDIDATE_NAMES = 8  # the rarest shared names propose offsets ...
+_CANDIDATES_PER_NAME = 16  # ... from their first occurrences on each side
+_SCORED = 4000  # range starts a candidate offset is tried on
+
+
 def align(db_events: list[dict[str, Any]], trace_events: list[dict[str, Any]]) -> Alignment | None:
     """The offset that puts a database's NVTX ranges on the mxprof trace's same-named ranges.
 
-    Names occurring as often in both are paired in order (the k-th with the
-    k-th); only when no name does are the first occurrences of each shared
-    name paired.  None when the two share no range name.
+    The rarest names shared by both propose offsets (an occurrence in the
+    database against one in the trace); the offset under which most database
+    ranges land within ``MATCH_NS`` of a same-named trace range wins, ties
+    to the smaller total distance, so the order and spacing of the ranges
+    decide even when one side holds only part of the run (an Nsight capture
+    range, an mxprof schedule).  It is then refined to the median of the
+    matched pairs' differences.  None when no range name is shared.
 
     Example:
         >>> align([{"ph": "X", "cat": "nvtx", "name": "step", "ts": 1005, "dur": 1}],
@@ -212,14 +226,44 @@ def align(db_events: list[dict[str, Any]], trace_events: list[dict[str, Any]]) -
         Alignment(offset_ns=1000000, pairs=1, spread_ns=0)
     """
     ours, theirs = _starts(db_events, nvtx=True), _starts(trace_events, nvtx=False)
-    shared = [n for n in ours if n in theirs]
-    same = [n for n in shared if len(ours[n]) == len(theirs[n])]
-    deltas: list[int] = []
-    for name in same or shared:
-        deltas += [a - b for a, b in zip(ours[name], theirs[name])]
-    if not deltas:
+    shared = sorted((n for n in ours if n in theirs), key=lambda n: (len(ours[n]), n))
+    if not shared:
         return None
+    candidates = {
+        a - b
+        for name in shared[:_CANDIDATE_NAMES]
+        for a in ours[name][:_CANDIDATES_PER_NAME]
+        for b in theirs[name][:_CANDIDATES_PER_NAME]
+    }
+    starts = [(name, a) for name in shared for a in ours[name]]
+    step = max(1, len(starts) // _SCORED)
+    sample = starts[::step]
+
+    def score(offset: int) -> tuple[int, int]:
+        found = _residuals(sample, theirs, offset)
+        return len(found), -sum(abs(r) for r in found)
+
+    best = max(sorted(candidates), key=score)
+    residuals = _residuals(starts, theirs, best)
+    deltas = [best + r for r in residuals]
     return Alignment(int(statistics.median(deltas)), len(deltas), max(deltas) - min(deltas))
+
+
+def _residuals(
+    starts: list[tuple[str, int]], theirs: dict[str, list[int]], offset: int
+) -> list[int]:
+    """For each start with a same-named trace start within MATCH_NS of start - offset: how far."""
+    found = []
+    for name, a in starts:
+        times = theirs[name]
+        want = a - offset
+        i = bisect.bisect_left(times, want)
+        near = [times[j] for j in (i - 1, i) if 0 <= j < len(times)]
+        if near:
+            b = min(near, key=lambda t: abs(t - want))
+            if abs(b - want) <= MATCH_NS:
+                found.append(want - b)
+    return found
 
 
 def align_inputs(
