@@ -149,6 +149,28 @@ def test_the_serialized_kernel_table_of_nvprof_is_read_too(tmp_path):
     assert work[2] == "attention" and work[4] == "prefetch" and work[99] is None
 
 
+def test_schema_variants(tmp_path):
+    """The export's own copy-kind names (ENUM_CUDA_MEMCPY_OPER); GPU records without a
+    globalPid, joined to their call by correlation id alone; an nvprof file holding
+    both kernel tables (the concurrent one is read, nothing twice)."""
+    path = dbs.nsys(str(tmp_path / "e.sqlite"))
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE ENUM_CUDA_MEMCPY_OPER (id INTEGER, name TEXT, label TEXT)")
+        db.execute("INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES (1, 'HTOD', 'Host-to-Device')")
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = NULL")
+    work = {e.args["correlation_id"]: e for e in gpu_events(mxprof.load(path))}
+    assert work[5].name == "Memcpy Host-to-Device" and work[5].args["copy_kind"] == "Host-to-Device"
+    assert work[2].args["range"] == "attention" and work[4].args["range"] == "prefetch"
+    path = dbs.nvprof(str(tmp_path / "k.sqlite"))
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL AS "
+            "SELECT * FROM CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL"
+        )
+    kernels = [e for e in mxprof.load(path) if e.category == "cuda_kernel"]
+    assert len(kernels) == sum(1 for w in dbs.WORK if w[0] == "kernel")
+
+
 def test_flows_go_from_each_launching_call_to_its_gpu_work(database):
     events, _, _ = nvidia.read_raw(database)
     starts = {e["id"]: e for e in events if e.get("ph") == "s"}

@@ -34,6 +34,24 @@ def _split_tid(tables: Tables, value: object, table: str, column: str) -> tuple[
     return (serial >> 24) & 0xFFFFFF, serial & 0xFFFFFF
 
 
+def _process(tables: Tables, value: object, table: str) -> int | None:
+    """The pid of a GPU record's globalPid (None where the export leaves it empty)."""
+    if value is None:
+        return None
+    return _split_tid(tables, value, table, "globalPid")[0]
+
+
+def _copy_kinds(tables: Tables) -> dict[int, str] | None:
+    """The export's own names of copy kinds (ENUM_CUDA_MEMCPY_OPER), where it has them."""
+    table = "ENUM_CUDA_MEMCPY_OPER"
+    if table not in tables.names or not {"id", "label"} <= set(tables.columns(table)):
+        return None
+    return {
+        tables.integer(r["id"], table, "id"): str(r["label"])
+        for r in tables.rows(table, ("id", "label"))
+    }
+
+
 def _nsys_version(tables: Tables) -> str | None:
     if "META_DATA_EXPORT" not in tables.names:
         return None
@@ -85,12 +103,13 @@ def read_nsys(tables: Tables) -> Database:
         have = set(tables.columns(table))
         name_column = "demangledName" if "demangledName" in have else "shortName"
         for row in tables.rows(table, (*cols, name_column), ("shortName", *DIM_COLUMNS)):
-            pid = _split_tid(tables, row["globalPid"], table, "globalPid")[0]
+            owner = _process(tables, row["globalPid"], table)
             args = dims(row, table, tables)
             if name_column != "shortName" and row["shortName"] is not None:
                 args["short_name"] = text(row, table, "shortName")
             name = text(row, table, name_column)
-            db.work.append(work_record(tables, table, row, "cuda_kernel", name, pid, args))
+            db.work.append(work_record(tables, table, row, "cuda_kernel", name, owner, args))
+    kinds = _copy_kinds(tables)
     base = ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes")
     for table, category, copy_cols in (
         ("CUPTI_ACTIVITY_KIND_MEMCPY", "cuda_memcpy", (*base, "copyKind")),
@@ -98,9 +117,9 @@ def read_nsys(tables: Tables) -> Database:
     ):
         if table in tables.names:
             for row in tables.rows(table, copy_cols):
-                pid = _split_tid(tables, row["globalPid"], table, "globalPid")[0]
-                name, args = copy_args(tables, table, row)
-                db.work.append(work_record(tables, table, row, category, name, pid, args))
+                owner = _process(tables, row["globalPid"], table)
+                name, args = copy_args(tables, table, row, kinds)
+                db.work.append(work_record(tables, table, row, category, name, owner, args))
     if "NVTX_EVENTS" in tables.names:
         _nsys_nvtx(tables, strings, db)
     if "ThreadNames" in tables.names:

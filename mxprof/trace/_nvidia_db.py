@@ -237,10 +237,13 @@ def work_record(
     )
 
 
-def copy_args(tables: Tables, table: str, row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def copy_args(
+    tables: Tables, table: str, row: dict[str, Any], kinds: dict[int, str] | None = None
+) -> tuple[str, dict[str, Any]]:
+    """A copy's or memset's name and args; kinds: the file's own names of copy kinds."""
     size = tables.integer(row["bytes"], table, "bytes")
     if "copyKind" not in row:
         return "Memset", {"bytes": size}
     kind = tables.integer(row["copyKind"], table, "copyKind")
-    label = COPY_KINDS.get(kind, f"kind {kind}")
+    label = (kinds or COPY_KINDS).get(kind, f"kind {kind}")
     return f"Memcpy {label}", {"bytes": size, "copy_kind": label}

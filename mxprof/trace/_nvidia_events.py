@@ -60,7 +60,9 @@ def _launches(db: Database) -> dict[tuple[int | None, int], Call]:
     for api in ("driver", "runtime"):
         for c in db.calls:
             if c.api == api and c.correlation_id is not None:
-                found[(c.pid if db.per_process_correlation else None, c.correlation_id)] = c
+                found[(None, c.correlation_id)] = c  # for GPU work of no known process
+                if db.per_process_correlation:
+                    found[(c.pid, c.correlation_id)] = c
     return found
 
 

@@ -67,11 +67,14 @@ def read_nvprof(tables: Tables) -> Database:
         if table not in tables.names:
             continue
         cols = ("name", "start", "end", "deviceId", "streamId", "correlationId")
-        for row in tables.rows(table, cols, DIM_COLUMNS):
+        rows = tables.rows(table, cols, DIM_COLUMNS)
+        for row in rows:
             name = string_at(tables, strings, row["name"], table, "name", "StringTable")
             db.work.append(
                 work_record(tables, table, row, "cuda_kernel", name, None, dims(row, table, tables))
             )
+        if rows:
+            break  # nvprof writes one of the two; pyprof reads the concurrent one
     _nvprof_copies(tables, db)
     if "CUPTI_ACTIVITY_KIND_MARKER" in tables.names:
         _nvprof_markers(tables, strings, db)
