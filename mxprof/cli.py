@@ -331,7 +331,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     run.set_defaults(func=cmd_run)
 
-    st = sub.add_parser("stats", help="statistics of a trace (mxprof, PyTorch, viztracer, ...)")
+    st = sub.add_parser(
+        "stats",
+        help="statistics of a trace (mxprof, PyTorch, viztracer, nvprof/Nsight SQLite, ...)",
+    )
     st.add_argument("trace")
     st.add_argument("--sort", default="total", choices=sorted(ROW_SORT_KEYS), help="order")
     st.add_argument("--format", default="table", choices=("table", "json"))

@@ -55,7 +55,9 @@ Reference", https://docs.nvidia.com/nsight-systems/UserGuide/index.html
   ``CUPTI_ACTIVITY_KIND_RUNTIME(start, end, globalTid, correlationId,
   nameId -> StringIds)`` (``_DRIVER`` likewise when present);
   ``CUPTI_ACTIVITY_KIND_MEMCPY(start, end, deviceId, streamId,
-  correlationId, globalPid, bytes, copyKind)``, ``..._MEMSET(..., bytes)``;
+  correlationId, globalPid, bytes, copyKind)`` (copyKind named by
+  ``ENUM_CUDA_MEMCPY_OPER(id, label)`` where the export has it, else by
+  CUpti_ActivityMemcpyKind), ``..._MEMSET(..., bytes)``;
   ``NVTX_EVENTS(start, end, eventType, text, textId -> StringIds,
   globalTid, endGlobalTid, domainId)`` with eventType 34 mark, 59
   push/pop range, 60 start/end range, 75 domain create (and 70/71 for the
@@ -66,7 +68,8 @@ Reference", https://docs.nvidia.com/nsight-systems/UserGuide/index.html
   ("major.minor.micro"; majors 1-3 are read, a later major is refused).
   A serialized globalTid holds the pid in bits 24-47 and the tid in bits
   0-23; correlation ids are unique per process, so calls and GPU records
-  are joined on (process, correlationId).
+  are joined on (process, correlationId) (on correlationId alone for a GPU
+  record whose globalPid is empty).
 
 Bad input -- a database of neither kind, a file cut short, an unknown schema
 version, a missing column, a string id that does not resolve, a value of
