@@ -78,7 +78,7 @@ def gtid(pid, tid):
     return (1 << 56) | (2 << 48) | (pid << 24) | tid
 
 
-def nsys(path, *, version="3.17.2", ranges=RANGES, work=WORK, strings_extra=()):
+def nsys(path, *, version="3.17.2", ranges=RANGES, calls=CALLS, work=WORK, marks=MARKS, base=T0):
     """An Nsight Systems export of the run."""
     db = sqlite3.connect(path)
     db.executescript(
@@ -121,11 +121,11 @@ def nsys(path, *, version="3.17.2", ranges=RANGES, work=WORK, strings_extra=()):
         return strings.setdefault(text, len(strings) + 1)
 
     db.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', ?)", (version,))
-    db.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, '', '')", (T0,))
+    db.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, '', '')", (base,))
     for tid, name in ((MAIN, "MainThread"), (LOADER, "loader")):
         db.execute("INSERT INTO ThreadNames VALUES (?, 0, ?)", (sid(name), gtid(PID, tid)))
     db.execute("INSERT INTO PROCESSES VALUES (?, ?, 'python')", (gtid(PID, 0), PID))
-    for api, name, start, end, tid, corr in CALLS:
+    for api, name, start, end, tid, corr in calls:
         db.execute(
             f"INSERT INTO CUPTI_ACTIVITY_KIND_{api.upper()} VALUES (?, ?, 0, ?, ?, ?, 0, NULL)",
             (start, end, gtid(PID, tid), corr, sid(name)),
@@ -165,13 +165,11 @@ def nsys(path, *, version="3.17.2", ranges=RANGES, work=WORK, strings_extra=()):
                 1 if name == "forward" else 0,
             ),
         )  # fmt: skip
-    for name, ts, tid in MARKS:
+    for name, ts, tid in marks:
         db.execute(
             "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid) VALUES (?, 34, ?, ?)",
             (ts, name, gtid(PID, tid)),
         )
-    for text in strings_extra:
-        sid(text)
     db.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, s) for s, i in strings.items()])
     db.commit()
     db.close()

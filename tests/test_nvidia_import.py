@@ -360,6 +360,57 @@ def test_merge_aligns_a_database_on_the_mxprof_trace_of_the_same_run(tmp_path):
     assert kernel.ts - ours["attention"] == 3400 - 3000  # GPU work moved with its ranges
 
 
+def test_merge_aligns_a_database_on_a_recorded_mxprof_trace(tmp_path, clock):
+    """The same with a trace mxprof recorded: three steps of varying length; the
+    database (as Nsight would have seen the NVTX ranges nvtx=True emits) holds
+    them on its own clock, 7 ms off the trace's by wall clock, and a kernel
+    launched in the second forward lands inside that forward."""
+    from mxprof import _testing
+
+    trace_path = tmp_path / "run.json"
+    _testing.start(trace_path)
+    train = mxprof.Domain("train")
+    step, forward = train.new_task("step"), train.new_task("forward")
+    for length in (300_000, 500_000, 200_000):
+        with step:
+            clock(10_000)
+            with forward:
+                clock(length)
+            clock(20_000)
+        clock(50_000)
+    _testing.finish(trace_path)
+    recorded = mxprof.load(trace_path)
+    ours = [e for e in recorded if e.category == "train"]
+    assert len(ours) == 6
+    start = 123_456_789  # where the run lies on the database's own axis
+    first = min(e.ts for e in ours)
+    at = start - first  # a trace ts -> the database's ts
+    ranges = [(e.name, e.ts + at, e.end + at, dbs.MAIN, dbs.MAIN, True) for e in ours]
+    second = sorted((e for e in ours if e.name == "forward"), key=lambda e: e.ts)[1]
+    launch = second.ts + at + 1000
+    calls = [("runtime", "cudaLaunchKernel", launch, launch + 500, dbs.MAIN, 1)]
+    work = [("kernel", "gemm", launch + 2000, launch + 9000, 0, 7, 1, None)]
+    db = dbs.nsys(
+        str(tmp_path / "run.sqlite"),
+        ranges=ranges,
+        calls=calls,
+        work=work,
+        marks=[],
+        base=recorded.base_time_ns - start + first + 7_000_000,
+    )
+    out = tmp_path / "merged.json"
+    code, _, err = run_cli("merge", str(trace_path), db, "-o", str(out))
+    assert code == 0, err
+    merged = mxprof.load(out)
+    ours = sorted((e.ts, e.name) for e in merged if e.category == "train")
+    theirs = sorted((e.ts, e.name) for e in merged if e.category == "nvtx")
+    assert ours == theirs
+    [kernel] = [e for e in merged if e.category == "cuda_kernel"]
+    forward_2 = [ts for ts, name in ours if name == "forward"][1]
+    assert kernel.args["range"] == "forward"
+    assert kernel.ts - forward_2 == 1000 + 2000
+
+
 def test_align_pairs_names_in_order_and_reports_the_spread():
     db = [{"ph": "X", "cat": "nvtx", "name": "step", "ts": t, "dur": 1} for t in (100, 200, 300)]
     db.append({"ph": "X", "cat": "nvtx", "name": "only_here", "ts": 5, "dur": 1})
