@@ -3,10 +3,12 @@ GPU work on device/stream tracks tied to the NVTX range that launched it,
 calls and ranges on their CPU threads, flows, the per-range GPU table, clock
 alignment with an mxprof trace, and a clear error for every kind of bad file."""
 
+import collections
 import contextlib
 import io
 import json
 import os
+import random
 import sqlite3
 import subprocess
 import sys
@@ -582,3 +584,29 @@ def test_repair_never_writes_over_a_database(tmp_path):
     code, _, err = run_cli("repair", db, "-o", str(tmp_path / "run.json"))
     assert code == 0, err
     assert len(gpu_events(mxprof.load(tmp_path / "run.json"))) == len(dbs.WORK)
+
+
+def test_damaged_databases_raise_trace_format_errors_only(tmp_path):
+    """Bytes changed at random (seeded) in both kinds of database: each file reads or
+    raises TraceFormatError naming it -- never another exception (before, a text cell
+    that was not UTF-8 escaped as UnicodeDecodeError)."""
+    rng = random.Random(15)
+    outcomes = collections.Counter()
+    for build in (dbs.nsys, dbs.nvprof):
+        with open(build(str(tmp_path / f"{build.__name__}.sqlite")), "rb") as f:
+            data = f.read()
+        for n in range(60):
+            damaged = bytearray(data)
+            for _ in range(rng.choice((1, 4, 32))):
+                damaged[rng.randrange(100, len(damaged))] = rng.randrange(256)
+            path = tmp_path / f"damaged{n}.sqlite"
+            path.write_bytes(bytes(damaged))
+            try:
+                trace = mxprof.load(path)
+            except mxprof.TraceFormatError as e:
+                assert str(path) in str(e)
+                outcomes["refused"] += 1
+            else:
+                assert all(isinstance(e.name, str) for e in trace)
+                outcomes["read"] += 1
+    assert outcomes["refused"] > 0 and outcomes["read"] > 0

@@ -135,10 +135,12 @@ class Tables:
 
         self.conn = conn
         self.where = where
-        self.error = sqlite3.Error
+        # sqlite3's own errors, and what a damaged file makes of its reading
+        # (a text cell that is not UTF-8, a value out of Python's ranges).
+        self.error: tuple[type[Exception], ...] = (sqlite3.Error, ValueError, OverflowError)
         try:
             rows = conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
-        except sqlite3.Error as e:
+        except self.error as e:
             raise TraceFormatError(f"{where}: not a readable SQLite database: {e}") from None
         self.names = {r[0] for r in rows}
 

@@ -188,6 +188,8 @@ def read_database(path: PathArg) -> Database:
     uri = "file:" + uri_path(os.path.abspath(name)) + "?mode=ro&immutable=1"
     try:
         conn = sqlite3.connect(uri, uri=True)
+        # Names that are not valid UTF-8 are shown with U+FFFD, not refused.
+        conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
     except sqlite3.Error as e:
         raise TraceFormatError(f"{where}: cannot open as SQLite: {e}") from None
     try:
