@@ -28,6 +28,7 @@ from .errors import ProfilerError, TraceFormatError
 from .report import ReportUnavailable, report
 from .report.diff import DiffError, diff
 from .trace import load
+from .trace.gpu import gpu_json, gpu_rows, gpu_table
 from .trace.merge import merge, parse_ranks, parse_window
 from .trace.repair import repair
 
@@ -161,8 +162,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     rows = trace.key_averages()
+    gpu = gpu_rows(trace)  # GPU work by launching range (imported NVIDIA databases)
     if args.format == "table":
         print(rows.table(sort_by=args.sort, row_limit=args.top), end="")
+        if gpu:
+            print("\n" + gpu_table(gpu, row_limit=args.top), end="")
         return 0
     fields = ("count", "total", "self", "avg", "min", "max", "p50", "p90", "p99")
     top = rows.sorted(args.sort)[: args.top] if args.top is not None else rows.sorted(args.sort)
@@ -175,6 +179,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
             for r in top
         ],
     }
+    if gpu:
+        doc["GPU"] = gpu_json(gpu[: args.top] if args.top is not None else gpu)
     print(json.dumps(doc, indent=2, ensure_ascii=False))
     return 0
 
@@ -331,7 +337,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     run.set_defaults(func=cmd_run)
 
-    st = sub.add_parser("stats", help="statistics of a trace (mxprof, PyTorch, viztracer, ...)")
+    st = sub.add_parser(
+        "stats",
+        help="statistics of a trace (mxprof, PyTorch, viztracer, nvprof/Nsight SQLite, ...)",
+    )
     st.add_argument("trace")
     st.add_argument("--sort", default="total", choices=sorted(ROW_SORT_KEYS), help="order")
     st.add_argument("--format", default="table", choices=("table", "json"))

@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Generator, Iterator
 from typing import IO, Any
 
-from .reader import _GZIP_MAGIC
+from .reader import GZIP_MAGIC
 
 BLOCK = 8 << 20  # bytes of text decoded at a time
 _HEAD_LIMIT = 1 << 20  # how far the opening of the events array may lie
@@ -43,7 +43,7 @@ def _text(f: IO[bytes]) -> Iterator[bytes]:
         NotLines: the gzip stream is damaged or ends inside a member.
     """
     data = f.read(BLOCK)
-    if not data.startswith(_GZIP_MAGIC):
+    if not data.startswith(GZIP_MAGIC):
         yield data
         while block := f.read(BLOCK):
             yield block
@@ -67,7 +67,7 @@ def _text(f: IO[bytes]) -> Iterator[bytes]:
             data += f.read(BLOCK)
         if not data:
             return
-        if data[:2] != _GZIP_MAGIC:
+        if data[:2] != GZIP_MAGIC:
             raise NotLines  # padding or damage after a member: the general reader decides
         member = zlib.decompressobj(wbits=31)
 

@@ -44,6 +44,7 @@ from ..errors import TraceFormatError
 from . import _scan
 from ._convert import Converter
 from .clock import IDENTITY, ClockModel
+from .gpu import align_inputs, is_nvidia
 from .model import Event, Trace, base_time_ns, ns_ratio, read_lines, round_ratio
 from .reader import RawEvent, open_trace, read_raw
 from .steps import is_frame, is_profiler_step
@@ -168,6 +169,7 @@ class _Input:
     def __init__(self, path: str) -> None:
         self.path = path
         self.truncated = False
+        self.held: list[RawEvent] | None = None  # events replaced in memory (aligned)
         try:
             with open_trace(path) as f:
                 blocks = _scan.blocks(f)
@@ -181,6 +183,9 @@ class _Input:
             _, self.metadata, self.truncated = read_raw(path)
 
     def blocks(self) -> Iterator[list[RawEvent]]:
+        if self.held is not None:
+            yield self.held
+            return
         if not self.lines:
             yield read_raw(self.path)[0]
             return
@@ -193,6 +198,20 @@ class _Input:
                 return
             except _scan.NotLines:
                 raise TraceFormatError(f"{self.path}: changed while it was merged") from None
+
+
+def _align_databases(inputs: list[_Input]) -> None:
+    """NVIDIA databases among the inputs set onto the clock of the mxprof trace
+    they match (``gpu.align_inputs``); only then are the inputs held whole."""
+    if not any(is_nvidia(inp.metadata) for inp in inputs):
+        return
+    whole = [
+        (inp.path, [e for block in inp.blocks() for e in block], inp.metadata, inp.truncated)
+        for inp in inputs
+    ]
+    for inp, (_, events, metadata, _) in zip(inputs, align_inputs(whole)):
+        if is_nvidia(metadata):
+            inp.metadata, inp.held = metadata, events
 
 
 def _selected(
@@ -368,6 +387,7 @@ def merge(
     if sources is not None and len(sources) != len(paths):
         raise ValueError(f"merge: {len(sources)} sources named for {len(paths)} inputs")
     inputs = [_Input(os.fspath(p)) for p in paths]
+    _align_databases(inputs)
     dist = [_distributed(inp.path, inp.metadata) for inp in inputs]
     names = list(sources) if sources is not None else [inp.path for inp in inputs]
     if ranks is not None:

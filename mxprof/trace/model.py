@@ -22,6 +22,7 @@ from ..averages import KeyAverages, Row
 from . import _scan
 from ._convert import Converter, ThreadKey, ns_ratio, round_ratio
 from ._event import DECODE_EVENTS, Event, Id
+from .nvidia import is_database
 from .reader import PathArg, RawEvent, open_trace, read_raw
 from .tree import CallTree, build_tree, structure
 
@@ -506,6 +507,8 @@ def read_lines(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any]]:
             damaged): read it whole with ``read_raw``.
         TraceReadError: the path cannot be read.
     """
+    if is_database(path):  # read as the general way reads it: by name or content
+        raise _scan.NotLines
     converted = Converter(sink)
     with open_trace(path) as f:
         blocks = _scan.blocks(f)

@@ -19,12 +19,13 @@ from collections.abc import Callable
 from typing import Any, BinaryIO, TypeVar, Union
 
 from ..errors import TraceFormatError, TraceReadError
+from . import nvidia
 from .perfetto import looks_like_perfetto, read_perfetto
 
 PathArg = Union[str, "os.PathLike[str]"]
 RawEvent = dict[str, Any]
 
-_GZIP_MAGIC = b"\x1f\x8b"
+GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_CHUNK = 1 << 16
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 # strict=False: a raw control character inside a string (old writers, MXNet's
@@ -47,9 +48,10 @@ def read_raw(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], bool]:
     """Read a trace file's events as the dicts in the file, in file order.
 
     Args:
-        path: the trace file: plain or gzip-compressed JSON, or the Perfetto
+        path: the trace file: plain or gzip-compressed JSON, the Perfetto
             protobuf mxprof writes (``.pftrace``, ``.perfetto-trace``; told
-            apart by content, see ``mxprof.trace.perfetto``).
+            apart by content, see ``mxprof.trace.perfetto``), or an nvprof /
+            Nsight Systems SQLite database (``mxprof.trace.nvidia``).
 
     Returns:
         ``(events, metadata, truncated)``: the event objects in file order;
@@ -71,12 +73,14 @@ def read_raw(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], bool]:
         >>> events[0]["ph"], metadata["baseTimeNanoseconds"], truncated  # doctest: +SKIP
         ('X', 1795242929580964856, False)
     """
+    if nvidia.is_database(path):
+        return nvidia.read_raw(path)
     where = shown(os.fspath(path))
     data = _read_bytes(os.fspath(path))
     if looks_like_perfetto(data):
         return read_perfetto(data, where)
     cut = False
-    if data and _GZIP_MAGIC.startswith(data[:2]):
+    if data and GZIP_MAGIC.startswith(data[:2]):
         data, cut = _gunzip(data)
     if data.endswith(b"\0"):
         # A crash can leave a file's last blocks allocated but never written.
@@ -181,7 +185,7 @@ def _gunzip(data: bytes) -> tuple[bytes, bool]:
         if not member.eof:
             return b"".join(pieces), True
         rest = member.unused_data + rest[fed:]
-        if rest[:2] != _GZIP_MAGIC:
+        if rest[:2] != GZIP_MAGIC:
             # Zero padding after the last member is harmless; anything else is damage.
             return b"".join(pieces), bool(rest.strip(b"\0"))
 

@@ -6,6 +6,8 @@ import os
 import tempfile
 from typing import Any
 
+from ..errors import TraceFormatError
+from .nvidia import is_database
 from .reader import read_raw
 from .writer import PERFETTO, encode, file_format
 
@@ -85,6 +87,11 @@ def repair(
         size, packets = _perfetto_prefix(data)
         _write_atomically(target, data[:size])
         return {"events": packets, "truncated": size < len(data)}
+    if target == source and is_database(source):  # NVIDIA-IMPORT HOOK: never over a database
+        raise TraceFormatError(
+            f"{source}: an NVIDIA profiler database, not a trace to repair in place; "
+            "give -o to write it as a trace"
+        )
     events, metadata, truncated = read_raw(source)
     doc: dict[str, Any] = dict(metadata)
     doc["traceEvents"] = events
