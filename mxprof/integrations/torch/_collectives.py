@@ -343,16 +343,14 @@ class Recorder:
         table = self.handles if is_async else self.blocking
         key = (op, dtype, nbytes, group, peer, label)
         rid = table.get(key)
-        if rid is not None:
-            return call_name(op, dtype, nbytes, group, peer, label), rid
-        size: int | None = nbytes
-        if len(self.blocking) + len(self.handles) >= MAX_NAMES:
-            size = None
-        name = call_name(op, dtype, size, group, peer, label)
-        assert self.domains is not None
-        rid = self.domains[1 if is_async else 0].new_task(name).id
-        with self.lock:
-            if len(self.blocking) + len(self.handles) < MAX_NAMES:
+        if rid is None and len(self.blocking) + len(self.handles) >= MAX_NAMES:
+            key = (op, dtype, None, group, peer, label)  # bounded: sizes no longer count
+            rid = table.get(key)
+        name = call_name(op, dtype, key[2], group, peer, label)
+        if rid is None:
+            assert self.domains is not None
+            rid = self.domains[1 if is_async else 0].new_task(name).id
+            with self.lock:
                 table[key] = rid
         return name, rid
 
