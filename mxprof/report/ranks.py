@@ -49,11 +49,12 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Union
 
@@ -323,16 +324,8 @@ def _processes(traces: list[Trace]) -> list[_Proc]:
     return procs
 
 
-def _step_of(p: _Proc, ts: int) -> int | None:
-    for number, lo, hi in p.steps:  # steps are few next to events; see _index for many
-        if lo <= ts < hi:
-            return number
-    return None
-
-
-def _index(p: _Proc) -> Any:
-    import bisect
-
+def _index(p: _Proc) -> Callable[[int], int | None]:
+    """The number of the step of p that holds an instant (None: between steps)."""
     starts = [lo for _, lo, _ in p.steps]
 
     def step(ts: int) -> int | None:
@@ -485,7 +478,7 @@ def analyze(traces: Inputs) -> RankAnalysis:
     per_step_names: list[dict[tuple[str, str], float]] = []
     for p in procs:
         windows = p.steps or [(None, *_extent(p))]
-        step_index = _index(p) if p.steps else (lambda ts: None)
+        step_index = _index(p)
         by_step: dict[int | None, tuple[list[Event], list[tuple[Event, Collective]]]] = {
             n: ([], []) for n, _, _ in windows
         }
@@ -533,11 +526,18 @@ def _spread(labels: list[str], per: list[dict[tuple[str, str], float]]) -> list[
     keys = set().union(*per)
     out = []
     for key in keys:
-        values = [(d.get(key, 0.0), labels[r]) for r, d in enumerate(per)]
-        values.sort()
-        med = statistics.median(v for v, _ in values)
+        values = [d.get(key, 0.0) for d in per]
+        lo, hi = min(values), max(values)
         out.append(
-            Spread(key[0], key[1], values[0][0], med, values[-1][0], values[0][1], values[-1][1])
+            Spread(
+                key[0],
+                key[1],
+                lo,
+                statistics.median(values),
+                hi,
+                labels[values.index(lo)],  # ties: the first rank
+                labels[values.index(hi)],
+            )
         )
     out.sort(key=lambda s: (-(s.max - s.min), s.name))
     return out

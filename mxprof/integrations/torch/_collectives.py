@@ -341,6 +341,7 @@ class Recorder:
             peer = "any" if value is None else str(value)
         label = _tls.label
         table = self.handles if is_async else self.blocking
+        key: tuple[str, str, int | None, str, str | None, str]
         key = (op, dtype, nbytes, group, peer, label)
         rid = table.get(key)
         if rid is None and len(self.blocking) + len(self.handles) >= MAX_NAMES:
