@@ -261,3 +261,28 @@ def test_the_straggler_hint_comes_from_the_analysis(tmp_path):
     assert hint.subjects == ("worker 2",)
     balanced = [mxprof.load(p) for p in rank_files(tmp_path, late=None)]
     assert "straggler" not in [h.rule for h in find_hints(balanced)]
+
+
+def test_collectives_timed_on_cuda_streams_replace_their_host_launches(tmp_path):
+    """A CUDA call returns at its launch (host ranges of 0.1 ms here); the
+    stream's spans (category torch.distributed,gpu) tell the waiting."""
+    traces = []
+    for r in range(2):
+        arrive = 15 if r == 1 else 5
+        events = [
+            frame(0, 0, 30),
+            X(AR, 4, 0.1, cat=COMM),
+            X(AR, arrive, 20 - arrive, cat="torch.distributed,gpu", tid=5),
+        ]
+        traces.append(mxprof.load(write(tmp_path / f"g{r}.json", events)))
+    result = analyze(traces)
+    assert [s.waiting for s in result.steps] == [10e6, 0]
+    assert result.straggler.label == "pid 1 (g1.json)"
+    assert result.collectives["pid 1 (g0.json)"][AR]["count"] == 1
+
+
+def test_dumps_ranks_must_be_a_bool():
+    from mxprof import distributed
+
+    with pytest.raises(mxprof.ConfigError, match="ranks must be a bool"):
+        distributed.dumps(ranks="yes")

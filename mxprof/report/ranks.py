@@ -17,20 +17,28 @@ overlaps computation costs only where nothing else ran.
 Collectives are what the torch adapter records (categories
 ``torch.distributed`` and ``torch.distributed.async``, names
 ``op(dtype, bytes B, group g)``) and torch.profiler's ``gloo:``/``nccl:``
-ranges.  The n-th call of a name in a step on one process group is the
-same collective on every rank.  A collective ends on every rank at about
+ranges.  Where a process has them timed on CUDA streams (category
+``torch.distributed,gpu``), those are its collectives (the host call of a
+CUDA collective returns at its launch) and count as blocking.
+
+The n-th call of a name in a step on one process group is the same
+collective on every rank.  A collective ends on every rank at about
 the same moment (no rank leaves before the last one's data is in), so a
 rank's *wait* in it is its duration less the shortest duration any rank
 had in it: no clock needs to agree between the files.  The rank with the
-shortest duration arrived last: the others waited for it.  Point-to-point
-calls count as communication; their waiting is not told apart.
+shortest duration arrived last: the others waited for it, unless the
+durations differ by less than ``LATE_NOISE_NS`` (20 us, timer and
+scheduling jitter), where no rank is late.  Point-to-point calls count as
+communication; their waiting is not told apart.
 
 The *straggler* is the rank the others wait for: the one the others'
 waiting is blamed on most (the sum, over collectives where it arrived last,
 of the others' median wait), named when that is at least
 ``STRAGGLER_MIN_SHARE`` of all the blame, ``STRAGGLER_LEAD`` x the next
 rank's, and ``STRAGGLER_MIN_WAIT`` of the median step (or 1 ms without
-steps): a balanced job spreads its small waits over every rank.  A slow
+steps): a balanced job spreads its small waits over every rank, so a
+majority of the blame, twice the next rank's, is a pattern and not chance,
+and 2 % of a step is the least worth a look.  A slow
 rank waits *least*, so per-rank step or busy times miss it; its evidence
 is how often it arrived last, how long the others waited for it, how
 little it waited itself, and which part of its step (a range, or idle
@@ -66,6 +74,7 @@ __all__ = ["Collective", "RankAnalysis", "RankStep", "Spread", "Straggler", "ana
 
 COMM_DOMAIN = "torch.distributed"
 ASYNC_DOMAIN = "torch.distributed.async"
+GPU_CATEGORY = "torch.distributed,gpu"  # the same calls timed on their CUDA streams
 STRAGGLER_MIN_SHARE = 0.5
 STRAGGLER_LEAD = 2.0
 STRAGGLER_MIN_WAIT = 0.02  # of the median step
@@ -115,7 +124,7 @@ def parse(name: str, category: str, args: dict[str, Any] | None = None) -> Colle
     ``torch.distributed.async``) and torch.profiler's ``gloo:op`` /
     ``nccl:op`` ranges (group from ``args['Process Group Name']``).
     """
-    if category in (COMM_DOMAIN, ASYNC_DOMAIN):
+    if category in (COMM_DOMAIN, ASYNC_DOMAIN, GPU_CATEGORY):
         m = _NAME.match(name)
         if m is None:
             return None
@@ -271,6 +280,7 @@ class _Proc:
     step_groups: dict[tuple[Any, str], list[Event]] = field(default_factory=dict)
     steps: list[tuple[int | None, int, int]] = field(default_factory=list)  # (number, lo, hi)
     comm: list[tuple[Event, Collective]] = field(default_factory=list)
+    gpu_comm: list[tuple[Event, Collective]] = field(default_factory=list)
     step_name: str | None = None
 
 
@@ -304,7 +314,7 @@ def _processes(traces: list[Trace]) -> list[_Proc]:
                 continue
             c = parse(e.name, e.category, e.args)
             if c is not None:
-                p.comm.append((e, c))
+                (p.gpu_comm if e.category == GPU_CATEGORY else p.comm).append((e, c))
             else:
                 p.ranges.append(e)
         procs.extend(mine.values())
@@ -314,6 +324,8 @@ def _processes(traces: list[Trace]) -> list[_Proc]:
         if seen[p.label] > 1:
             p.label += f" #{seen[p.label]}"
     for p in procs:
+        if p.gpu_comm:  # a CUDA call returns at its launch: its stream says how long it took
+            p.comm = p.gpu_comm
         if p.step_groups:
             (_, name), ranges = max(
                 p.step_groups.items(), key=lambda kv: (len(kv[1]), sum(e.dur or 0 for e in kv[1]))

@@ -142,7 +142,8 @@ def instrument_collectives(model: torch.nn.Module | None = None) -> Collectives:
         model: a ``DistributedDataParallel`` model whose gradient buckets
             should be named (``... ddp bucket <i>``), through a communication
             hook that averages them as DDP's default; a model with a hook of
-            its own keeps it (a warning says so).
+            its own keeps it (a warning says so).  DDP cannot take a hook
+            off: after ``remove()`` it still averages the buckets, unrecorded.
 
     Returns:
         A :class:`Collectives` handle; ``remove()`` ends the recording.
