@@ -9,6 +9,10 @@ into four parts that add up to it:
 - *compute*: inside any other range (not a step itself);
 - *idle*: in no range at all (unrecorded work, sleeps, Python between ranges).
 
+A step is a range of a frame or a ``ProfilerStep#N`` (as in the report),
+the one with the most ranges on each process; time between steps is in no
+step.  Without steps, each rank's whole trace is one window.
+
 Each instant counts once, by the first of: a blocking call's waiting, a
 blocking call's communication, compute, an asynchronous handle's waiting
 (DDP's buckets in flight), its communication, idle; so a handle that
