@@ -29,6 +29,7 @@ OFFLINE = {
     "mxprof.report.diff",
     "mxprof.report.hints",
     "mxprof.report.ranks",
+    "mxprof.report._collective",
     "mxprof.report._html",
     "mxprof.report._sections",
     "mxprof.report._series",
