@@ -252,7 +252,7 @@ def cmd_ranks(args: argparse.Namespace) -> int:
     except (TraceFormatError, OSError) as e:
         print(f"mxprof ranks: {e}", file=sys.stderr)
         return 2
-    print(result.to_json() if args.format == "json" else result.table(args.top), end="\n")
+    print(result.to_json() if args.format == "json" else result.table(args.top, args.steps))
     return 0
 
 
@@ -395,6 +395,7 @@ def parser() -> argparse.ArgumentParser:
     rk.add_argument("traces", nargs="+", help="one merged trace, or one trace per rank")
     rk.add_argument("--format", default="table", choices=("table", "json"), help="output (table)")
     rk.add_argument("--top", type=_count, default=10, help="rows of the spread table (10)")
+    rk.add_argument("--steps", type=_count, default=None, help="rows of the last N steps only")
     rk.set_defaults(func=cmd_ranks)
     return p
 

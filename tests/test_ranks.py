@@ -82,7 +82,9 @@ def test_each_rank_step_is_cut_into_compute_communication_waiting_idle(tmp_path)
         slow = s.rank == "worker 2"
         assert (s.total, s.compute, s.communication) == (30 * ms, 13 * ms, 5 * ms)
         assert (s.waiting, s.idle) == ((0, 12 * ms) if slow else (10 * ms, 2 * ms))
-    assert [s.step for s in result.steps[:5]] == [0, 1, 2, 3, 4]
+    assert [(s.step, s.rank) for s in result.steps[3:6]] == [
+        (0, "worker 3"), (1, "worker 0"), (1, "worker 1"),
+    ]  # fmt: skip
     assert result.matched == 5
     assert result.collectives["worker 1"][AR] == {
         "op": "all_reduce", "dtype": "float32", "bytes": 4096, "group": "0", "peer": None,
@@ -241,6 +243,14 @@ def test_ranks_command_prints_the_table_and_json(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["straggler"]["label"] == "worker 2" and doc["unit"] == "ns"
     assert doc["per_rank"]["worker 2"]["idle"] == 12e6
+    assert cli.main(["ranks", "--steps", "1", "--top", "1", *paths]) == 0
+    out = capsys.readouterr().out.splitlines()
+    steps = out[
+        out.index("Per step and rank") + 2 : out.index("Spread across ranks (time per step)") - 1
+    ]
+    assert [line.split()[:3] for line in steps] == [["4", "worker", str(r)] for r in range(4)]
+    assert out[out.index("Spread across ranks (time per step)") + 2].startswith(AR)
+    assert out[out.index("Spread across ranks (time per step)") + 3] == ""
     assert cli.main(["ranks", str(tmp_path / "missing.json")]) == 2
     assert "mxprof ranks:" in capsys.readouterr().err
 

@@ -169,8 +169,13 @@ class RankAnalysis:
         """The analysis as JSON text."""
         return json.dumps(self.to_dict(), indent=1)
 
-    def table(self, spread_rows: int = 10) -> str:
-        """The analysis as text: per rank, per step and rank, spread, straggler."""
+    def table(self, spread_rows: int = 10, last_steps: int | None = None) -> str:
+        """The analysis as text: per rank, per step and rank, spread, straggler.
+
+        Args:
+            spread_rows: rows of the spread table (the widest first).
+            last_steps: per-step rows of the last N steps only (None: all).
+        """
         lines: list[str] = []
         what = f"steps of {self.step_name!r}" if self.step_name else "the whole trace as one step"
         lines.append(f"Ranks: {len(self.ranks)} ({what})")
@@ -183,8 +188,13 @@ class RankAnalysis:
                 f"{rank:{width}}  {format_ns(mean['total']):>12}"
                 + "".join(f"  {format_ns(mean[p]):>13}" for p in parts)
             )
+        rows = self.steps
+        if last_steps is not None:
+            keep = sorted({st.step for st in rows}, key=lambda n: (n is None, n or 0))
+            kept = set(keep[len(keep) - last_steps :] if last_steps else [])
+            rows = [st for st in rows if st.step in kept]
         lines += ["", "Per step and rank", f"{'step':>6}  " + head]
-        for st in self.steps:
+        for st in rows:
             lines.append(
                 f"{'-' if st.step is None else st.step:>6}  {st.rank:{width}}  "
                 f"{format_ns(st.total):>12}"
@@ -386,6 +396,8 @@ def analyze(traces: Inputs) -> RankAnalysis:
                 names[(e.name, e.category)] = names.get((e.name, e.category), 0) + (e.dur or 0)
         per_step_names.append({k: v / len(windows) for k, v in names.items()})
     labels = [p.label for p in procs]
+    order = {label: k for k, label in enumerate(labels)}
+    steps.sort(key=lambda st: (st.step is None, st.step or 0, order[st.rank]))
     spread = _spread(labels, per_step_names)
     result = RankAnalysis(
         labels,

@@ -5,7 +5,11 @@
 helpers such as ``all_gather_object`` look them up), and DDP's gradient
 buckets go through a communication hook that issues them with the wrapped
 ``all_reduce``.  Only the outermost call on a thread is recorded:
-``all_gather_into_tensor`` calling ``all_gather_single`` is one range.
+``all_gather_into_tensor`` calling ``all_gather_single`` is one range.  A
+function bound to another name before the wrapping (``from
+torch.distributed import all_reduce`` at import time) keeps the original,
+and so do torch's functional collectives (``torch.ops._c10d_functional``,
+under FSDP2 and DTensor), which never pass through these functions.
 
 A call's range is named by what it moves, so that its statistics and the
 cross-rank analysis (:mod:`mxprof.report.ranks`) can read it back::
