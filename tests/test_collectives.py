@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import socket
 import sys
+import time
 import warnings
 
 import pytest
@@ -314,8 +315,9 @@ def test_ddp_job_records_collectives_per_rank_and_names_the_slow_rank(tmp_path):
     ]
     for p in procs:
         p.start()
+    deadline = time.monotonic() + 180
     for p in procs:
-        p.join(180)
+        p.join(max(0.0, deadline - time.monotonic()))
     for p in procs:
         if p.exitcode is None:
             p.kill()
