@@ -1,12 +1,12 @@
-"""The ``mxprof`` command: run, stats, merge, repair, diff.
+"""The ``mxprof`` command: run, stats, merge, repair, diff, report, ranks.
 
 Each subcommand is one small function taking the parsed arguments and
 returning an exit status.  Profiler output goes to stderr, so a profiled
 script's own stdout stays as it was.
 
 Only ``run`` loads the live profiler (the compiled core and the session with
-its exit, fork and signal hooks); ``stats``, ``merge``, ``repair`` and
-``diff`` read files with the offline tier (``mxprof.trace``,
+its exit, fork and signal hooks); ``stats``, ``merge``, ``repair``,
+``diff`` and ``ranks`` read files with the offline tier (``mxprof.trace``,
 ``mxprof.report``) alone.
 """
 
@@ -27,6 +27,7 @@ from .averages import KeyAverages
 from .errors import ProfilerError, TraceFormatError
 from .report import ReportUnavailable, report
 from .report.diff import DiffError, diff
+from .report.ranks import analyze
 from .trace import load
 from .trace.gpu import gpu_json, gpu_rows, gpu_table
 from .trace.merge import merge, parse_ranks, parse_window
@@ -256,6 +257,17 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ranks(args: argparse.Namespace) -> int:
+    """Cross-rank analysis of one merged trace or one trace per rank (status 2: unreadable)."""
+    try:
+        result = analyze([load(path) for path in args.traces])
+    except (TraceFormatError, OSError) as e:
+        print(f"mxprof ranks: {e}", file=sys.stderr)
+        return 2
+    print(result.to_json() if args.format == "json" else result.table(args.top, args.steps))
+    return 0
+
+
 def _number(text: str) -> float:
     try:
         return float(text)
@@ -401,6 +413,15 @@ def parser() -> argparse.ArgumentParser:
         help="exit with status 1 when a regression (slower) is flagged",
     )
     df.set_defaults(func=cmd_diff)
+
+    rk = sub.add_parser(
+        "ranks", help="per step and rank compute/communication/waiting/idle, and the straggler"
+    )
+    rk.add_argument("traces", nargs="+", help="one merged trace, or one trace per rank")
+    rk.add_argument("--format", default="table", choices=("table", "json"), help="output (table)")
+    rk.add_argument("--top", type=_count, default=10, help="rows of the spread table (10)")
+    rk.add_argument("--steps", type=_count, default=None, help="rows of the last N steps only")
+    rk.set_defaults(func=cmd_ranks)
     return p
 
 

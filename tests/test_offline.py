@@ -28,6 +28,8 @@ OFFLINE = {
     "mxprof.report",
     "mxprof.report.diff",
     "mxprof.report.hints",
+    "mxprof.report.ranks",
+    "mxprof.report._collective",
     "mxprof.report._html",
     "mxprof.report._sections",
     "mxprof.report._series",
@@ -65,7 +67,7 @@ def recorded(tmp_path):
 
 
 def test_reading_traces_starts_no_session(tmp_path):
-    """load, and the stats, merge, repair and diff commands, in a process of their
+    """load, and the stats, merge, repair, diff and ranks commands, in a process of their
     own: no compiled core, no exit, fork or signal hooks (before, importing
     mxprof.trace loaded the whole live profiler)."""
     trace = recorded(tmp_path)
@@ -87,6 +89,7 @@ def test_reading_traces_starts_no_session(tmp_path):
                 cli.main(["merge", sys.argv[1], sys.argv[1], "-o", "merged.json.gz"]),
                 cli.main(["repair", sys.argv[1], "-o", "repaired.pftrace"]),
                 cli.main(["diff", sys.argv[1], sys.argv[1]]),
+                cli.main(["ranks", sys.argv[1], sys.argv[1]]),
             ]
         print(json.dumps({
             "names": names, "rows": rows, "codes": codes, "table": table.getvalue(),
@@ -98,7 +101,7 @@ def test_reading_traces_starts_no_session(tmp_path):
         trace,
         cwd=tmp_path,
     )
-    assert out["codes"] == [0, 0, 0, 0, 0]
+    assert out["codes"] == [0, 0, 0, 0, 0, 0]
     assert out["names"] == ["t"] and out["rows"] == ["t"]
     assert ["t", "d", "1"] in [line.split()[:3] for line in out["table"].splitlines()]
     assert '"name": "t"' in out["table"]  # the JSON one

@@ -290,12 +290,19 @@ def collect(path: str) -> dict[str, Any]:
     return node.collect(os.fspath(path))
 
 
-def dumps(**kwargs: Any) -> dict[str, str]:
+def dumps(*, ranks: bool = False, **kwargs: Any) -> dict[str, str]:
     """On the rank-0 worker: every process's ``mxprof.dumps(**kwargs)``.
 
     Each process renders its own statistics (``''`` where
     ``aggregate_stats`` is off there); the result maps process labels
     (``'server 1 (host, pid 4242)'``) to the text, this process first.
+
+    With ``ranks=True`` it also collects every process's trace (as
+    :func:`collect`, into a temporary file) and adds, under the key
+    ``'ranks'``, the cross-rank analysis (:mod:`mxprof.report.ranks`): per
+    step and rank compute, communication, waiting and idle, the spread per
+    range and the straggler with its evidence; as JSON when
+    ``format='json'``.
 
     Raises:
         ConfigError: a bad argument (checked here before anything is sent).
@@ -306,13 +313,32 @@ def dumps(**kwargs: Any) -> dict[str, str]:
         >>> from mxprof import distributed
         >>> for who, table in distributed.dumps().items():  # doctest: +SKIP
         ...     print(who, table)
+        >>> print(distributed.dumps(ranks=True)["ranks"])  # doctest: +SKIP
     """
+    if not isinstance(ranks, bool):
+        raise ConfigError(f"ranks must be a bool, got {ranks!r}")
     node = _current()
     if not isinstance(node, _node.Hub):
         raise StateError(
             f"dumps() for the whole job runs on the rank-0 worker; this is {node.me.label}"
         )
-    return node.statistics(dict(kwargs))
+    out = node.statistics(dict(kwargs))
+    if ranks:
+        out["ranks"] = _analyze_ranks(node, kwargs.get("format") == "json")
+    return out
+
+
+def _analyze_ranks(node: _node.Hub, as_json: bool) -> str:
+    import tempfile
+
+    from ..report.ranks import analyze
+    from ..trace import load
+
+    with tempfile.TemporaryDirectory(prefix="mxprof-ranks-") as where:
+        path = os.path.join(where, "job.json")
+        node.collect(path)
+        result = analyze(load(path))
+    return result.to_json() if as_json else result.table()
 
 
 def shutdown() -> None:

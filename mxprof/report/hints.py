@@ -50,9 +50,13 @@ memory-peak            a device's memory counter (``Memory: gpu/0``  a peak is a
 memory-growth          >= 5 steps, the device's bytes in use at      a leak grows in most
                        step ends rise in >= 60 % of steps and end    steps; 10 % keeps small
                        >= 10 % above where they began; medium        one-off caches out
-straggler              >= 2 processes of one role (with steps, if    20 % is beyond run-to-run
-                       any has them); the busiest's busy time (per   noise of a balanced job
-                       step with steps) >= 1.2 x the median of the
+straggler              the cross-rank analysis (``report.ranks``)    its thresholds are
+                       names the rank the others wait for in         ``report.ranks``'s; 20 %
+                       collectives (high when they wait >= 20 % of   of a step (or busy time)
+                       a step); without collectives: >= 2            is beyond run-to-run
+                       processes of one role (with steps, if any     noise of a balanced job
+                       has them), the busiest's busy time (per step
+                       with steps) >= 1.2 x the median of the
                        others; high from 1.5 x
 dropped-events         ``otherData.dropped_events`` > 0; high        any loss makes the rest
                                                                      of the profile partial
@@ -72,9 +76,15 @@ of ``LOADING_WORDS``, or ``batch``/``batches`` with one of ``BATCH_VERBS``
 ``parallel``; a user marks ranges as loading by putting them in a domain
 (category) with such a word or ``input`` (``mxprof.Domain("input")``).
 
-Busy time (straggler): on the steps' thread (without steps, the thread with
-the most time in ranges), the time inside ranges less the time inside ranges
-named like communication or waiting (``COMM_WORDS``: ``allreduce``,
+Straggler: where collectives were recorded (the torch adapter's, or
+torch.profiler's ``gloo:``/``nccl:`` ranges), ``mxprof.report.ranks`` decides:
+a slow rank waits *least* inside them, so it is found by whom the others
+wait for, not by busy time, and no busy-time hint is given when the
+collectives name no one.
+
+Busy time (straggler, without collectives): on the steps' thread (without
+steps, the thread with the most time in ranges), the time inside ranges
+less the time inside ranges named like communication or waiting (``COMM_WORDS``: ``allreduce``,
 ``barrier``, ``wait`` ...), within the step span: so a fast rank that waits
 for a slow one in a collective is not counted busy while it waits.
 
@@ -98,6 +108,8 @@ from typing import Callable, Optional, Union
 from .._render import display, format_ns
 from ..trace import Event, Trace
 from ..trace.steps import is_frame, is_profiler_step, step_number
+from .ranks import RankAnalysis
+from .ranks import analyze as analyze_ranks
 
 __all__ = ["Hint", "find_hints"]
 
@@ -923,6 +935,37 @@ def _memory_growth(traces: list[Trace], procs: list[_Process]) -> Hint | None:
 
 
 def _straggler(traces: list[Trace], procs: list[_Process]) -> Hint | None:
+    found = analyze_ranks(traces)
+    if found.straggler is not None:
+        return _late_rank(found)
+    if found.matched:  # collectives say who waits for whom: busy time would mislead
+        return None
+    return _busiest(procs)
+
+
+def _late_rank(found: RankAnalysis) -> Hint:
+    """The straggler the cross-rank analysis names (mxprof.report.ranks)."""
+    s = found.straggler
+    assert s is not None
+    steps = [m["total"] for m in found.per_rank().values()]
+    step = statistics.median(steps) if found.step_name and steps else 0.0
+    what = f" ({_pct(s.waited_for / step)} of a step)" if step else ""
+    return _hint(
+        "straggler",
+        "high" if step and s.waited_for >= (STRAGGLER_RATIO - 1) * step else "medium",
+        f"Straggler: the other ranks wait {format_ns(s.waited_for)} per step for {s.label}" + what,
+        s.evidence,
+        f"{s.label} reaches the collectives last, so every other rank waits there for it. "
+        "Find where its step is longer (the lines above: a range, or idle time with no range "
+        "open): uneven shards or sequence lengths (balance or bucket them), work only it does "
+        "(logging, checkpoints, evaluation: move them off the step or to another process), "
+        "or a slower machine (clock limits, other jobs, a different GPU).",
+        [s.label, *s.ranges],
+    )
+
+
+def _busiest(procs: list[_Process]) -> Hint | None:
+    """Without collectives: the rank busy beyond the others."""
     cache: dict[str, bool] = {}
     by_role: dict[str, list[_Process]] = {}
     for p in procs:

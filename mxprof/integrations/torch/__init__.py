@@ -50,6 +50,14 @@ submodule registered under two names is hooked once, under its first):
   its latest pass left allocated.  On CPU nothing is recorded: PyTorch's CPU
   allocator reports no allocations to Python.
 
+* **torch.distributed** (``collectives=True``, where torch.distributed is
+  initialised or later is): every collective and point-to-point call is a
+  range named by its op, dtype, bytes and process group, blocking calls on
+  the calling thread, asynchronous ones from issue to completion; a
+  ``DistributedDataParallel`` model's gradient buckets are named
+  ``... ddp bucket <i>`` (see :mod:`._collectives`).
+  :func:`instrument_collectives` records them without a module.
+
 Everything is an eager-mode source: it records while ``profile_imperative``
 (or ``profile_all``) is on, read once per outermost module call.  Per call
 the hooks move cached ids only (task ids, scope ids per parent scope).
@@ -71,15 +79,99 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from ..._native import range_end_token
 from ...domain import Domain, check_name
 from ...errors import ConfigError, StateError
+from ._collectives import RECORDER, hook_ddp
 from ._forward import HookedModule, restore_scope
 from ._memory import TRACKER, free_all, gpu_trace_module
 from ._state import adapter_lock, tls
 
-__all__ = ["MEMORY_MODES", "Handle", "instrument", "uninstrument"]
+__all__ = [
+    "MEMORY_MODES",
+    "Collectives",
+    "Handle",
+    "instrument",
+    "instrument_collectives",
+    "uninstrument",
+]
 
 MEMORY_MODES = ("allocator", "delta")
 
 _owners: weakref.WeakValueDictionary[int, HookedModule] = weakref.WeakValueDictionary()
+_ddp_hooked: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+
+
+class Collectives:
+    """What :func:`instrument_collectives` returns; ``remove()`` (or the end
+    of a ``with`` block) puts torch.distributed's functions back once no
+    other user needs them."""
+
+    def __init__(self) -> None:
+        self._on = False
+
+    @property
+    def active(self) -> bool:
+        """Whether this handle still holds torch.distributed wrapped."""
+        return self._on
+
+    def _install(self) -> None:
+        RECORDER.install()
+        self._on = True
+
+    def remove(self) -> None:
+        """Stop recording through this handle; safe to call more than once."""
+        if self._on:
+            self._on = False
+            RECORDER.remove()
+
+    def __enter__(self) -> Collectives:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.remove()
+
+
+def instrument_collectives(model: torch.nn.Module | None = None) -> Collectives:
+    """Record every torch.distributed collective and point-to-point call.
+
+    Each call is a range named ``op(dtype, bytes B, group g)`` (``, peer p``
+    for send/recv), in domain ``torch.distributed`` on the calling thread,
+    or ``torch.distributed.async`` on a track of its own from issue to
+    completion for ``async_op=True``, ``isend``/``irecv`` and DDP's buckets.
+    :func:`instrument` does this too unless given ``collectives=False``.
+
+    Args:
+        model: a ``DistributedDataParallel`` model whose gradient buckets
+            should be named (``... ddp bucket <i>``), through a communication
+            hook that averages them as DDP's default; a model with a hook of
+            its own keeps it (a warning says so).  DDP cannot take a hook
+            off: after ``remove()`` it still averages the buckets, unrecorded.
+
+    Returns:
+        A :class:`Collectives` handle; ``remove()`` ends the recording.
+
+    Raises:
+        ImportError: this PyTorch has no torch.distributed.
+
+    Example:
+        >>> from mxprof.integrations.torch import instrument_collectives
+        >>> with instrument_collectives():  # doctest: +SKIP
+        ...     torch.distributed.all_reduce(grad)
+    """
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise ImportError("this PyTorch build has no torch.distributed")
+    handle = Collectives()
+    handle._install()
+    if model is not None:
+        _hook_ddp(model)
+    return handle
+
+
+def _hook_ddp(model: torch.nn.Module) -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel) and model not in _ddp_hooked and hook_ddp(model):
+        _ddp_hooked.add(model)
 
 
 class Handle:
@@ -103,6 +195,7 @@ class Handle:
         self._modules: list[HookedModule] = []
         self._hooks: list[Any] = []
         self._release: weakref.finalize[Any, Any] | None = None  # our use of TRACKER
+        self.collectives: Collectives | None = None
 
     @property
     def active(self) -> bool:
@@ -131,6 +224,8 @@ class Handle:
                 m.held.clear()
             if self._release is not None:
                 self._release()
+            if self.collectives is not None:
+                self.collectives.remove()
         self._unwind()
 
     def _unwind(self) -> None:
@@ -176,6 +271,7 @@ def instrument(
     name: str | None = None,
     backward: bool = True,
     memory: bool | str = True,
+    collectives: bool = True,
 ) -> Handle:
     """Time every call of module and its submodules, each in its own scope.
 
@@ -188,6 +284,10 @@ def instrument(
             where torch offers per-allocation callbacks, else ``'delta'``),
             ``'allocator'``, ``'delta'`` or False.  Nothing is recorded for
             modules on the CPU.
+        collectives: also record torch.distributed's calls (as
+            :func:`instrument_collectives`, with the module's DDP buckets
+            when it is a ``DistributedDataParallel``); ignored where this
+            PyTorch has no torch.distributed.
 
     Returns:
         A :class:`Handle`; ``handle.remove()`` (or :func:`uninstrument`, or the
@@ -221,6 +321,8 @@ def instrument(
     root = "model" if name is None else check_name(name, "instrument name")
     if not isinstance(backward, bool):
         raise TypeError(f"backward must be a bool, got {backward!r}")
+    if not isinstance(collectives, bool):
+        raise TypeError(f"collectives must be a bool, got {collectives!r}")
     mode = _memory_mode(memory)
     handle = Handle(dom, root, mode)
     with adapter_lock:
@@ -252,7 +354,19 @@ def instrument(
             TRACKER.users += 1
             # A handle dropped without remove() gives its use back when collected.
             handle._release = weakref.finalize(handle, TRACKER.release)
+        if collectives and _distributed_available():
+            handle.collectives = Collectives()
+            handle.collectives._install()
+            _hook_ddp(module)
     return handle
+
+
+def _distributed_available() -> bool:
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - depends on the build
+        return False
+    return bool(dist.is_available())
 
 
 def _owner(module: torch.nn.Module) -> HookedModule | None:
