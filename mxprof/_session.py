@@ -358,6 +358,7 @@ class Session:
         process = utf8(argv0 if argv0 not in ("", "-c", "-m") else "python", "process name")
         other = (
             f'"mxprof_version":{trace_json(__version__)},"host":{trace_json(socket.gethostname())}'
+            f',"config":{trace_json(self.config.as_dict())}'
         ).encode()
         self.meta = (process, other)
         self.push_meta()

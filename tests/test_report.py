@@ -342,3 +342,17 @@ def test_benchmark_quick_mode(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["events"] > 0 and doc["html_bytes"] > 0
     assert "size" in proc.stdout and "build" in proc.stdout
+
+
+def test_the_summary_shows_the_config_that_produced_the_trace(tmp_path):
+    trace = tmp_path / "rec.json"
+    _testing.start(trace, max_events=123_456, profile_memory=True)
+    with mxprof.Domain("d").new_task("t"):
+        pass
+    _testing.finish(trace)
+    s = _sections.build([str(trace)], [mxprof.load(trace)])
+    assert s.config["max_events"] == {str(trace): 123_456}
+    assert s.config["profile_memory"] == {str(trace): True}
+    assert s.config["filename"] == {str(trace): str(trace)}
+    page = _html.page(s, "", "")
+    assert "<td>max_events</td><td>123456</td>" in page.replace(" ", "")

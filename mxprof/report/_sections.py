@@ -169,7 +169,10 @@ def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
             if isinstance(value, int) and not isinstance(value, bool):
                 tallies[key] = tallies.get(key, 0) + value
         for key, value in data.items():
-            if key not in TALLIES:
+            if key == "config" and isinstance(value, dict):  # the keys set_config took
+                for name, setting in value.items():
+                    config.setdefault(name, {})[path] = setting
+            elif key not in TALLIES:
                 config.setdefault(key, {})[path] = value
     return Sections(
         paths=list(paths),

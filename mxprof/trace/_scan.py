@@ -113,6 +113,37 @@ def blocks(f: IO[bytes]) -> Generator[bytes, None, dict[str, Any]]:
         pending += more
 
 
+def metadata(f: IO[bytes]) -> dict[str, Any]:
+    """The top-level members other than the events, read from the file's two
+    ends when it is plain text (seekable, not gzip), else from all of it.
+
+    The middle is not read: a damaged event there shows only when the events
+    are read.
+
+    Raises:
+        NotLines: not in the one-event-per-line shape, or damaged.
+    """
+    head = f.read(BLOCK)
+    size = f.seek(0, 2)
+    if not head.startswith(GZIP_MAGIC) and size > 2 * BLOCK:
+        opening = _OPENING.match(head)
+        f.seek(size - BLOCK)
+        tail = f.read()
+        closings = list(_CLOSING.finditer(tail))
+        if opening is not None and closings:
+            try:
+                return members(opening.group("members"), tail[closings[-1].end() :])
+            except NotLines:
+                pass  # a member after the events has a line of its own that opens with ']'
+    f.seek(0)
+    blocks_ = blocks(f)
+    while True:
+        try:
+            next(blocks_)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+
 def _array(body: bytes) -> bytes:
     """A run of events, with the commas between them, as one JSON array."""
     return b"[" + body.strip().strip(b",") + b"]"

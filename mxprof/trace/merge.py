@@ -36,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Union
 
+import msgspec
 from msgspec.structs import force_setattr
 
 from .._tracejson import dumps as trace_json
@@ -43,6 +44,7 @@ from .._version import __version__
 from ..errors import TraceFormatError
 from . import _scan
 from ._convert import Converter
+from ._event import DECODE_EVENTS
 from .clock import IDENTITY, ClockModel
 from .gpu import align_inputs, is_nvidia
 from .model import Event, Trace, base_time_ns, ns_ratio, read_lines, round_ratio
@@ -172,17 +174,21 @@ class _Input:
         self.held: list[RawEvent] | None = None  # events replaced in memory (aligned)
         try:
             with open_trace(path) as f:
-                blocks = _scan.blocks(f)
-                while True:
-                    next(blocks)  # the text only: the events are read later
-        except StopIteration as stop:
+                self.metadata: dict[str, Any] = _scan.metadata(f)  # the events are read later
             self.lines = True
-            self.metadata: dict[str, Any] = stop.value
         except _scan.NotLines:  # another shape: read whole, here and again later
             self.lines = False
             _, self.metadata, self.truncated = read_raw(path)
 
-    def blocks(self) -> Iterator[list[RawEvent]]:
+    def blocks(self, near: tuple[float, float] | None = None) -> Iterator[list[RawEvent]]:
+        """The events as dicts, block by block.
+
+        Args:
+            near: (first, last) µs on the input's own axis: of a file in
+                mxprof's shape only the events that may overlap it (and
+                those without a time) are decoded as dicts; the caller
+                still checks each on the merged axis.
+        """
         if self.held is not None:
             yield self.held
             return
@@ -193,11 +199,35 @@ class _Input:
             blocks = _scan.blocks(f)
             try:
                 while True:
-                    yield _scan.raw_events(next(blocks))
+                    text = next(blocks)
+                    yield _scan.raw_events(text if near is None else _near(text, near))
             except StopIteration:
                 return
             except _scan.NotLines:
-                raise TraceFormatError(f"{self.path}: changed while it was merged") from None
+                raise TraceFormatError(
+                    f"{self.path}: damaged (or changed while it was merged): read it with "
+                    "mxprof.load for where"
+                ) from None
+
+
+def _near(text: bytes, near: tuple[float, float]) -> bytes:
+    """A run of events (one per line) cut to those that may overlap near (µs)."""
+    try:
+        events = DECODE_EVENTS(text)
+    except msgspec.ValidationError:
+        return text  # a value the fast decoding does not take: every event, as dicts
+    first, last = near
+    keep = [
+        k
+        for k, e in enumerate(events)
+        if e.ts is None or (e.ts <= last and e.ts + (e.dur or 0) >= first)
+    ]
+    if len(keep) == len(events):
+        return text
+    lines = text[1:-1].split(b"\n")
+    if len(lines) != len(events):
+        return text  # not one event per line after all
+    return b"[" + b",".join(lines[k].rstrip().rstrip(b",") for k in keep) + b"]"
 
 
 def _align_databases(inputs: list[_Input]) -> None:
@@ -464,10 +494,16 @@ def _write_inputs(
         shift = move(0) if move.clock.constant else None
         pids: dict[Any, Any] = {}
         named: set[Any] = set()
-        if isinstance(out, _PerfettoOut) and inp.lines:
+        # Perfetto output of a file in mxprof's shape: straight into Events. A
+        # window: only what may lie in it is decoded as dicts.
+        whole = isinstance(out, _PerfettoOut) and inp.lines and span is None
+        if whole and isinstance(out, _PerfettoOut):
             written, pids = out.add_input(inp, move, d, span, used)
             count += written
-        for block in inp.blocks() if not (isinstance(out, _PerfettoOut) and inp.lines) else ():
+        near = None
+        if span is not None and shift is not None:
+            near = ((span[0] - shift) / 1000 - 1, (span[1] - shift) / 1000 + 1)
+        for block in inp.blocks(near) if not whole else ():
             kept = []
             for ev in block:
                 pid = ev.get("pid")
@@ -515,7 +551,7 @@ def _write_inputs(
                 # The clock as this merge applied it, derived again from the estimates.
                 | {"clock": d[1].to_json(), "file": os.path.basename(inp.path)}
             )
-        if not (isinstance(out, _PerfettoOut) and inp.lines):
+        if not whole:
             out.add(extra)
             count += len(extra)
         if isinstance(out, _PerfettoOut):

@@ -165,8 +165,8 @@ class PerfettoWriter:
         """Every event of trace, on the tracks of its processes and threads."""
         out = bytearray()
         uuids = self.uuids
-        # (ts ns, rank at one ts, order, the packet after its timestamp)
-        timed: list[tuple[int, int, int, bytes]] = []
+        # (ts ns, rank at one ts, order, file order, the packet after its timestamp)
+        timed: list[tuple[int, int, int, int, bytes]] = []
         base = self.base
 
         def track(key: Any, describe: Any) -> int:
@@ -254,27 +254,40 @@ class PerfettoWriter:
             return e.tid != 0 or (e.pid, e.tid) in trace.thread_names
 
         open_ranges: dict[Any, list[Any]] = {}
+        stack: list[Any] = []
+        last: Any = None  # the (pid, tid) of the last range, its uuid and whether threaded
+        on_thread = True
+        thread_uuid = 0
         for e in trace:  # per thread by ts, longer first: parents before children
-            if e.dur is not None:
-                stack = open_ranges.setdefault((e.pid, e.tid), [])
-                while stack and e.ts >= stack[-1].end and (e.dur or stack[-1].dur):
+            dur = e.dur
+            if dur is not None:
+                if last is None or e.tid != last[1] or e.pid != last[0]:
+                    last = (e.pid, e.tid)
+                    stack = open_ranges.setdefault(last, [])
+                    on_thread = threaded(e)
+                    thread_uuid = thread(e.pid, e.tid) if on_thread else 0
+                ts = e.ts
+                end = ts + dur
+                while stack and ts >= stack[-1][1] and (dur or stack[-1][2]):
                     stack.pop()  # ended before e began: contains nothing from here on
-                if not threaded(e):  # read from a Perfetto track of no thread: one of its own
+                if not on_thread:  # read from a Perfetto track of no thread: one of its own
                     uuid = named(("a", len(uuids)), e.pid, e.name, False)
-                elif not stack or e.end <= stack[-1].end:
-                    uuid = thread(e.pid, e.tid)
-                    stack.append(e)
+                elif not stack or end <= stack[-1][1]:
+                    uuid = thread_uuid
+                    stack.append((ts, end, dur))
                 else:  # overlaps a range open on its thread without nesting: a track of its own
                     uuid = named(("a", len(uuids)), e.pid, e.name, False)
                 # At one ts: ends, then instants, then begins (longer first); of two
                 # ends the shorter range's first; a zero-length range after all that.
-                timed.append((e.ts, 2, -e.dur, event(BEGIN, uuid, e, e.args)))
-                timed.append((e.end, 3 if e.dur == 0 else 0, e.dur, event(END, uuid, e, None)))
+                n = len(timed)
+                timed.append((ts, 2, -dur, n, event(BEGIN, uuid, e, e.args)))
+                timed.append((end, 3 if dur == 0 else 0, dur, n + 1, event(END, uuid, e, None)))
             elif e.ph == "C":
                 for key, value in e.args.items():
                     if isinstance(value, (int, float)) and not isinstance(value, bool):
                         uuid = named(("c", e.pid, key), e.pid, key, True)
-                        timed.append((e.ts, 1, len(timed), event(COUNTER, uuid, e, int(value))))
+                        n = len(timed)
+                        timed.append((e.ts, 1, n, n, event(COUNTER, uuid, e, int(value))))
             else:
                 scope = e.args.get("scope")
                 uuid = (
@@ -284,29 +297,47 @@ class PerfettoWriter:
                     if scope == "process" or not threaded(e)
                     else thread(e.pid, e.tid)
                 )
-                timed.append((e.ts, 1, len(timed), event(INSTANT, uuid, e, e.args)))
+                n = len(timed)
+                timed.append((e.ts, 1, n, n, event(INSTANT, uuid, e, e.args)))
         self.out.write(out)
-        timed.sort(key=_first_three)  # stable: file order on ties
+        timed.sort()  # (ts, rank, order, file order): the last makes each key unique
         head = bytearray()
         put_uint(head, PK_SEQUENCE_ID, 1)
         put_varint(head, PK_TIMESTAMP << 3)
         prefix = bytes(head)
+        packet_tag = bytes([1 << 3 | BYTES])  # TracePacket, field 1 of Trace
+        high: dict[int, bytes] = {}  # varint bytes of ts >> 21, the part that seldom changes
         chunk = bytearray()
-        for ts, _, _, tail in timed:
-            stamp = bytearray(prefix)
-            put_varint(stamp, ts + base)
-            put_varint(chunk, 1 << 3 | BYTES)  # TracePacket, field 1 of Trace
-            put_varint(chunk, len(stamp) + len(tail))
+        for ts, _, _, _, tail in timed:
+            value = ts + base
+            if value >= 1 << 21:
+                top = value >> 21
+                rest = high.get(top)
+                if rest is None:
+                    packed = bytearray()
+                    put_varint(packed, top)
+                    rest = high[top] = bytes(packed)
+                stamp = (
+                    prefix
+                    + bytes((value & 127 | 128, value >> 7 & 127 | 128, value >> 14 & 127 | 128))
+                    + rest
+                )
+            else:
+                packed = bytearray(prefix)
+                put_varint(packed, value)
+                stamp = bytes(packed)
+            size = len(stamp) + len(tail)
+            chunk += packet_tag
+            if size < 128:
+                chunk.append(size)
+            else:
+                put_varint(chunk, size)
             chunk += stamp
             chunk += tail
             if len(chunk) > 1 << 20:
                 self.out.write(chunk)
                 chunk = bytearray()
         self.out.write(chunk)
-
-
-def _first_three(item: tuple[int, int, int, bytes]) -> tuple[int, int, int]:
-    return item[0], item[1], item[2]
 
 
 def _int(value: Any) -> int:
