@@ -176,3 +176,27 @@ def test_the_command_takes_window_and_ranks(tmp_path):
     bad = _testing.cli("merge", *paths, "-o", "x.json", "--ranks", "one", cwd=tmp_path)
     assert bad.returncode == 2 and "'one' is not N" in bad.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_big_plain_inputs_metadata_comes_from_its_two_ends(tmp_path):
+    """Past 16 MB a plain input's members are read from its head and tail
+    (members after the events may hold lines that open with ']')."""
+    events = [
+        {"ph": "X", "name": f"r{k % 7}", "cat": "c", "ts": k * 2.0, "dur": 1.5, "pid": 3,
+         "tid": 1}
+        for k in range(200_000)
+    ]  # fmt: skip
+    big = write(tmp_path / "big.json", events, base=BASE + 7_000)
+    assert big.stat().st_size > 16 << 20
+    small = write(tmp_path / "small.json", steps(5, 0.0), base=BASE)
+    summary = merge([small, big], tmp_path / "m.json")
+    assert [i["shift_us"] for i in summary["inputs"]] == [0.0, 7.0]
+    odd = tmp_path / "odd.json"  # a member after the events with a line opening with ']'
+    odd.write_bytes(big.read_bytes().replace(b'"otherData": {"pid": 1}}', b'"x": [\n1\n]}'))
+    summary = merge([small, odd], tmp_path / "m2.json")
+    assert [i["shift_us"] for i in summary["inputs"]] == [0.0, 7.0]
+    assert mxprof.load(tmp_path / "m2.json").metadata["otherData"]["merged_from"][1] == str(odd)
+    from mxprof.trace import _scan
+
+    with open(odd, "rb") as f:
+        assert _scan.metadata(f)["x"] == [1]

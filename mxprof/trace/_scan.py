@@ -129,12 +129,14 @@ def metadata(f: IO[bytes]) -> dict[str, Any]:
         opening = _OPENING.match(head)
         f.seek(size - BLOCK)
         tail = f.read()
-        closings = list(_CLOSING.finditer(tail))
-        if opening is not None and closings:
+        # The first line opening with ']' in the last block closes the events
+        # (unless what follows them is longer than a block: then it fails to parse).
+        closing = _CLOSING.search(tail)
+        if opening is not None and closing is not None:
             try:
-                return members(opening.group("members"), tail[closings[-1].end() :])
+                return members(opening.group("members"), tail[closing.end() :])
             except NotLines:
-                pass  # a member after the events has a line of its own that opens with ']'
+                pass
     f.seek(0)
     blocks_ = blocks(f)
     while True:
