@@ -935,6 +935,8 @@ def _memory_growth(traces: list[Trace], procs: list[_Process]) -> Hint | None:
 
 
 def _straggler(traces: list[Trace], procs: list[_Process]) -> Hint | None:
+    if sum(1 for p in procs if p.threads) < 2:
+        return None  # one process with ranges: no rank to compare with
     found = analyze_ranks(traces)
     if found.straggler is not None:
         return _late_rank(found)
