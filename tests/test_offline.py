@@ -31,6 +31,7 @@ OFFLINE = {
     "mxprof.report.ranks",
     "mxprof.report._collective",
     "mxprof.report._html",
+    "mxprof.report._parallel",
     "mxprof.report._sections",
     "mxprof.report._series",
 }

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import os
 import sys
 import tempfile
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Union
 
 from ..errors import OutputError, ProfilerError, TraceFormatError
@@ -29,6 +30,7 @@ from ..trace import Trace
 from ..trace.model import read_events
 from ..trace.reader import shown
 from ._html import diff_html, hints_html, page
+from ._parallel import beside
 from ._sections import build
 from .diff import Diff
 from .diff import diff as compare
@@ -148,11 +150,28 @@ def report(paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) ->
     bases = _paths(baseline, "baseline") if baseline is not None else []
     out = os.fspath(output)
     _check_output(out)
-    traces = [_load(p) for p in inputs]
-    sections = build(inputs, traces)
-    compared = diff_html(_diff(bases, traces), bases) if bases else ""
-    _write(out, page(sections, hints_html(find_hints(traces)), compared))
+    with _collector_paused():
+        traces = [_load(p) for p in inputs]
+        for trace in traces:
+            trace.key_averages()  # nesting and statistics worked out once, before the fork
+        hints, sections = beside(lambda: find_hints(traces), lambda: build(inputs, traces))
+        compared = diff_html(_diff(bases, traces), bases) if bases else ""
+        text = page(sections, hints_html(hints), compared)
+    _write(out, text)
     return out
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a report is built: its millions of
+    events would be scanned again and again, and it makes little garbage."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class _Package(types.ModuleType):

@@ -141,22 +141,27 @@ def _combine(traces: Sequence[Trace]) -> tuple[Trace, list[int]]:
 def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
     """The report's sections for traces (loaded from paths, in that order)."""
     combined, _ = _combine(traces)
-    start = min(map(_TS, combined), default=0)
-    end = max((e.end for e in combined if e.dur is not None), default=start)
-    end = max(end, max(map(_TS, combined), default=0))
+    tallied = [_tally(trace) for trace in traces]
+    firsts = [span[0] for t in tallied for span in t.spans.values()]
+    lasts = [span[1] for t in tallied for span in t.spans.values()]
+    start, end = min(firsts, default=0), max(lasts, default=0)
     wall = max(end - start, 0)
     every_row = list(combined.key_averages())
     rows = every_row[:TABLE_ROWS]
-    phases = Counter(map(_PH, combined))
-    threads = set(map(_THREAD, combined))
+    phases: Counter[str] = Counter()
+    for t in tallied:
+        phases.update(t.phases)
     counts = {
         "events": len(combined),
-        "ranges": phases["X"],
+        "ranges": sum(span[2] for t in tallied for span in t.spans.values()),
         "instants": phases["i"] + phases["n"] + phases["R"],
         "counter samples": phases["C"],
         "unpaired begins/ends": sum(t.unmatched for t in traces),
-        "processes": len({pid for pid, _ in threads} | set(combined.process_names)),
-        "threads": len(threads),
+        # Pids two files share are apart in combined: count each file's own.
+        "processes": sum(
+            len(set(t.spans) | set(tr.process_names)) for t, tr in zip(tallied, traces)
+        ),
+        "threads": sum(len(tids) for t in tallied for tids in t.tids.values()),
     }
     raw = raw_series(combined, start)
     counters = series(combined, raw)
@@ -181,7 +186,7 @@ def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
         wall_ns=wall,
         rows=rows,
         histograms=_histograms(combined, rows),
-        processes=_processes(paths, traces),
+        processes=_processes(paths, traces, tallied),
         steps=_steps(combined, every_row),
         counters=[s for s in counters if s.category not in _MEMORY],
         devices=[s for s in counters if s.category == DEVICE_STORAGE],
@@ -214,40 +219,69 @@ def _label(trace: Trace, pid: Any) -> str:
     return f"{name} (pid {pid})" if name else f"pid {pid}"
 
 
-def _processes(paths: Sequence[str], traces: Sequence[Trace]) -> list[Process]:
+@dataclass
+class _Tally:
+    """One pass over a trace: per pid [first ts, last end, ranges] and tids;
+    the count of each phase but ranges'."""
+
+    spans: dict[Any, list[int]] = field(default_factory=dict)
+    tids: dict[Any, set[Any]] = field(default_factory=dict)
+    phases: dict[str, int] = field(default_factory=dict)
+
+
+def _tally(trace: Trace) -> _Tally:
+    t = _Tally()
+    span = [0, 0, 0]
+    pid: Any = None
+    tid: Any = None
+    for e in trace:  # one thread after another
+        if e.tid != tid or e.pid != pid or not t.spans:
+            pid, tid = e.pid, e.tid
+            found = t.spans.get(pid)
+            if found is None:
+                found = t.spans[pid] = [e.ts, e.ts, 0]
+                t.tids[pid] = set()
+            span = found
+            t.tids[pid].add(tid)
+        ts = e.ts
+        dur = e.dur
+        if ts < span[0]:
+            span[0] = ts
+        if dur is None:
+            t.phases[e.ph] = t.phases.get(e.ph, 0) + 1
+            if ts > span[1]:
+                span[1] = ts
+        else:
+            span[2] += 1
+            if ts + dur > span[1]:
+                span[1] = ts + dur
+    return t
+
+
+def _processes(
+    paths: Sequence[str], traces: Sequence[Trace], tallied: Sequence[_Tally]
+) -> list[Process]:
     out = []
-    for path, trace in zip(paths, traces):
-        # One pass: per pid, [first ts, last end, ranges], its tids, and totals by name.
-        spans: dict[Any, list[int]] = {}
-        tids: dict[Any, set[Any]] = {}
+    for path, trace, t in zip(paths, traces, tallied):
         totals: dict[tuple[Any, str], int] = {}
-        for e in trace:
-            span = spans.get(e.pid)
-            if span is None:
-                span = spans[e.pid] = [e.ts, e.end, 0]
-                tids[e.pid] = set()
-            tids[e.pid].add(e.tid)
-            dur = e.dur
-            if dur is not None:
-                span[2] += 1
-                key = (e.pid, e.name)
-                totals[key] = totals.get(key, 0) + dur
-                end = e.ts + dur
-                if end > span[1]:
-                    span[1] = end
-            if e.ts < span[0]:
-                span[0] = e.ts
-            elif e.ts > span[1]:
-                span[1] = e.ts
+        ranged = [pid for pid, span in t.spans.items() if span[2]]
+        if len(ranged) == 1:  # one process: its totals by name are the trace's
+            for r in trace.key_averages():
+                totals[(ranged[0], r.name)] = totals.get((ranged[0], r.name), 0) + int(r.total)
+        else:
+            for e in trace:
+                if e.dur is not None:
+                    key = (e.pid, e.name)
+                    totals[key] = totals.get(key, 0) + e.dur
         data = other_data(trace)
         tallies = {k: v for k, v in data.items() if k in TALLIES}
-        for pid, (first, last, ranges) in spans.items():
+        for pid, (first, last, ranges) in t.spans.items():
             out.append(
                 Process(
                     label=_label(trace, pid),
                     path=path,
                     pid=pid,
-                    threads=len(tids[pid]),
+                    threads=len(t.tids[pid]),
                     ranges=ranges,
                     wall_ns=last - first,
                     tallies=tallies if data.get("pid") in (pid, None) else {},

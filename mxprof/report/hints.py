@@ -284,7 +284,8 @@ class _Process:
 def _processes(traces: list[Trace]) -> list[_Process]:
     procs: list[_Process] = []
     labels: set[str] = set()
-    kinds: dict[tuple[str, str], str] = {}  # the step group a name is in ("": none)
+    frames: dict[str, bool] = {}  # category -> whether its ranges are frames
+    profiler_steps: dict[str, bool] = {}  # name -> whether it is ProfilerStep#N
     for i, trace in enumerate(traces):
         mine: dict[Id, _Process] = {}
         p = _Process(pid="", source=i)
@@ -298,7 +299,8 @@ def _processes(traces: list[Trace]) -> list[_Process]:
             if ts < p.start:
                 p.start = ts
             if dur is None:
-                p.end = max(p.end, ts)
+                if ts > p.end:
+                    p.end = ts
                 if e.ph == "C":
                     p.counters.setdefault((e.category, e.name), []).append(e)
                 continue
@@ -308,22 +310,26 @@ def _processes(traces: list[Trace]) -> list[_Process]:
                 tid = e.tid
                 thread = p.threads.setdefault(e.tid, [])
             thread.append(e)
-            key = (e.name, e.category)
-            durations = p.durations.get(key)
-            if durations is None:
-                durations = p.durations[key] = []
-                if key not in kinds:
-                    kinds[key] = (
-                        e.name
-                        if is_frame(e.category)
-                        else "ProfilerStep#"
-                        if is_profiler_step(e.name)
-                        else ""
-                    )
-            durations.append(dur)
-            kind = kinds[key]
-            if kind:
-                p.step_groups.setdefault((e.tid, kind), []).append(e)
+            category = e.category
+            frame = frames.get(category)
+            if frame is None:
+                frame = frames[category] = is_frame(category)
+            if frame:
+                p.step_groups.setdefault((tid, e.name), []).append(e)
+                continue
+            name = e.name
+            stepping = profiler_steps.get(name)
+            if stepping is None:
+                stepping = profiler_steps[name] = is_profiler_step(name)
+            if stepping:
+                p.step_groups.setdefault((tid, "ProfilerStep#"), []).append(e)
+        if len(mine) == 1:  # one process: its durations by name are the trace's
+            for p in mine.values():
+                p.durations = trace.durations()
+        else:
+            for e in trace.events:
+                if e.dur is not None:
+                    mine[e.pid].durations.setdefault((e.name, e.category), []).append(e.dur)
         for p in mine.values():
             p.role, p.label = _label(traces, i, p.pid, len(mine))
             if p.label in labels:
@@ -333,7 +339,7 @@ def _processes(traces: list[Trace]) -> list[_Process]:
             for samples in p.counters.values():
                 samples.sort(key=lambda e: e.ts)
             for durations in p.durations.values():
-                durations.sort()
+                durations.sort()  # (already sorted when they are the trace's)
             p.steps = _pick_steps(p)
         procs.extend(mine.values())
     return procs
@@ -496,16 +502,22 @@ def _data_loading(traces: list[Trace], procs: list[_Process]) -> Hint | None:
         for tid in tids:
             ranges, other, open_end = [], False, lo - 1
             for e in p.threads.get(tid, ()):
+                ts = e.ts
+                known = cache.get((e.name, e.category))
+                if known is None:
+                    known = _is_loading(e.name, e.category, cache)
                 if (
-                    _is_loading(e.name, e.category, cache)
+                    known
                     and not is_frame(e.category)
                     and not is_profiler_step(e.name)
                     and not _holds_a_step(e, steps, starts)
                 ):
                     ranges.append(e)
-                elif e.ts >= open_end:
+                elif ts >= open_end:
                     other = True  # a top-level range that is not loading
-                open_end = max(open_end, e.end)
+                end = ts + (e.dur or 0)
+                if end > open_end:
+                    open_end = end
             if not steps and not other:
                 continue  # a thread that only loads runs beside the work: not a stall
             covered = _measure(_union(_clipped(ranges, lo, hi)))
@@ -1117,13 +1129,15 @@ def _idle_gaps(traces: list[Trace], procs: list[_Process]) -> Hint | None:
         for tid, ranges in p.threads.items():
             end, last = None, ""
             for e in ranges:
-                if end is not None and e.ts > end:
-                    length = e.ts - end
+                ts = e.ts
+                if end is not None and ts > end:
+                    length = ts - end
                     if length >= floor or length >= GAP_ABS_NS:
-                        gaps.append((length, p, tid, end, e.ts, last, e.name))
+                        gaps.append((length, p, tid, end, ts, last, e.name))
                         idle[(id(p), tid)] = idle.get((id(p), tid), 0) + length
-                if end is None or e.end > end:
-                    end, last = e.end, e.name
+                stop = ts + (e.dur or 0)
+                if end is None or stop > end:
+                    end, last = stop, e.name
     if not gaps:
         return None
     gaps.sort(key=lambda g: -g[0])
