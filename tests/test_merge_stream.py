@@ -200,3 +200,24 @@ def test_a_big_plain_inputs_metadata_comes_from_its_two_ends(tmp_path):
 
     with open(odd, "rb") as f:
         assert _scan.metadata(f)["x"] == [1]
+
+
+@pytest.mark.slow
+def test_benchmark_quick_mode(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(root, "benchmarks", "merge.py"), "--quick", "--json", out],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["merged_events"] >= 2 * 19_000 and 0 < doc["window_events"] < doc["merged_events"]
+    assert doc["ranges"] > 0 and "merge, peak RSS GB" in proc.stdout
