@@ -152,8 +152,7 @@ def report(paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) ->
     _check_output(out)
     with _collector_paused():
         traces = [_load(p) for p in inputs]
-        for trace in traces:
-            trace.key_averages()  # nesting and statistics worked out once, before the fork
+        # The hints need no nesting (self times): the sections work it out beside them.
         hints, sections = beside(lambda: find_hints(traces), lambda: build(inputs, traces))
         compared = diff_html(_diff(bases, traces), bases) if bases else ""
         text = page(sections, hints_html(hints), compared)

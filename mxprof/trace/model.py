@@ -129,8 +129,9 @@ class Trace(Sequence[Event]):
         self._structure: tuple[list[int], list[int]] | None = None
         # Of a file read without keeping its events: their count and statistics.
         self._summary: _Summary | None = None
-        # _groups() of the events, once worked out.
+        # _groups() and _lengths() of the events, once worked out.
         self._by_name: dict[tuple[str, str], tuple[array[int], list[int]]] | None = None
+        self._by_length: dict[tuple[str, str], array[int]] | None = None
 
     @classmethod
     def from_raw(
@@ -216,6 +217,7 @@ class Trace(Sequence[Event]):
         self._events = events
         self._summary = None
         self._by_name = None
+        self._by_length = None
 
     @property
     def base_time_ns(self) -> int | None:
@@ -341,9 +343,30 @@ class Trace(Sequence[Event]):
             >>> trace.durations([step])[step][-1]  # doctest: +SKIP
             12378000
         """
-        groups = self._groups()
-        wanted = groups if keys is None else [k for k in keys if k in groups]
-        return {key: sorted(groups[key][0]) for key in wanted}
+        lengths = self._lengths()
+        wanted = lengths if keys is None else [k for k in keys if k in lengths]
+        return {key: sorted(lengths[key]) for key in wanted}
+
+    def _lengths(self) -> dict[tuple[str, str], array[int]]:
+        """Durations per (name, category): the statistics' when worked out, else
+        gathered alone (no nesting needed)."""
+        groups = self._by_name
+        summary = self._summary
+        if groups is None and self._events is None and summary is not None and not summary.broken:
+            groups = summary.groups
+        if groups is not None:
+            return {key: lengths for key, (lengths, _) in groups.items()}
+        if self._by_length is None:
+            found: dict[tuple[str, str], array[int]] = {}
+            for event in self.events:
+                if event.dur is not None:
+                    key = (event.name, event.category)
+                    lengths = found.get(key)
+                    if lengths is None:
+                        lengths = found[key] = array("q")
+                    lengths.append(event.dur)
+            self._by_length = found
+        return self._by_length
 
     def _groups(self) -> dict[tuple[str, str], tuple[array[int], list[int]]]:
         """(durations, [self total]) per (name, category) of ranges."""

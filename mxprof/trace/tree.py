@@ -57,12 +57,18 @@ def structure(events: Sequence[Event]) -> tuple[list[int], list[int]]:
             if start < top_end or (top_start <= start and end <= top_end):
                 break
             stack.pop()
-        for k in range(len(stack) - 1, -1, -1):
-            top_start, top_end, j = stack[k]
-            if top_start <= start and end <= top_end:
+        if stack:
+            top_start, top_end, j = stack[-1]
+            if top_start <= start and end <= top_end:  # the usual case: inside the last open
                 parents[i] = j
                 selfs[j] -= length
-                break
+            else:  # overlaps it without fitting: the innermost open range that contains it
+                for k in range(len(stack) - 2, -1, -1):
+                    top_start, top_end, j = stack[k]
+                    if top_start <= start and end <= top_end:
+                        parents[i] = j
+                        selfs[j] -= length
+                        break
         if length > 0:
             stack.append((start, end, i))
     return parents, [s if s > 0 else 0 for s in selfs]
