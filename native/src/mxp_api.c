@@ -128,12 +128,12 @@ static inline void end_top(mxpi_thread *t) {
     uint32_t i = t->depth - 1;
     mxpi_open o = t->stack[i];
     t->depth = i;
-    if (MXPI_UNLIKELY(o.flags & MXPI_OPEN_NVTX)) mxpi_nvtx_end(t, i);
     if (MXPI_UNLIKELY(!(o.flags & MXPI_OPEN_LIVE))) {
         mxpi_edit_end(t);
         mxpi_tally(&t->ignored);
         return;
     }
+    if (MXPI_UNLIKELY(o.flags & MXPI_OPEN_NVTX)) mxpi_nvtx_end(t, i); /* only live ones have it */
     int64_t now = mxpi_ticks();
     mxpi_open *parent = i > 0 ? &t->stack[i - 1] : NULL;
     if (parent != NULL && (parent->flags & MXPI_OPEN_LIVE)) parent->child += now - o.credit;
