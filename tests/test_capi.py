@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import sysconfig
 
 import pytest
@@ -163,3 +164,13 @@ def test_the_capsule_is_named_for_pycapsule_import():
     get_name.restype = ctypes.c_char_p
     get_name.argtypes = (ctypes.py_object,)
     assert get_name(mxprof._C_API) == b"mxprof._C_API"
+
+
+@pytest.mark.slow
+def test_benchmark_script_runs(tmp_path):
+    script = os.path.join(os.path.dirname(HERE), "benchmarks", "capi_nvtx.py")
+    argv = [sys.executable, script, "--number", "2000", "--repeats", "1"]
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "C range, trace + stats, nvtx off" in proc.stdout
+    assert "target: a range from C <= 30 ns" in proc.stdout
