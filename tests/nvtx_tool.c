@@ -1,7 +1,8 @@
 /* A minimal NVTX tool (tests/test_nvtx.py): NVTX v3 loads it through
  * NVTX_INJECTION64_PATH and calls InitializeInjectionNvtx2, which fills the
  * domain functions' slots.  Every call is logged, one line each, to the file
- * named by MXPROF_NVTX_LOG:  <os tid> TAB <op> TAB <domain> TAB <text>. */
+ * named by MXPROF_NVTX_LOG:  <os tid> TAB <op> TAB <domain> TAB <text>; a
+ * range's integer payload (a frame's index) follows its name after '#'. */
 #define _GNU_SOURCE
 #define NVTX_NO_IMPL
 #include <pthread.h>
@@ -53,7 +54,13 @@ static nvtxStringHandle_t string_register(nvtxDomainHandle_t d, const char *text
 }
 
 static int push(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a) {
-    say("push", d, message(a));
+    char text[512];
+    if (a->payloadType == NVTX_PAYLOAD_TYPE_UNSIGNED_INT64) {
+        snprintf(text, sizeof text, "%s#%llu", message(a), (unsigned long long)a->payload.ullValue);
+        say("push", d, text);
+    } else {
+        say("push", d, message(a));
+    }
     return 0;
 }
 

@@ -120,7 +120,8 @@ def nvtx_ranges(entries, os_tid):
 
 def trace_ranges(trace, tid, names):
     """The trace's complete events on tid named in names: (domain as NVTX
-    has it, name, nesting depth), in start order."""
+    has it, name as the test tool logs it -- a frame's index after '#' --,
+    nesting depth), in start order."""
     xs = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["tid"] == tid]
     xs = [e for e in xs if e["name"] in names]
     xs.sort(key=lambda e: (e["ts"], -e["dur"]))
@@ -136,7 +137,10 @@ def trace_ranges(trace, tid, names):
         cat = cat.split(",")[0]
         return "-" if cat == "event" else cat  # Events: NVTX's default domain
 
-    return [(domain(e["cat"]), e["name"], depth(e)) for e in xs]
+    def name(e):
+        return f"{e['name']}#{e['args']['frame']}" if "frame" in e.get("args", {}) else e["name"]
+
+    return [(domain(e["cat"]), name(e), depth(e)) for e in xs]
 
 
 def tid_of(trace, thread_name):
@@ -164,13 +168,14 @@ def test_ranges_marks_and_domains_match_the_trace(tmp_path, tool):
     # Same-thread ranges: NVTX push/pop ranges with the trace's names, domains
     # and nesting (the paused range is in neither).
     synced = {"step", "load", "forward", "evt", "iter"}
-    main_nvtx = [r for r in nvtx_ranges(entries, main) if r[1] in synced]
+    main_nvtx = [r for r in nvtx_ranges(entries, main) if r[1].split("#")[0] in synced]
     main_tid = tid_of(trace, "MainThread")
     assert main_nvtx == trace_ranges(trace, main_tid, synced)
     assert main_nvtx[:5] == [
         ("train", "step", 0), ("io", "load", 1), ("train", "forward", 1), ("-", "evt", 2),
-        ("train", "iter", 1),
+        ("train", "iter#0", 1),  # a frame's index is its NVTX payload
     ]  # fmt: skip
+    assert ("train", "iter#1", 1) in main_nvtx
     assert nvtx_ranges(entries, worker) == trace_ranges(trace, tid_of(trace, "worker"), synced)
     assert nvtx_ranges(entries, worker) == [("train", "step", 0)]
 

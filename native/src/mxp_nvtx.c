@@ -7,10 +7,12 @@
  * on its first emission, its domain's handle (one nvtxDomainCreateA per
  * domain name; Events, which have no domain, use NVTX's default domain) and
  * its name registered once in that domain (nvtxDomainRegisterStringA); the
- * hot path then passes only those handles.
+ * hot path then passes only those handles.  A frame's ranges carry its
+ * index as their payload (an unsigned 64-bit integer).
  */
 #include "mxpi_nvtx.h"
 
+#include "mxpi_buffer.h"
 #include "mxpi_registry.h"
 
 #include <pthread.h>
@@ -29,6 +31,7 @@ typedef struct name_entry {
     _Atomic uint32_t ready; /* the handles below are set (release) */
     nvtxDomainHandle_t domain;
     nvtxStringHandle_t name;
+    bool frame; /* its ranges carry the frame index as payload */
 } name_entry;
 
 #define PAGE_BITS 10u
@@ -85,6 +88,7 @@ static __attribute__((noinline, cold)) name_entry *entry_slow(uint32_t id) {
         }
         e->domain = kind == MXP_KIND_EVENT ? NULL : domain_of(domain);
         e->name = nvtxDomainRegisterStringA(e->domain, name);
+        e->frame = kind == MXP_KIND_FRAME;
         atomic_store_explicit(&e->ready, 1, MXPI_RELEASE);
     }
 out:
@@ -116,6 +120,10 @@ static inline bool on_track(const mxpi_thread *t) { return t != mxpi_tls; }
 
 static void open_range(mxpi_thread *t, mxpi_open *o, const name_entry *e) {
     nvtxEventAttributes_t a = attributes(e);
+    if (e->frame) {
+        a.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
+        a.payload.ullValue = o->aux & MXPI_AUX_INDEX;
+    }
     if (on_track(t))
         o->nvtx = nvtxDomainRangeStartEx(e->domain, &a);
     else
