@@ -309,6 +309,8 @@ def capi_capsule() -> object:
     """
     import ctypes
 
+    if not hasattr(ctypes, "pythonapi"):
+        raise ProfilerError("mxprof._C_API needs CPython: this interpreter has no C API capsules")
     new = ctypes.pythonapi.PyCapsule_New
     new.restype = ctypes.py_object
     new.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
