@@ -43,8 +43,10 @@ static PyObject *py_work(PyObject *self, PyObject *args) {
     (void)self;
     long n;
     if (!PyArg_ParseTuple(args, "l", &n)) return NULL;
-    Py_BEGIN_ALLOW_THREADS work(n);
-    Py_END_ALLOW_THREADS Py_RETURN_NONE;
+    Py_BEGIN_ALLOW_THREADS
+    work(n);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
 }
 
 static void *thread_main(void *arg) {
@@ -56,12 +58,17 @@ static void *thread_main(void *arg) {
 static PyObject *py_threads(PyObject *self, PyObject *args) {
     (void)self;
     long k, n;
-    if (!PyArg_ParseTuple(args, "ll", &k, &n) || k > 64) return NULL;
+    if (!PyArg_ParseTuple(args, "ll", &k, &n)) return NULL;
+    if (k < 0 || k > 64) {
+        PyErr_SetString(PyExc_ValueError, "threads: 0 to 64");
+        return NULL;
+    }
     pthread_t th[64];
-    Py_BEGIN_ALLOW_THREADS for (long i = 0; i < k; i++)
-        pthread_create(&th[i], NULL, thread_main, (void *)(intptr_t)n);
+    Py_BEGIN_ALLOW_THREADS
+    for (long i = 0; i < k; i++) pthread_create(&th[i], NULL, thread_main, (void *)(intptr_t)n);
     for (long i = 0; i < k; i++) pthread_join(th[i], NULL);
-    Py_END_ALLOW_THREADS Py_RETURN_NONE;
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
 }
 
 /* misuse(): the codes of calls a native caller can get wrong. */
@@ -91,7 +98,11 @@ static int64_t now_ns(void) {
 static PyObject *py_bench(PyObject *self, PyObject *args) {
     (void)self;
     long n;
-    if (!PyArg_ParseTuple(args, "l", &n) || n <= 0) return NULL;
+    if (!PyArg_ParseTuple(args, "l", &n)) return NULL;
+    if (n <= 0) {
+        PyErr_SetString(PyExc_ValueError, "bench: n must be positive");
+        return NULL;
+    }
     int64_t t0 = now_ns();
     for (long i = 0; i < n; i++) {
         mxp->range_begin(inner);
