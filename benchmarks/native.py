@@ -30,7 +30,7 @@ def build() -> str | None:
     sources = sorted(os.path.join(src, f) for f in os.listdir(src) if f.endswith(".c"))
     cmd = [cc, "-O2", "-std=c11", "-pthread", "-fvisibility=hidden"]
     cmd += ["-I" + os.path.join(ROOT, "native", "include"), "-I" + src]
-    cmd += [os.path.join(HERE, "native", "bench_core.c"), *sources, "-o", out]
+    cmd += [os.path.join(HERE, "native", "bench_core.c"), *sources, "-o", out, "-ldl"]  # NVTX
     probe = subprocess.run(
         [cc, "-E", "-"], input="#include <zlib.h>\n", capture_output=True, text=True
     )

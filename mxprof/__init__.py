@@ -38,6 +38,8 @@ from .errors import (
 
 if _typing.TYPE_CHECKING:
     from . import memory
+    from ._capi import C_API as _C_API  # noqa: F401 - the capsule, not in __all__
+    from ._include import get_include
     from .compat import dump_profile, profiler_set_config, profiler_set_state
     from .control import dump, pause, resume, set_config, set_state
     from .counter import Counter
@@ -73,6 +75,7 @@ __all__ = [
     "dump",
     "dump_profile",
     "dumps",
+    "get_include",
     "load",
     "memory",
     "pause",
@@ -119,6 +122,12 @@ _OFFLINE: dict[str, tuple[str, _typing.Optional[str]]] = {
     "diff": ("report.diff", "diff"),
     "load": ("trace", "load"),
     "report": ("report", None),  # the package, callable as its report()
+    "get_include": ("_include", "get_include"),
+}
+# The C API's capsule loads the core but not the session: native code records
+# under whatever state the Python side sets.
+_CORE_ONLY: dict[str, tuple[str, _typing.Optional[str]]] = {
+    "_C_API": ("_capi", "C_API"),
 }
 # Modules that ``import mxprof`` loaded when it loaded everything: still
 # attributes of the package, each imported when first asked for.
@@ -145,8 +154,8 @@ def __getattr__(name: str) -> _typing.Any:
     if name in _LIVE:
         _load_live()
         return globals()[name]
-    if name in _OFFLINE:
-        module, attribute = _OFFLINE[name]
+    if name in _OFFLINE or name in _CORE_ONLY:
+        module, attribute = _OFFLINE.get(name) or _CORE_ONLY[name]
         loaded = _importlib.import_module(f"{__name__}.{module}")
         value = loaded if attribute is None else getattr(loaded, attribute)
         globals()[name] = value
@@ -175,7 +184,7 @@ class _Package(_types.ModuleType):
     import system would do by setting the submodule as an attribute here."""
 
     def __setattr__(self, name: str, value: _typing.Any) -> None:
-        target = _LIVE.get(name) or _OFFLINE.get(name)
+        target = _LIVE.get(name) or _OFFLINE.get(name) or _CORE_ONLY.get(name)
         if target is not None and target[1] is not None and isinstance(value, _types.ModuleType):
             return  # the submodule stays in sys.modules; the name keeps the API object
         super().__setattr__(name, value)

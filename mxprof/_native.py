@@ -94,6 +94,7 @@ FLAG_TRACE = lib.MXP_FLAG_TRACE
 FLAG_AGGREGATE = lib.MXP_FLAG_AGGREGATE
 FLAG_MEMORY = lib.MXP_FLAG_MEMORY
 FLAG_MEMORY_EVENTS = lib.MXP_FLAG_MEMORY_EVENTS
+FLAG_NVTX = lib.MXP_FLAG_NVTX
 
 DEVICE_CPU = lib.MXP_DEVICE_CPU
 DEVICE_GPU = lib.MXP_DEVICE_GPU
@@ -297,6 +298,26 @@ def stats_snapshot(reset: bool = False) -> list[Stat]:
 
 
 COUNT_FIELDS = TALLIES  # mxp_counts' fields
+
+
+def capi_capsule() -> object:
+    """A new capsule holding the C API's table (``mxprof._C_API``).
+
+    The table and the capsule's name are static in the core, so the capsule
+    needs no destructor.  cffi cannot make a capsule; the interpreter's own
+    ``PyCapsule_New`` (through ctypes) can.
+    """
+    import ctypes
+
+    if not hasattr(ctypes, "pythonapi"):
+        raise ProfilerError("mxprof._C_API needs CPython: this interpreter has no C API capsules")
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+    table = int(ffi.cast("uintptr_t", lib.mxp_capi_table()))
+    name = int(ffi.cast("uintptr_t", lib.mxp_capi_name()))
+    capsule: object = new(table, name, None)
+    return capsule
 
 
 def counts() -> dict[str, int]:

@@ -32,6 +32,7 @@ from ._native import (
     FLAG_AGGREGATE,
     FLAG_MEMORY,
     FLAG_MEMORY_EVENTS,
+    FLAG_NVTX,
     FLAG_RECORD,
     FLAG_TRACE,
     strerror,
@@ -324,12 +325,14 @@ class Session:
             (FLAG_RECORD if recording else 0)
             | (FLAG_TRACE if self.writing else 0)
             | (FLAG_AGGREGATE if self.config.aggregate_stats else 0)
+            | (FLAG_NVTX if self.config.nvtx else 0)
         )
         # Memory is kept from run to stop, paused or not, so that a free seen
         # during a pause still finds its allocation.
         if self.state == "run" and self.config.enabled("profile_memory"):
             want |= FLAG_MEMORY | (FLAG_MEMORY_EVENTS if self.config.memory_events else 0)
         every = FLAG_RECORD | FLAG_TRACE | FLAG_AGGREGATE | FLAG_MEMORY | FLAG_MEMORY_EVENTS
+        every |= FLAG_NVTX
         _native.flags_update(want, every & ~want)
         if self.config.max_events != self.applied_max_events:
             _native.max_events_set(self.config.max_events)

@@ -14,4 +14,5 @@ TALLIES = (
     "unknown_frees",
     "cut_ranges",
     "saturated_values",
+    "invalid_calls",
 )

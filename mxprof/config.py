@@ -235,6 +235,13 @@ class Config:
         "mxprof: False records statistics only (no per-event records, no trace file); "
         "takes effect when a profile begins",
     )
+    nvtx: bool = _key(
+        False,
+        check_bool,
+        "mxprof: also emit every recorded range and marker as NVTX (push/pop ranges in a "
+        "domain per mxprof domain; start/end ranges for asyncio tasks), seen by Nsight "
+        "Systems or any tool named by NVTX_INJECTION64_PATH; a no-op without one",
+    )
 
     def with_(self, **changes: Any) -> Config:
         """A copy with changes applied; they must be validated (``validate``) already."""

@@ -103,7 +103,9 @@ ffibuilder.set_source(
     extra_compile_args=CFLAGS,
     extra_link_args=["-pthread"],
     define_macros=[("MXPI_HAVE_ZLIB", "1")] if ZLIB else [],
-    libraries=["z"] if ZLIB else [],
+    # dl: NVTX (mxp_nvtx.c) loads a tool named by NVTX_INJECTION64_PATH; glibc before
+    # 2.34 keeps dlopen in libdl.
+    libraries=(["z"] if ZLIB else []) + ["dl"],
 )
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ fi
 mkdir -p "$out"
 flags=(-std=c11 -O2 -Wall -Wextra -Werror -fvisibility=hidden -fPIC -pthread
        -I"$here/include" -I"$here/src")
-libs=()
+libs=(-ldl) # NVTX's tool loader (mxp_nvtx.c)
 probe='#include <zlib.h>
 int main(void) { return zlibVersion() == 0; }'
 if echo "$probe" | "$cc" -x c - -lz -o "$out/zlib-probe" >/dev/null 2>&1; then

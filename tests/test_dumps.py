@@ -150,7 +150,8 @@ EXPECTED_JSON_HEAD = """{
         "ignored_calls": 0,
         "unknown_frees": 0,
         "cut_ranges": 0,
-        "saturated_values": 0
+        "saturated_values": 0,
+        "invalid_calls": 0
     }
 ,
     "Unit": {

@@ -40,8 +40,9 @@ PUBLIC = [
     "ConfigError", "Counter", "DeviceUnavailable", "Domain", "Event", "Frame", "Marker",
     "OutputError", "ProfilerAction", "ProfilerError", "StateError", "Task", "TraceFormatError",
     "TraceReadError", "__version__", "current_scope", "diff", "dump", "dump_profile", "dumps",
-    "load", "memory", "pause", "profiler_set_config", "profile", "profiler_set_state",
-    "record_function", "report", "resume", "schedule", "scope", "set_config", "set_state",
+    "get_include", "load", "memory", "pause", "profiler_set_config", "profile",
+    "profiler_set_state", "record_function", "report", "resume", "schedule", "scope",
+    "set_config", "set_state",
 ]  # fmt: skip
 
 

@@ -75,6 +75,7 @@ extern "C" {
 #define MXP_FLAG_AGGREGATE 4   /* keep per-name statistics */
 #define MXP_FLAG_MEMORY 8      /* record memory (profile_memory) */
 #define MXP_FLAG_MEMORY_EVENTS 16 /* also an instant per allocation and free */
+#define MXP_FLAG_NVTX 128      /* also emit recorded ranges and marks as NVTX (mxp_nvtx.c) */
 
 /* Trace file formats (mxp_trace_format), chosen by the file name's end. */
 #define MXP_FORMAT_JSON 0      /* Chrome Trace Event JSON (any other name) */
@@ -121,6 +122,7 @@ typedef struct mxp_counts {
     uint64_t written_events;    /* trace records written to files */
     uint64_t cut_ranges;        /* ranges closed by mxp_ranges_cut, not by their end */
     uint64_t saturated_values;  /* counter results beyond int64, held at the limit */
+    uint64_t invalid_calls;     /* C API calls with a NULL name or an id not of its kind */
 } mxp_counts;
 
 /* One live allocation (mxp_memory_live). */
@@ -461,6 +463,13 @@ void mxp_counts_get(mxp_counts *out);
  * mxp_stats_snapshot(..., reset=1), which restarts the statistics only.
  * Thread-safe. */
 void mxp_stats_counts_get(mxp_counts *out, int reset);
+
+/* ---- the C API for native extensions (mxprof/include/mxprof_capi.h) ---- */
+
+/* The table of function pointers that the capsule mxprof._C_API holds (a
+ * const mxprof_capi *), and the capsule's name; both static, never freed. */
+const void *mxp_capi_table(void);
+const char *mxp_capi_name(void);
 
 /* ---- test and benchmark seams: NOT API ----
  * Tests and benchmarks drive the core through these (a full reset, a fake

@@ -15,6 +15,7 @@
 #include "mxpi_claim.h"
 #include "mxpi_clock.h"
 #include "mxpi_core.h"
+#include "mxpi_nvtx.h"
 #include "mxpi_registry.h"
 #include "mxpi_thread.h"
 
@@ -41,6 +42,7 @@ static inline mxpi_open *push(mxpi_thread *t, uint32_t id, bool frame) {
             continue;
         }
         t->depth--;
+        if (MXPI_UNLIKELY(t->stack[t->depth].flags & MXPI_OPEN_NVTX)) mxpi_nvtx_end(t, t->depth);
     }
     mxpi_open *o = &t->stack[t->depth];
     o->id = id;
@@ -55,6 +57,7 @@ static inline mxpi_open *push(mxpi_thread *t, uint32_t id, bool frame) {
         o->start = o->credit = mxpi_ticks();
         if (frame)
             o->aux = atomic_fetch_add_explicit(&mxpi_obj(id)->frame_next, 1, MXPI_RELAXED) & MXPI_AUX_INDEX;
+        if (MXPI_UNLIKELY(f & MXP_FLAG_NVTX)) mxpi_nvtx_begin(t, o);
     } else {
         o->flags = 0;
         o->start = o->credit = o->child = 0; /* read by claimers comparing starts */
@@ -105,6 +108,7 @@ static __attribute__((noinline, cold)) bool end_inner(mxpi_thread *t, uint32_t i
         mxpi_open *parent = i > 0 ? &t->stack[i - 1] : NULL;
         if (parent != NULL && (parent->flags & MXPI_OPEN_LIVE)) parent->child += now - o.credit;
     }
+    if (MXPI_UNLIKELY(o.flags & MXPI_OPEN_NVTX)) mxpi_nvtx_end(t, i);
     memmove(&t->stack[i], &t->stack[i + 1], (top - i) * sizeof t->stack[0]);
     for (uint32_t k = i; k < top; k++)
         atomic_store_explicit(&t->claims[k], atomic_load_explicit(&t->claims[k + 1], MXPI_RELAXED),
@@ -129,6 +133,7 @@ static inline void end_top(mxpi_thread *t) {
         mxpi_tally(&t->ignored);
         return;
     }
+    if (MXPI_UNLIKELY(o.flags & MXPI_OPEN_NVTX)) mxpi_nvtx_end(t, i); /* only live ones have it */
     int64_t now = mxpi_ticks();
     mxpi_open *parent = i > 0 ? &t->stack[i - 1] : NULL;
     if (parent != NULL && (parent->flags & MXPI_OPEN_LIVE)) parent->child += now - o.credit;
@@ -147,6 +152,7 @@ static inline int drop_claimed(mxpi_thread *t, uint32_t id) {
             return -1;
         }
         uint32_t i = --t->depth;
+        if (MXPI_UNLIKELY(t->stack[i].flags & MXPI_OPEN_NVTX)) mxpi_nvtx_end(t, i);
         if (t->stack[i].id == id && mxpi_cut(t, i)) return 1;
     }
     return 0;
@@ -330,6 +336,7 @@ int mxp_track_close(uint32_t tid) {
     uint32_t n = t->depth;
     for (uint32_t i = n; i-- > 0;) {
         mxpi_open o = t->stack[i];
+        if (MXPI_UNLIKELY(o.flags & MXPI_OPEN_NVTX)) mxpi_nvtx_end(t, i);
         if (mxpi_claimed(t, i) || !(o.flags & MXPI_OPEN_LIVE)) continue;
         o.aux |= MXPI_AUX_CUT;
         emit(t, &o, now);
@@ -456,6 +463,7 @@ int mxp_marker_mark(uint32_t id, int scope) {
         return rc;
     }
     int64_t now = mxpi_ticks();
+    if (MXPI_UNLIKELY(f & MXP_FLAG_NVTX)) mxpi_nvtx_mark(id);
     if (f & MXP_FLAG_TRACE) mxpi_record(t, f, now, 0, id, (uint32_t)scope);
     if (f & MXP_FLAG_AGGREGATE) {
         mxpi_agg *e = mxpi_agg_of(t, id);

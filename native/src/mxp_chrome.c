@@ -247,6 +247,8 @@ static void tail_text(const mxpi_out *o, mxpi_buf *b) {
     mxpi_buf_u64(b, c->cut_ranges);
     mxpi_buf_puts(b, ",\"saturated_values\":");
     mxpi_buf_u64(b, c->saturated_values);
+    mxpi_buf_puts(b, ",\"invalid_calls\":");
+    mxpi_buf_u64(b, c->invalid_calls);
     mxpi_buf_puts(b, "}}\n");
 }
 

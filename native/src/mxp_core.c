@@ -76,6 +76,7 @@ static void fork_child(void) {
     mxpi_memory_after_fork();
     MXPI_STORE(mxpi_g.unknown_frees, 0);
     MXPI_STORE(mxpi_g.saturated, 0);
+    MXPI_STORE(mxpi_g.invalid, 0);
     mxp_stats_reset(); /* the parent's statistics are not the child's */
 }
 
@@ -112,7 +113,8 @@ int mxp_noop_clock(uint32_t id) {
 }
 
 #define FLAG_MASK \
-    ((uint32_t)(MXP_FLAG_RECORD | MXP_FLAG_TRACE | MXP_FLAG_AGGREGATE | MXP_FLAG_MEMORY | MXP_FLAG_MEMORY_EVENTS))
+    ((uint32_t)(MXP_FLAG_RECORD | MXP_FLAG_TRACE | MXP_FLAG_AGGREGATE | MXP_FLAG_MEMORY | MXP_FLAG_MEMORY_EVENTS | \
+                MXP_FLAG_NVTX))
 
 uint32_t mxp_flags_update(uint32_t set, uint32_t clear) {
     mxp_init();
@@ -221,6 +223,7 @@ void mxp_counts_get(mxp_counts *out) {
     out->written_events = MXPI_LOAD(mxpi_g.written);
     out->unknown_frees = MXPI_LOAD(mxpi_g.unknown_frees);
     out->saturated_values = MXPI_LOAD(mxpi_g.saturated);
+    out->invalid_calls = MXPI_LOAD(mxpi_g.invalid);
 }
 
 void mxp_reset(void) {
@@ -235,6 +238,7 @@ void mxp_reset(void) {
     MXPI_STORE(mxpi_g.written, 0);
     MXPI_STORE(mxpi_g.unknown_frees, 0);
     MXPI_STORE(mxpi_g.saturated, 0);
+    MXPI_STORE(mxpi_g.invalid, 0);
     mxpi_memory_reset();
     mxp_stats_reset();
     pthread_mutex_lock(&mxpi_g.reg_lock);

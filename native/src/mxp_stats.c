@@ -53,6 +53,7 @@ void mxp_stats_counts_get(mxp_counts *out, int reset) {
     out->written_events = now.written_events - b->written_events;
     out->cut_ranges = now.cut_ranges - b->cut_ranges;
     out->saturated_values = now.saturated_values - b->saturated_values;
+    out->invalid_calls = now.invalid_calls - b->invalid_calls;
     if (reset) counts_base = now;
     pthread_mutex_unlock(&mxpi_g.reg_lock);
 }

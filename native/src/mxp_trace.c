@@ -188,6 +188,7 @@ static void tallies_now(void) {
     W.o.tallies.unknown_frees = c.unknown_frees - W.base.unknown_frees;
     W.o.tallies.cut_ranges = c.cut_ranges - W.base.cut_ranges;
     W.o.tallies.saturated_values = c.saturated_values - W.base.saturated_values;
+    W.o.tallies.invalid_calls = c.invalid_calls - W.base.invalid_calls;
 }
 
 static void meta_into_out(void) {

@@ -59,6 +59,7 @@ typedef struct mxpi_global {
     uint64_t retired_unmatched, retired_non_lifo, retired_ignored, retired_dropped, retired_cut;
     _Atomic uint64_t unknown_frees;
     _Atomic uint64_t saturated; /* counter results held at an int64 limit */
+    _Atomic uint64_t invalid;   /* C API calls refused (mxp_capi.c) */
 
     /* chunk free list (free_lock) */
     mxpi_chunk *free_chunks;

@@ -21,6 +21,7 @@
 #define MXPI_OPEN_LIVE 1u   /* begun while recording: start is valid */
 #define MXPI_OPEN_TRACE 2u  /* write a record at the end */
 #define MXPI_OPEN_AGG 4u    /* aggregate at the end */
+#define MXPI_OPEN_NVTX 128u /* has an NVTX range open (mxp_nvtx.c) */
 
 /* An open range.  Written by the stack's owner only; read by a claimer
  * (mxp_claim.c) as a seqlock reader.  Its claim is beside it, in the
@@ -34,6 +35,7 @@ typedef struct mxpi_open {
     int64_t child;  /* ticks covered by finished children */
     int64_t credit; /* the parent is credited with [credit, end] */
     uint64_t seq;   /* token for mxp_range_end_token; unique per stack */
+    uint64_t nvtx;  /* NVTX range id of a range on a track (mxp_nvtx.c) */
 } mxpi_open;
 
 #define MXPI_STACK_MAX 65536u

@@ -20,7 +20,7 @@ case "$mode" in
   tsan) flags+=(-O1 -fsanitize=thread) ;;
   *) echo "usage: $0 [plain|asan|tsan]" >&2; exit 2 ;;
 esac
-libs=()
+libs=(-ldl) # NVTX's tool loader (mxp_nvtx.c)
 if echo '#include <zlib.h>' | "$cc" -E - >/dev/null 2>&1; then
   flags+=(-DMXPI_HAVE_ZLIB=1)
   libs+=(-lz)

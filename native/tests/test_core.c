@@ -7,6 +7,8 @@
 #include "mxpi_agg.h"
 #include "mxpi_json.h"
 
+#include "../../mxprof/include/mxprof_capi.h"
+
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -1218,6 +1220,66 @@ static void test_tracks_survive_fork(void) {
     CHECK_EQ(stat_of(r).count, 1);
 }
 
+/* The C API's table from several threads at once, with NVTX output on (no
+ * NVTX tool here: its calls are no-ops, but names are registered and the
+ * non-innermost end takes the split path).  Misuse is tallied. */
+#define CAPI_THREADS 4
+#define CAPI_ROUNDS 500
+
+static void *capi_worker(void *arg) {
+    const mxprof_capi *api = arg;
+    uint32_t outer, inner, items, tick;
+    api->intern(MXPROF_CAPI_TASK, "capi", "outer", &outer);
+    api->intern(MXPROF_CAPI_TASK, "capi", "inner", &inner);
+    api->intern(MXPROF_CAPI_COUNTER, "capi", "items", &items);
+    api->intern(MXPROF_CAPI_MARKER, "capi", "tick", &tick);
+    for (int i = 0; i < CAPI_ROUNDS; i++) {
+        api->range_begin(outer);
+        api->range_begin(inner);
+        api->mark(tick, MXPROF_CAPI_SCOPE_THREAD);
+        api->range_end(outer); /* not innermost */
+        api->range_end(inner);
+        api->counter_add(items, 1);
+    }
+    return NULL;
+}
+
+static void test_capi_threads_and_nvtx(void) {
+    mxp_reset();
+    const mxprof_capi *api = mxp_capi_table();
+    CHECK_EQ(api->major, MXPROF_CAPI_MAJOR);
+    CHECK_EQ(api->size, sizeof *api);
+    mxp_flags_update(MXP_FLAG_RECORD | MXP_FLAG_AGGREGATE | MXP_FLAG_NVTX, 0);
+    CHECK_EQ(api->enabled(), 1);
+    pthread_t th[CAPI_THREADS];
+    for (int i = 0; i < CAPI_THREADS; i++) pthread_create(&th[i], NULL, capi_worker, (void *)api);
+    for (int i = 0; i < CAPI_THREADS; i++) pthread_join(th[i], NULL);
+    uint32_t outer, inner, items, tick, id = 0;
+    CHECK_EQ(api->intern(MXPROF_CAPI_TASK, "capi", "outer", &outer), MXP_OK);
+    CHECK_EQ(api->intern(MXPROF_CAPI_TASK, "capi", "inner", &inner), MXP_OK);
+    CHECK_EQ(api->intern(MXPROF_CAPI_COUNTER, "capi", "items", &items), MXP_OK);
+    CHECK_EQ(api->intern(MXPROF_CAPI_MARKER, "capi", "tick", &tick), MXP_OK);
+    CHECK_EQ(stat_of(outer).count, CAPI_THREADS * CAPI_ROUNDS);
+    CHECK_EQ(stat_of(inner).count, CAPI_THREADS * CAPI_ROUNDS);
+    CHECK_EQ(stat_of(tick).count, CAPI_THREADS * CAPI_ROUNDS);
+    CHECK_EQ(mxp_counter_value(items), CAPI_THREADS * CAPI_ROUNDS);
+    mxp_counts c;
+    mxp_counts_get(&c);
+    CHECK_EQ(c.non_lifo_stops, CAPI_THREADS * CAPI_ROUNDS);
+    CHECK_EQ(c.invalid_calls, 0);
+    CHECK_EQ(api->intern(MXPROF_CAPI_TASK, "capi", NULL, &id), MXP_E_INVALID);
+    CHECK_EQ(api->range_begin(mxp_object_count()), MXP_E_INVALID);
+    CHECK_EQ(api->counter_add(outer, 1), MXP_E_INVALID);
+    CHECK_EQ(api->mark(tick, 0), MXP_E_INVALID);
+    mxp_counts_get(&c);
+    CHECK_EQ(c.invalid_calls, 4);
+    mxp_flags_update(0, MXP_FLAG_RECORD | MXP_FLAG_AGGREGATE | MXP_FLAG_NVTX);
+    CHECK_EQ(api->enabled(), 0);
+    mxp_reset();
+    mxp_counts_get(&c);
+    CHECK_EQ(c.invalid_calls, 0);
+}
+
 int main(void) {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(tmpdir, sizeof tmpdir, "%s/mxprof-ctest-XXXXXX", base);
@@ -1252,6 +1314,7 @@ int main(void) {
     test_memory_trace_and_tracks();
     test_track_self_time();
     test_tracks_survive_fork();
+    test_capi_threads_and_nvtx();
     mxp_reset();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
