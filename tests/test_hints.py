@@ -595,3 +595,18 @@ def test_hints_need_only_the_offline_tier(tmp_path):
     assert found == "['idle-gap']"
     live = {"mxprof._native", "mxprof._session", "mxprof.control", "mxprof.stats"}
     assert not live & set(eval(modules)), modules
+
+
+def test_invalid_c_api_calls_are_a_misuse_with_their_fix(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(
+        json.dumps(
+            {
+                "traceEvents": [{"ph": "X", "name": "t", "ts": 0, "dur": 5, "pid": 1, "tid": 1}],
+                "otherData": {"invalid_calls": 3},
+            }
+        )
+    )
+    hint = only(find_hints([mxprof.load(path)]), "misuse")
+    assert hint.severity == "medium" and hint.subjects == ("invalid_calls",)
+    assert hint.evidence[0].startswith("invalid_calls = 3: C API calls (mxprof._C_API)")

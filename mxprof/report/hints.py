@@ -180,8 +180,14 @@ TALLIES = {
         "instrumentation calls made while not recording (paused or stopped)",
         "if you expected them in the trace, check when set_state/pause/resume run",
     ),
+    "invalid_calls": (
+        "C API calls (mxprof._C_API) with a NULL name or an id not of their kind",
+        "check the ids a native extension passes: intern each name once, pass ids of its kind",
+    ),
 }
-_SERIOUS_TALLIES = ("unmatched_stops", "non_lifo_stops", "unknown_frees", "saturated_values")
+_SERIOUS_TALLIES = (
+    "unmatched_stops", "non_lifo_stops", "unknown_frees", "saturated_values", "invalid_calls"
+)  # fmt: skip
 _SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 _DIST_LABEL = re.compile(r"^(worker|server) (\d+) \(")
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
