@@ -3,6 +3,7 @@
 import json
 from collections import OrderedDict
 
+import _bench
 import pytest
 
 import mxprof
@@ -645,24 +646,10 @@ def test_many_names_render_every_row(clock, fmt):
 
 
 def test_dumps_benchmark_quick_mode_runs(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(root, "benchmarks", "dumps.py"), "--quick", "--json", out],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    doc = json.loads(out.read_text())
+    stdout, doc = _bench.quick("dumps.py", tmp_path)
     assert doc["names"] == 2000
     cases = {"create", "table, first", "table", "table avg", "json"}
     for kind in ("seconds", "cpu_seconds"):
         assert set(doc[kind]) == cases and all(v > 0 for v in doc[kind].values())
-    targets = proc.stdout.split("\ntarget", 1)[1].splitlines()[1:]
+    targets = stdout.split("\ntarget", 1)[1].splitlines()[1:]
     assert {ln.split("  ")[0] for ln in targets} == cases

@@ -4,6 +4,7 @@ hand, in every output format, and --window / --ranks cut it down."""
 import gzip
 import json
 
+import _bench
 import pytest
 
 import mxprof
@@ -204,20 +205,6 @@ def test_a_big_plain_inputs_metadata_comes_from_its_two_ends(tmp_path):
 
 @pytest.mark.slow
 def test_benchmark_quick_mode(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(root, "benchmarks", "merge.py"), "--quick", "--json", out],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    doc = json.loads(out.read_text())
+    stdout, doc = _bench.quick("merge.py", tmp_path)
     assert doc["merged_events"] >= 2 * 19_000 and 0 < doc["window_events"] < doc["merged_events"]
-    assert doc["ranges"] > 0 and "merge, peak RSS GB" in proc.stdout
+    assert doc["ranges"] > 0 and "merge, peak RSS GB" in stdout

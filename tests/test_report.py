@@ -3,10 +3,9 @@
 import gzip
 import json
 import os
-import subprocess
-import sys
 from html.parser import HTMLParser
 
+import _bench
 import pytest
 
 import mxprof
@@ -330,18 +329,9 @@ def test_baseline_puts_the_diff_in_the_page(tmp_path):
 
 @pytest.mark.slow
 def test_benchmark_quick_mode(tmp_path):
-    out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "report.py"), "--quick", "--json", out],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    doc = json.loads(out.read_text())
+    stdout, doc = _bench.quick("report.py", tmp_path)
     assert doc["events"] > 0 and doc["html_bytes"] > 0
-    assert "size" in proc.stdout and "build" in proc.stdout
+    assert "size" in stdout and "build" in stdout
 
 
 def test_the_summary_shows_the_config_that_produced_the_trace(tmp_path):
