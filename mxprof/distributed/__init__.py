@@ -226,7 +226,7 @@ def _connect(job: _node.Job, address: str, key: bytes) -> _node.Node:
         peer.join()
     except BaseException:
         _node.install_remote(None, None)
-        peer.close()
+        peer.abandon()  # never a member: nothing to leave with the hub
         raise
     return peer
 
@@ -262,7 +262,7 @@ def tally() -> dict[str, int]:
     return _current().tally()
 
 
-def collect(path: str) -> dict[str, Any]:
+def collect(path: str, *, strict: bool = False) -> dict[str, Any]:
     """On the rank-0 worker: one timeline of every process's trace, in path.
 
     Each process first measures its clock again (its offset at init and
@@ -272,13 +272,31 @@ def collect(path: str) -> dict[str, Any]:
     onto the rank-0 worker's clock, and ``distributedInfo`` with every
     process's clock offset, error bound and drift.
 
+    A dead, frozen or unreachable process does not cost the others: the
+    file holds everything that came, plus that process's last flushed trace
+    file where this process can read it (same host or shared storage), and
+    names what is missing and why in ``distributedInfo["missing"]`` (JSON
+    outputs), in the result and in a RuntimeWarning.  Waiting for processes
+    ends ``timeout`` (init's) after the call, or ``min(timeout, 2 s)``
+    later when none was connected by then; one that stops in the middle of
+    its upload adds one more ``timeout``; then the merge.
+
+    Args:
+        path: the merged file; its suffix picks the format.
+        strict: raise instead of warning when a process failed (the file
+            is written first; the error's ``summary`` is the result).
+
     Returns:
-        The merge summary, plus ``missing``: processes that had no trace.
+        The merge summary, plus ``missing``: one entry per process whose
+        trace is absent or partial (``process``, ``role``, ``rank``,
+        ``why``, ``failed``: false when its profiler simply never ran,
+        ``last_file``: its own file, merged instead, or None).
 
     Raises:
         StateError: not initialised, or not the rank-0 worker.
-        DistributedTimeout: a process is dead or silent.
-        DistributedError: a process failed to answer properly.
+        DistributedTimeout: with strict, a process was dead or silent; or
+            no process had a trace at all.
+        DistributedError: with strict, a process failed to answer properly.
 
     Example:
         >>> from mxprof import distributed
@@ -287,7 +305,7 @@ def collect(path: str) -> dict[str, Any]:
     node = _current()
     if not isinstance(node, _node.Hub):
         raise StateError(f"collect() runs on the rank-0 worker; this is {node.me.label}")
-    return node.collect(os.fspath(path))
+    return node.collect(os.fspath(path), strict)
 
 
 def dumps(**kwargs: Any) -> dict[str, str]:
