@@ -29,7 +29,7 @@ from .. import _signals
 from .._session import SESSION
 from ..control import set_config
 from ..errors import ConfigError, StateError
-from . import _node
+from . import _launcher, _node
 from ._node import DistributedError, DistributedTimeout, Member
 
 __all__ = [
@@ -99,7 +99,15 @@ def init(
 
     Arguments left out come from ``MXPROF_ROLE``, ``MXPROF_RANK``,
     ``MXPROF_NUM_WORKERS``, ``MXPROF_NUM_SERVERS``, ``MXPROF_ADDRESS``,
-    ``MXPROF_TOKEN``, ``MXPROF_BACKEND`` and ``MXPROF_TIMEOUT``.
+    ``MXPROF_TOKEN``, ``MXPROF_BACKEND`` and ``MXPROF_TIMEOUT``, then from
+    the launcher's variables: under torchrun (``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``) every process is a
+    worker and an initialised process group's store carries the channel;
+    under MXNet's launcher (``DMLC_ROLE``, ``DMLC_NUM_WORKER``,
+    ``DMLC_NUM_SERVER``, ``DMLC_PS_ROOT_URI``/``PORT``, the rank from
+    ``DMLC_WORKER_ID``/``DMLC_SERVER_ID`` or ``DMLC_TASK_ID``).  Without a
+    process group the rank-0 worker listens on the launcher's port + 1.
+    Explicit arguments always win.  See docs/distributed.md.
 
     The rank-0 worker listens at ``address``; every other process connects
     there, says who it is and measures its clock offset to the rank-0
@@ -138,20 +146,36 @@ def init(
         >>> from mxprof import distributed
         >>> distributed.init("server", 0, num_workers=2, num_servers=1)  # doctest: +SKIP
     """
-    role = _env("MXPROF_ROLE", role)
+    given = {
+        "role": _env("MXPROF_ROLE", role),
+        "rank": _env("MXPROF_RANK", rank),
+        "num_workers": _env("MXPROF_NUM_WORKERS", num_workers),
+        "num_servers": _env("MXPROF_NUM_SERVERS", num_servers),
+        "address": _env("MXPROF_ADDRESS", address),
+        "backend": _env("MXPROF_BACKEND", backend),
+    }
+    # What is still open comes from the launcher's variables (torchrun, dmlc);
+    # an address given is for ZeroMQ, whatever process group there is.
+    if given["address"] is not None and given["backend"] is None:
+        given["backend"] = "zmq"
+    launch = _launcher.detect() if None in given.values() else {}
+    role, raw_rank, raw_workers, num_servers, address, backend = (
+        launch.get(k) if v is None else v for k, v in given.items()
+    )
     if role not in ("worker", "server"):
         raise ConfigError(f"role must be 'worker' or 'server' (or set MXPROF_ROLE), got {role!r}")
-    backend = _env("MXPROF_BACKEND", backend) or "zmq"
+    backend = backend or "zmq"
     if backend not in BACKENDS:
         raise ConfigError(f"backend must be 'zmq' or 'torch', got {backend!r}")
-    num_servers = _int("num_servers", _env("MXPROF_NUM_SERVERS", num_servers) or 0, 0)
-    raw_workers = _env("MXPROF_NUM_WORKERS", num_workers)
+    num_servers = _int("num_servers", num_servers or 0, 0)
     if raw_workers is None:
         raise ConfigError("num_workers is required (or set MXPROF_NUM_WORKERS)")
     num_workers = _int("num_workers", raw_workers, 1)
-    raw_rank = _env("MXPROF_RANK", rank)
     if raw_rank is None:
-        raise ConfigError("rank is required (or set MXPROF_RANK)")
+        raise ConfigError(
+            "rank is required (or set MXPROF_RANK; under MXNet's launcher DMLC_WORKER_ID, "
+            "DMLC_SERVER_ID or DMLC_TASK_ID)"
+        )
     rank = _int("rank", raw_rank, 0)
     count = num_workers if role == "worker" else num_servers
     if rank >= count:
@@ -165,7 +189,7 @@ def init(
         raise ConfigError(f"timeout must be > 0 seconds, got {raw_timeout!r}")
     token = _env("MXPROF_TOKEN", token)
     key = token.encode() if isinstance(token, str) else (token or b"")
-    address = _env("MXPROF_ADDRESS", address) or DEFAULT_ADDRESS
+    address = address or DEFAULT_ADDRESS
     if not isinstance(address, str):
         raise ConfigError(f"address must be a str, got {address!r}")
     if backend == "zmq" and not is_loopback(address) and not key:
@@ -173,7 +197,16 @@ def init(
             f"address {address!r} is not loopback: a token is required (token= or MXPROF_TOKEN) "
             "so that only the job's processes are obeyed"
         )
-    job = _node.Job(role, rank, num_workers, num_servers, backend, wait)
+    job = _node.Job(
+        role,
+        rank,
+        num_workers,
+        num_servers,
+        backend,
+        wait,
+        launch.get("launcher"),
+        launch.get("local_rank"),
+    )
     with _lock:
         if _node_ref:
             raise StateError("mxprof.distributed is already initialised in this process")

@@ -72,6 +72,8 @@ class Job:
     num_servers: int
     backend: str
     timeout: float
+    launcher: str | None = None  # 'torchrun' or 'dmlc' where init read its variables
+    local_rank: int | None = None
 
     @property
     def world_size(self) -> int:
@@ -125,6 +127,10 @@ class Node:
             "num_servers": self.job.num_servers,
             "backend": self.job.backend,
             "clock": self.clock.to_json(),
+        } | {
+            k: v
+            for k, v in (("launcher", self.job.launcher), ("local_rank", self.job.local_rank))
+            if v is not None
         }
 
     def publish(self) -> None:
