@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -21,6 +22,7 @@ from mxprof import _testing
 
 zmq = pytest.importorskip("zmq", reason="the ZeroMQ transport needs pyzmq (mxprof[dist])")
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # spawned children import it
 import _dist_job  # noqa: E402
 from _dist_job import free_port, ticks, wait_for, within  # noqa: E402
 
@@ -260,3 +262,37 @@ def test_the_missing_list_is_json(tmp_path):
     assert gap.sentence() == (
         "server 1 (h, pid 3): gone; its last flushed file t.json is merged instead"
     )
+
+
+def test_a_dead_servers_damaged_last_file_is_left_out_not_the_collect(job, tmp_path):
+    timeout = 3.0
+    _, victim = profiled_servers(job, tmp_path, 2, timeout)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(10)
+    last = tmp_path / "rank1_t.json"
+    info = json.dumps(_testing.load_trace(last)["distributedInfo"])
+    # Its identity is readable at the end; its events are not JSON.
+    last.write_text('{"traceEvents":[{"ph":"X",,,\n],"distributedInfo":' + info + "}")
+    out = tmp_path / "merged.json"
+    with pytest.warns(RuntimeWarning, match="could not be merged"):
+        summary = within(timeout + _collect.SYNC_FLOOR + SLACK, distributed.collect, out)
+    merged, counts = by_process(out)
+    assert set(counts) == {"worker 0", "server 0"}
+    (gap,) = merged["distributedInfo"]["missing"]
+    assert gap["last_file"] is None and "could not be merged" in gap["why"]
+    assert summary["missing"] == [gap]
+
+
+def test_the_missing_list_goes_into_distributed_info_in_place(tmp_path):
+    path = tmp_path / "m.json"
+    events = '{"traceEvents":[\n{"ph":"X","name":"\\"distributedInfo\\": {"}\n],\n'
+    path.write_text(events + '"distributedInfo": {"world_size":2},"otherData":{}}')
+    _collect._note_in_file(str(path), [{"process": "server 1", "why": "gone"}])
+    text = path.read_text()
+    assert text.startswith(events)  # the events keep their bytes and lines
+    doc = json.loads(text)
+    assert doc["distributedInfo"] == {
+        "missing": [{"process": "server 1", "why": "gone"}],
+        "world_size": 2,
+    }
+    assert doc["traceEvents"][0]["name"] == '"distributedInfo": {'

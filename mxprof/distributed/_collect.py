@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _session
+from ..errors import TraceFormatError
 from ..trace.merge import merge
 from ._endpoint import PeerGone, RemoteFailure
 from ._node import (
@@ -136,7 +137,23 @@ def collect(hub: Hub, path: str, strict: bool) -> dict[str, Any]:
         # Temporary copies, gone once merged: the merged file names each
         # process and its own file's name instead.
         sources = [f"{label}: {os.path.basename(p)}" for label, p in zip(who, inputs)]
-        summary = merge(inputs, path, sources=sources)
+        try:
+            summary = merge(inputs, path, sources=sources)
+        except TraceFormatError as e:
+            # A dead process's last file, read as it was being written, must
+            # not cost the others: merge again without the last files.
+            fallbacks = {g.last_file: g for g in gaps if g.last_file is not None}
+            if not fallbacks:
+                raise
+            for gap in fallbacks.values():
+                gap.why += f"; its last flushed file could not be merged ({e})"
+                gap.last_file = None
+            keep = [i for i, p in enumerate(inputs) if p not in fallbacks]
+            inputs, who = [inputs[i] for i in keep], [who[i] for i in keep]
+            sources = [sources[i] for i in keep]
+            if not inputs:
+                raise
+            summary = merge(inputs, path, sources=sources)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for item, label in zip(summary["inputs"], who):
@@ -258,18 +275,49 @@ def _info_in(tail: bytes) -> dict[str, Any] | None:
 def _note_in_file(path: str, missing: list[dict[str, Any]]) -> None:
     """distributedInfo["missing"] in a JSON merged file (Perfetto protobuf
     has no place for it: the result and the warning say it there)."""
-    opener: Any
-    if path.endswith(".json"):
-        opener = open
-    elif path.endswith(".json.gz"):
-        opener = gzip.open
-    else:
+    if path.endswith(".json") and _insert_missing(path, missing):
+        return
+    opener: Any = gzip.open if path.endswith(".json.gz") else open
+    if not path.endswith((".json", ".json.gz")):
         return
     with opener(path, "rb") as f:
         doc = json.load(f)
     doc.setdefault("distributedInfo", {})["missing"] = missing
     with opener(path, "wb") as f:
         f.write(json.dumps(doc, separators=(",", ":")).encode())
+
+
+def _insert_missing(path: str, missing: list[dict[str, Any]]) -> bool:
+    """Insert the key into the file's distributedInfo object in place: only
+    the part after it is rewritten, the events keep their bytes and lines.
+    False when the file has no distributedInfo object."""
+    key = b'"distributedInfo"'  # as a key: a string's quotes inside would be escaped
+    with open(path, "r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        span = TAIL
+        while True:
+            start = max(0, size - span)
+            f.seek(start)
+            tail = f.read()
+            at = tail.rfind(key)
+            if at >= 0 or start == 0:
+                break
+            span *= 4
+        if at < 0:
+            return False
+        after = tail[at + len(key) :]
+        head = after[: len(after) - len(after.lstrip())]
+        rest = after[len(head) :]
+        if not rest.startswith(b":"):
+            return False
+        brace = rest[1:].lstrip()
+        if not brace.startswith(b"{"):
+            return False
+        cut = start + len(tail) - len(brace) + 1  # just after the object's {
+        text = json.dumps({"missing": missing}, separators=(",", ":")).encode()[1:-1]
+        f.seek(cut)
+        f.write(text + (b"," if brace[1:].lstrip()[:1] != b"}" else b"") + brace[1:])
+    return True
 
 
 def _deposited(hub: Hub, slot: tuple[str, int]) -> tuple[Member, str] | None:
