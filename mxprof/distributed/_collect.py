@@ -45,6 +45,7 @@ from ._node import (
 
 SYNC_FLOOR = 2.0  # seconds the sync answers get at least
 TAIL = 256 * 1024  # bytes at a trace file's end read to find its distributedInfo
+SEARCH_LIMIT = 64 * 1024 * 1024  # ... and at a merged file's end, at most
 _INFO_KEY = b'"distributedInfo":'
 
 
@@ -275,22 +276,23 @@ def _info_in(tail: bytes) -> dict[str, Any] | None:
 def _note_in_file(path: str, missing: list[dict[str, Any]]) -> None:
     """distributedInfo["missing"] in a JSON merged file (Perfetto protobuf
     has no place for it: the result and the warning say it there)."""
-    if path.endswith(".json") and _insert_missing(path, missing):
+    if path.endswith(".json"):
+        _insert_missing(path, missing)
         return
-    opener: Any = gzip.open if path.endswith(".json.gz") else open
-    if not path.endswith((".json", ".json.gz")):
+    if not path.endswith(".json.gz"):
         return
-    with opener(path, "rb") as f:
+    with gzip.open(path, "rb") as f:
         doc = json.load(f)
-    doc.setdefault("distributedInfo", {})["missing"] = missing
-    with opener(path, "wb") as f:
+    doc.setdefault("distributedInfo", {})["missing"] = missing  # gzip: rewritten whole
+    with gzip.open(path, "wb") as f:
         f.write(json.dumps(doc, separators=(",", ":")).encode())
 
 
 def _insert_missing(path: str, missing: list[dict[str, Any]]) -> bool:
     """Insert the key into the file's distributedInfo object in place: only
     the part after it is rewritten, the events keep their bytes and lines.
-    False when the file has no distributedInfo object."""
+    False when the file has no distributedInfo object within SEARCH_LIMIT
+    bytes of its end."""
     key = b'"distributedInfo"'  # as a key: a string's quotes inside would be escaped
     with open(path, "r+b") as f:
         size = f.seek(0, os.SEEK_END)
@@ -300,7 +302,7 @@ def _insert_missing(path: str, missing: list[dict[str, Any]]) -> bool:
             f.seek(start)
             tail = f.read()
             at = tail.rfind(key)
-            if at >= 0 or start == 0:
+            if at >= 0 or start == 0 or span >= SEARCH_LIMIT:
                 break
             span *= 4
         if at < 0:
