@@ -92,7 +92,7 @@ class Ranks:
             "clock": _clock.IDENTITY.to_json(),
         }
 
-    def start(self, n_workers: int) -> None:
+    def start(self) -> None:
         for s, st in self.state.items():
             info = self.info(st)
             args = {k: info[k] for k in ("role", "rank", "host", "pid")}
@@ -180,7 +180,7 @@ def one(n: int, trace: bytes, workdir: str) -> dict[str, float]:
     distributed.init("worker", 0, n + 1, 0, address=address, timeout=300)
     ranks = Ranks(address, n, trace)
     t0 = time.perf_counter()
-    ranks.start(n + 1)
+    ranks.start()
     while len(distributed.members()) < n or not all(st["joined"] for st in ranks.state.values()):
         time.sleep(0.01)
     joined = time.perf_counter() - t0

@@ -1,7 +1,8 @@
 """Distributed profiling: one profile for a job of workers and servers.
 
 Every process calls :func:`init` with its role and rank (or sets the
-``MXPROF_*`` environment variables and calls ``init()``).  The rank-0
+``MXPROF_*`` environment variables, or runs under torchrun or MXNet's
+launcher, and calls ``init()``).  The rank-0
 worker then drives MXNet's server calls (``set_config``, ``set_state``,
 ``pause``, ``resume``, ``dump`` with ``profile_process='server'``), which
 return once every server has applied them, and :func:`collect` gathers
