@@ -99,3 +99,66 @@ def torch_job(workdir, torch_rank, port, result_path):
     dist.barrier()
     distributed.shutdown()
     dist.destroy_process_group()
+
+
+def serve_env(workdir, env, life=60.0):
+    """A peer that joins with init() and no arguments, under a launcher's env."""
+    os.chdir(workdir)
+    os.environ.update(env)
+    import json
+
+    import mxprof
+    from mxprof import distributed
+
+    try:
+        info = distributed.init(timeout=20)
+    except Exception as e:  # the test reads why
+        with open("peer.error", "w") as f:
+            f.write(f"{type(e).__name__}: {e}")
+        return
+    with open(f"{info['role']}{info['rank']}.info", "w") as f:
+        json.dump(info, f)
+    mxprof.set_config(filename="trace.json")
+    mxprof.set_state("run")
+    tick = mxprof.Domain(info["role"]).new_task("tick")
+    end = time.monotonic() + life
+    while time.monotonic() < end and not os.path.exists("done"):
+        with tick:
+            time.sleep(0.002)
+    distributed.shutdown()
+
+
+def torchrun_job(workdir, torch_rank, port, result_path):
+    """torchrun's variables, a gloo process group, then init() with no arguments."""
+    os.chdir(workdir)
+    os.environ.update(
+        RANK=str(torch_rank),
+        WORLD_SIZE="2",
+        LOCAL_RANK=str(torch_rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    import json
+
+    import torch.distributed as dist
+
+    import mxprof
+    from mxprof import distributed
+
+    dist.init_process_group("gloo")  # env:// from the variables above
+    info = distributed.init(timeout=20)
+    mxprof.set_config(filename="trace.json")
+    mxprof.set_state("run")
+    tick = mxprof.Domain("worker").new_task("tick")
+    for _ in range(20):
+        with tick:
+            time.sleep(0.002)
+    mxprof.set_state("stop")
+    dist.barrier()
+    if torch_rank == 0:
+        summary = distributed.collect("merged.json")
+        with open(result_path, "w") as f:
+            json.dump({"summary": summary, "info": info}, f)
+    dist.barrier()
+    distributed.shutdown()
+    dist.destroy_process_group()

@@ -28,70 +28,16 @@ from mxprof import distributed  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # spawned children import it
 import _dist_child  # noqa: E402
+import _dist_job  # noqa: E402
+from _dist_job import free_port, ticks, wait_for, within  # noqa: E402
 
 SPAWN = multiprocessing.get_context("spawn")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
 def job(tmp_path):
     """Start peers with job.start(...); everything is stopped afterwards."""
-
-    class Job:
-        address = f"tcp://127.0.0.1:{free_port()}"
-        procs = []
-
-        def start(self, role, rank, nw, ns, **kw):
-            p = SPAWN.Process(
-                target=_dist_child.serve,
-                args=(str(tmp_path), role, rank, nw, ns, self.address),
-                kwargs=kw,
-                daemon=True,
-            )
-            p.start()
-            self.procs.append(p)
-            return p
-
-    j = Job()
-    yield j
-    (tmp_path / "done").touch()
-    distributed.shutdown()
-    for p in j.procs:
-        p.join(10)
-        if p.is_alive():
-            p.kill()
-
-
-def within(limit, call, *args, **kwargs):
-    """call(*args, **kwargs), failing the test if it has not returned (or
-    raised) after limit seconds: a generous bound that tells a hang from a
-    slow machine, not a measurement."""
-    outcome = []
-
-    def run():
-        try:
-            outcome.append((True, call(*args, **kwargs)))
-        except BaseException as e:  # handed to the test's thread
-            outcome.append((False, e))
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(limit)
-    assert outcome, f"{call.__name__} still running after {limit} s: a hang"
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value
-
-
-def ticks(path, name="tick"):
-    trace = _testing.load_trace(path)
-    return sorted(e["ts"] for e in _testing.events(trace, "X", name))
+    yield from _dist_job.job(tmp_path)
 
 
 # ---- units: messages, clocks, merging ----
@@ -528,13 +474,6 @@ def raw_dealer(address):
     return s
 
 
-def wait_for(pred, timeout=5.0):
-    end = time.monotonic() + timeout
-    while not pred() and time.monotonic() < end:
-        time.sleep(0.01)
-    return pred()
-
-
 def test_malformed_oversized_and_unknown_messages_are_dropped_and_counted(job):
     distributed.init("worker", 0, 1, 1, address=job.address, token="k", timeout=2)
     s = raw_dealer(job.address)
@@ -608,18 +547,6 @@ def test_a_process_that_left_early_still_makes_the_timeline(job, tmp_path):
     ]
     (rank,) = [r for r in merged["distributedInfo"]["ranks"] if r["rank"] == 1]
     assert len(rank["clock"]["estimates"]) == 2  # measured again as it left
-
-
-def test_collect_with_a_dead_process_is_a_timeout(job, tmp_path):
-    distributed.init("worker", 0, 1, 1, address=job.address, timeout=1.5)
-    victim = job.start("server", 0, 1, 1)
-    assert wait_for(lambda: len(distributed.members()) == 1, 60)
-    mxprof.set_state("run", profile_process="server")
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.join(10)
-    with pytest.raises(distributed.DistributedTimeout, match="server 0"):
-        within(120, distributed.collect, tmp_path / "merged.json")
-    assert not (tmp_path / "merged.json").exists()
 
 
 def test_a_server_stopped_by_sigterm_leaves_its_trace(job, tmp_path):

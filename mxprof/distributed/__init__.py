@@ -1,7 +1,8 @@
 """Distributed profiling: one profile for a job of workers and servers.
 
 Every process calls :func:`init` with its role and rank (or sets the
-``MXPROF_*`` environment variables and calls ``init()``).  The rank-0
+``MXPROF_*`` environment variables, or runs under torchrun or MXNet's
+launcher, and calls ``init()``).  The rank-0
 worker then drives MXNet's server calls (``set_config``, ``set_state``,
 ``pause``, ``resume``, ``dump`` with ``profile_process='server'``), which
 return once every server has applied them, and :func:`collect` gathers
@@ -29,7 +30,7 @@ from .. import _signals
 from .._session import SESSION
 from ..control import set_config
 from ..errors import ConfigError, StateError
-from . import _node
+from . import _launcher, _node
 from ._node import DistributedError, DistributedTimeout, Member
 
 __all__ = [
@@ -99,7 +100,15 @@ def init(
 
     Arguments left out come from ``MXPROF_ROLE``, ``MXPROF_RANK``,
     ``MXPROF_NUM_WORKERS``, ``MXPROF_NUM_SERVERS``, ``MXPROF_ADDRESS``,
-    ``MXPROF_TOKEN``, ``MXPROF_BACKEND`` and ``MXPROF_TIMEOUT``.
+    ``MXPROF_TOKEN``, ``MXPROF_BACKEND`` and ``MXPROF_TIMEOUT``, then from
+    the launcher's variables: under torchrun (``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``) every process is a
+    worker and an initialised process group's store carries the channel;
+    under MXNet's launcher (``DMLC_ROLE``, ``DMLC_NUM_WORKER``,
+    ``DMLC_NUM_SERVER``, ``DMLC_PS_ROOT_URI``/``PORT``, the rank from
+    ``DMLC_WORKER_ID``/``DMLC_SERVER_ID`` or ``DMLC_TASK_ID``).  Without a
+    process group the rank-0 worker listens on the launcher's port + 1.
+    Explicit arguments always win.  See docs/distributed.md.
 
     The rank-0 worker listens at ``address``; every other process connects
     there, says who it is and measures its clock offset to the rank-0
@@ -138,20 +147,36 @@ def init(
         >>> from mxprof import distributed
         >>> distributed.init("server", 0, num_workers=2, num_servers=1)  # doctest: +SKIP
     """
-    role = _env("MXPROF_ROLE", role)
+    given = {
+        "role": _env("MXPROF_ROLE", role),
+        "rank": _env("MXPROF_RANK", rank),
+        "num_workers": _env("MXPROF_NUM_WORKERS", num_workers),
+        "num_servers": _env("MXPROF_NUM_SERVERS", num_servers),
+        "address": _env("MXPROF_ADDRESS", address),
+        "backend": _env("MXPROF_BACKEND", backend),
+    }
+    # What is still open comes from the launcher's variables (torchrun, dmlc);
+    # an address given is for ZeroMQ, whatever process group there is.
+    if given["address"] is not None and given["backend"] is None:
+        given["backend"] = "zmq"
+    launch = _launcher.detect() if None in given.values() else {}
+    role, raw_rank, raw_workers, num_servers, address, backend = (
+        launch.get(k) if v is None else v for k, v in given.items()
+    )
     if role not in ("worker", "server"):
         raise ConfigError(f"role must be 'worker' or 'server' (or set MXPROF_ROLE), got {role!r}")
-    backend = _env("MXPROF_BACKEND", backend) or "zmq"
+    backend = backend or "zmq"
     if backend not in BACKENDS:
         raise ConfigError(f"backend must be 'zmq' or 'torch', got {backend!r}")
-    num_servers = _int("num_servers", _env("MXPROF_NUM_SERVERS", num_servers) or 0, 0)
-    raw_workers = _env("MXPROF_NUM_WORKERS", num_workers)
+    num_servers = _int("num_servers", num_servers or 0, 0)
     if raw_workers is None:
         raise ConfigError("num_workers is required (or set MXPROF_NUM_WORKERS)")
     num_workers = _int("num_workers", raw_workers, 1)
-    raw_rank = _env("MXPROF_RANK", rank)
     if raw_rank is None:
-        raise ConfigError("rank is required (or set MXPROF_RANK)")
+        raise ConfigError(
+            "rank is required (or set MXPROF_RANK; under MXNet's launcher DMLC_WORKER_ID, "
+            "DMLC_SERVER_ID or DMLC_TASK_ID)"
+        )
     rank = _int("rank", raw_rank, 0)
     count = num_workers if role == "worker" else num_servers
     if rank >= count:
@@ -165,7 +190,7 @@ def init(
         raise ConfigError(f"timeout must be > 0 seconds, got {raw_timeout!r}")
     token = _env("MXPROF_TOKEN", token)
     key = token.encode() if isinstance(token, str) else (token or b"")
-    address = _env("MXPROF_ADDRESS", address) or DEFAULT_ADDRESS
+    address = address or DEFAULT_ADDRESS
     if not isinstance(address, str):
         raise ConfigError(f"address must be a str, got {address!r}")
     if backend == "zmq" and not is_loopback(address) and not key:
@@ -173,7 +198,16 @@ def init(
             f"address {address!r} is not loopback: a token is required (token= or MXPROF_TOKEN) "
             "so that only the job's processes are obeyed"
         )
-    job = _node.Job(role, rank, num_workers, num_servers, backend, wait)
+    job = _node.Job(
+        role,
+        rank,
+        num_workers,
+        num_servers,
+        backend,
+        wait,
+        launch.get("launcher"),
+        launch.get("local_rank"),
+    )
     with _lock:
         if _node_ref:
             raise StateError("mxprof.distributed is already initialised in this process")
@@ -226,7 +260,7 @@ def _connect(job: _node.Job, address: str, key: bytes) -> _node.Node:
         peer.join()
     except BaseException:
         _node.install_remote(None, None)
-        peer.close()
+        peer.abandon()  # never a member: nothing to leave with the hub
         raise
     return peer
 
@@ -262,7 +296,7 @@ def tally() -> dict[str, int]:
     return _current().tally()
 
 
-def collect(path: str) -> dict[str, Any]:
+def collect(path: str, *, strict: bool = False) -> dict[str, Any]:
     """On the rank-0 worker: one timeline of every process's trace, in path.
 
     Each process first measures its clock again (its offset at init and
@@ -272,13 +306,31 @@ def collect(path: str) -> dict[str, Any]:
     onto the rank-0 worker's clock, and ``distributedInfo`` with every
     process's clock offset, error bound and drift.
 
+    A dead, frozen or unreachable process does not cost the others: the
+    file holds everything that came, plus that process's last flushed trace
+    file where this process can read it (same host or shared storage), and
+    names what is missing and why in ``distributedInfo["missing"]`` (JSON
+    outputs), in the result and in a RuntimeWarning.  Waiting for processes
+    ends ``timeout`` (init's) after the call, or ``min(timeout, 2 s)``
+    later when none was connected by then; one that stops in the middle of
+    its upload adds one more ``timeout``; then the merge.
+
+    Args:
+        path: the merged file; its suffix picks the format.
+        strict: raise instead of warning when a process failed (the file
+            is written first; the error's ``summary`` is the result).
+
     Returns:
-        The merge summary, plus ``missing``: processes that had no trace.
+        The merge summary, plus ``missing``: one entry per process whose
+        trace is absent or partial (``process``, ``role``, ``rank``,
+        ``why``, ``failed``: false when its profiler simply never ran,
+        ``last_file``: its own file, merged instead, or None).
 
     Raises:
         StateError: not initialised, or not the rank-0 worker.
-        DistributedTimeout: a process is dead or silent.
-        DistributedError: a process failed to answer properly.
+        DistributedTimeout: with strict, a process was dead or silent; or
+            no process had a trace at all.
+        DistributedError: with strict, a process failed to answer properly.
 
     Example:
         >>> from mxprof import distributed
@@ -287,7 +339,7 @@ def collect(path: str) -> dict[str, Any]:
     node = _current()
     if not isinstance(node, _node.Hub):
         raise StateError(f"collect() runs on the rank-0 worker; this is {node.me.label}")
-    return node.collect(os.fspath(path))
+    return node.collect(os.fspath(path), strict)
 
 
 def dumps(*, ranks: bool = False, **kwargs: Any) -> dict[str, str]:

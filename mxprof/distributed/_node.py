@@ -25,7 +25,6 @@ from ..errors import ConfigError, ProfilerError
 from ..stats import dumps
 from ..trace import clock as _clock
 from ..trace.clock import ClockModel
-from ..trace.merge import merge
 from . import _wire
 from ._endpoint import Endpoint, PeerGone, RemoteFailure, Transport
 
@@ -73,6 +72,8 @@ class Job:
     num_servers: int
     backend: str
     timeout: float
+    launcher: str | None = None  # 'torchrun' or 'dmlc' where init read its variables
+    local_rank: int | None = None
 
     @property
     def world_size(self) -> int:
@@ -86,6 +87,12 @@ class Job:
         """Every process but the hub, servers first."""
         servers = [("server", r) for r in range(self.num_servers)]
         return servers + [("worker", r) for r in range(1, self.num_workers)]
+
+
+def trace_path() -> str:
+    """Where this process's trace file is, for the hub to read if this
+    process dies (it may share the disk)."""
+    return os.path.abspath(SESSION.config.filename)
 
 
 def file_prefix(role: str, rank: int) -> str:
@@ -120,6 +127,10 @@ class Node:
             "num_servers": self.job.num_servers,
             "backend": self.job.backend,
             "clock": self.clock.to_json(),
+        } | {
+            k: v
+            for k, v in (("launcher", self.job.launcher), ("local_rank", self.job.local_rank))
+            if v is not None
         }
 
     def publish(self) -> None:
@@ -154,6 +165,10 @@ class Peer(Node):
         self._clock_lock = threading.Lock()
         self.hub_gone = False
         self.joined = False  # the hub accepted this process's hello
+        # The trace file's size right after its last complete upload: a
+        # leaving process whose file is still that size has nothing new to
+        # leave with the hub.
+        self._uploaded: tuple[str, int] | None = None
         self.endpoint = Endpoint(transport, key, self._handle, quick={"bye": self._hub_left})
 
     def _hub_left(
@@ -168,7 +183,10 @@ class Peer(Node):
         deadline = time.monotonic() + self.job.timeout
         try:
             self.endpoint.request(
-                HUB, "hello", {**self.me.to_json(), "version": __version__}, self.job.timeout
+                HUB,
+                "hello",
+                {**self.me.to_json(), "version": __version__, "file": trace_path()},
+                self.job.timeout,
             )
         except TimeoutError:
             raise DistributedTimeout(
@@ -180,11 +198,18 @@ class Peer(Node):
             raise DistributedError(f"the rank-0 worker refused {self.me.label}: {e}") from None
         self.joined = True
         try:
-            self.remeasure(max(0.1, deadline - time.monotonic()))
+            self.remeasure(max(0.0, deadline - time.monotonic()))
         except (TimeoutError, PeerGone) as e:
             raise DistributedTimeout(
                 f"measuring the clock against the rank-0 worker: {e}"
             ) from None
+
+    def abandon(self) -> None:
+        """Leave after a failed join: this process never became a member,
+        so it leaves no trace with the hub; a bye lets the hub forget it."""
+        if self.joined and not self.hub_gone:
+            self.endpoint.notify(HUB, "bye", {})
+        Node.close(self)
 
     def remeasure(self, timeout: float) -> None:
         """A new estimate, kept after the first one.  The hub knows a peer
@@ -196,10 +221,15 @@ class Peer(Node):
             self.publish()
 
     def measure(self, timeout: float) -> _clock.Estimate:
+        """PING_SAMPLES round trips, all of them within timeout seconds."""
+        deadline = time.monotonic() + timeout
         samples = []
         for _ in range(PING_SAMPLES):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{PING_SAMPLES} clock round trips took over {timeout:g} s")
             t0 = wall_ns()
-            args, _ = self.endpoint.request(HUB, "ping", {}, timeout)
+            args, _ = self.endpoint.request(HUB, "ping", {}, left)
             t3 = wall_ns()
             t1, t2 = args.get("t1"), args.get("t2")
             if not isinstance(t1, int) or not isinstance(t2, int):
@@ -220,6 +250,8 @@ class Peer(Node):
     def _deposit(self) -> None:
         """Before leaving: a last clock estimate, then the trace, to the hub,
         which keeps them for its collect()."""
+        if self._uploaded is not None and self._uploaded == self._trace_size():
+            return  # the hub's collect has all of it already
         timeout = min(self.job.timeout, LEAVE_TIMEOUT)
         self.remeasure(timeout)
         self._take_snapshot()
@@ -248,10 +280,10 @@ class Peer(Node):
         if kind in ("set_config", "set_state", "pause", "resume", "dump"):
             if self.job.role != "server":
                 raise DistributedError(f"{kind} commands go to servers; this is {self.me.label}")
-            return self._command(kind, args), b""
+            return {**self._command(kind, args), "file": trace_path()}, b""
         if kind == "sync":
             self.remeasure(self.job.timeout)
-            return {"clock": self.clock.to_json()}, b""
+            return {"clock": self.clock.to_json(), "file": trace_path()}, b""
         if kind == "upload":
             return self._upload(args)
         if kind == "dumps":
@@ -289,7 +321,17 @@ class Peer(Node):
         if offset + len(chunk) >= size:
             os.unlink(self._snapshot)
             self._snapshot = None
+            self._uploaded = self._trace_size()
         return {"size": size, "name": name, "info": self.info()}, chunk
+
+    def _trace_size(self) -> tuple[str, int] | None:
+        """The trace file and its size, written up to now (None: no trace)."""
+        with SESSION.lock:
+            path = self._current_trace()
+            try:
+                return None if path is None else (os.path.abspath(path), os.path.getsize(path))
+            except OSError:
+                return None
 
     def _take_snapshot(self) -> None:
         """A copy of the trace as complete now, so the upload reads a fixed file."""
@@ -313,6 +355,7 @@ class Peer(Node):
 class _Known:
     member: Member
     src: Any
+    file: str | None = None  # its trace file's absolute path, as it last said
 
 
 @dataclass
@@ -322,6 +365,8 @@ class _Registry:
     srcs: set[Any] = field(default_factory=set)
     # Traces left by processes that have gone: slot -> (member, file).
     deposits: dict[tuple[str, int], tuple[Member, str]] = field(default_factory=dict)
+    # Processes that said goodbye, for collect to name them (and find their file).
+    departed: dict[tuple[str, int], _Known] = field(default_factory=dict)
 
 
 @dataclass
@@ -381,6 +426,7 @@ class Hub(Node):
         if not isinstance(host, str) or len(host) > 255 or not isinstance(pid, int):
             raise DistributedError("hello needs a host name and a pid")
         member = Member(role, rank, host, pid)
+        file = a.get("file") if isinstance(a.get("file"), str) else None
         with self.reg.lock:
             old = self.reg.by_slot.get((role, rank))
             if old is not None and old.src != src and old.member != member:
@@ -390,7 +436,8 @@ class Hub(Node):
                         f"{role} {rank} already; give each process its own rank"
                     )
                 self.reg.srcs.discard(old.src)  # a restarted process takes a dead one's slot
-            self.reg.by_slot[(role, rank)] = _Known(member, src)
+            self.reg.by_slot[(role, rank)] = _Known(member, src, file)
+            self.reg.departed.pop((role, rank), None)
             self.reg.srcs.add(src)
             self.reg.lock.notify_all()
         return {"hub": self.me.to_json()}, b""
@@ -399,7 +446,7 @@ class Hub(Node):
         with self.reg.lock:
             for slot, known in list(self.reg.by_slot.items()):
                 if known.src == src:
-                    del self.reg.by_slot[slot]
+                    self.reg.departed[slot] = self.reg.by_slot.pop(slot)
             self.reg.srcs.discard(src)
         return {}, b""
 
@@ -455,11 +502,12 @@ class Hub(Node):
         with self.reg.lock:
             return [k.member for k in self.reg.by_slot.values()]
 
-    def wait_for(
+    def present(
         self, slots: list[tuple[str, int]], timeout: float, gone_ok: bool = False
-    ) -> dict[tuple[str, int], _Known]:
-        """The connected processes of slots, waiting for them up to timeout;
-        with gone_ok, one that has left its trace and gone counts as there."""
+    ) -> tuple[dict[tuple[str, int], _Known], list[tuple[str, int]]]:
+        """The connected processes of slots, waiting for them up to timeout,
+        and the slots still missing then; with gone_ok, one that has left its
+        trace and gone is not waited for."""
         deadline = time.monotonic() + timeout
         with self.reg.lock:
             while True:
@@ -473,6 +521,13 @@ class Hub(Node):
                     break
                 self.reg.lock.wait(left)
             found = {s: self.reg.by_slot[s] for s in slots if s in self.reg.by_slot}
+        return found, missing
+
+    def wait_for(
+        self, slots: list[tuple[str, int]], timeout: float
+    ) -> dict[tuple[str, int], _Known]:
+        """The connected processes of slots, or DistributedTimeout naming who did not come."""
+        found, missing = self.present(slots, timeout)
         if missing:
             names = ", ".join(f"{r} {n}" for r, n in missing)
             raise DistributedTimeout(
@@ -486,6 +541,7 @@ class Hub(Node):
         found = self.wait_for(slots, self.job.timeout)
         by_src = {k.src: k.member for k in found.values()}
         results = self.endpoint.request_many(list(by_src), kind, args, self.job.timeout)
+        self.note_files(found.values(), results)
         failures = []
         for src, result in results.items():
             m = by_src[src]
@@ -503,6 +559,13 @@ class Hub(Node):
             raise cls(f"{kind} failed on " + "; ".join(failures))
         return {by_src[src]: result for src, result in results.items()}
 
+    def note_files(self, known: Any, results: dict[Any, Any]) -> None:
+        """Keep where each answering process says its trace file is."""
+        for k in known:
+            result = results.get(k.src)
+            if isinstance(result, tuple) and isinstance(result[0].get("file"), str):
+                k.file = result[0]["file"]
+
     def statistics(self, args: dict[str, Any]) -> dict[str, str]:
         """Every process's dumps(**args), by process label, this one first."""
         texts = {self.me.label: dumps(**args)}  # checks the arguments before sending them
@@ -518,107 +581,11 @@ class Hub(Node):
             raise DistributedError(f"{call}(profile_process='server'): this job has no servers")
         self.ask(servers, call, args)
 
-    def collect(self, path: str) -> dict[str, Any]:
-        """Every process's trace on one clock-aligned timeline in path.
+    def collect(self, path: str, strict: bool = False) -> dict[str, Any]:
+        """Every process's trace on one clock-aligned timeline in path (see _collect)."""
+        from ._collect import collect
 
-        Connected processes measure their clock again and upload their trace
-        as it is now; those that have left gave theirs when leaving.  A
-        process neither connected nor gone is waited for (job.timeout).
-        """
-        slots = self.job.expected()
-        live = self.wait_for(slots, self.job.timeout, gone_ok=True)
-        synced = self.endpoint.request_many([k.src for k in live.values()], "sync", {},
-                                            self.job.timeout)  # fmt: skip
-        out_dir = os.path.dirname(os.path.abspath(path))
-        tmp = tempfile.mkdtemp(prefix="mxprof-collect-", dir=out_dir)
-        try:
-            inputs, missing, who = [], [], []
-            own = self._current_trace()
-            if own is not None:
-                inputs.append(own)
-                who.append(self.me.label)
-            else:
-                missing.append(self.me.label)
-            for slot in slots:
-                known = live.get(slot)
-                got: str | None = None
-                if known is not None and not isinstance(synced.get(known.src), BaseException):
-                    got = self._download(known, tmp)
-                    if got is None:
-                        missing.append(known.member.label)
-                        continue
-                else:  # it left (or is leaving): take what it left
-                    got = self._deposited(slot, synced.get(known.src) if known else None)
-                inputs.append(got)
-                who.append(self._label_of(slot, known))
-            # The inputs are temporary copies, gone once merged: the merged
-            # file names each process and its own file's name instead.
-            sources = [f"{label}: {os.path.basename(p)}" for label, p in zip(who, inputs)]
-            summary = merge(inputs, path, sources=sources)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        for item, label in zip(summary["inputs"], who):
-            item["process"] = label
-            item["path"] = os.path.basename(item["path"])  # its own file's name
-        summary["missing"] = missing
-        return summary
-
-    def _label_of(self, slot: tuple[str, int], known: _Known | None) -> str:
-        if known is not None:
-            return known.member.label
-        with self.reg.lock:
-            return self.reg.deposits[slot][0].label
-
-    def _deposited(self, slot: tuple[str, int], failure: Any) -> str:
-        """The trace a departed process left, waiting for one on its way."""
-        deadline = time.monotonic() + LEAVE_TIMEOUT * 3
-        with self.reg.lock:
-            while slot not in self.reg.deposits and time.monotonic() < deadline:
-                arriving = any(
-                    (i.member.role, i.member.rank) == slot for i in self._incoming.values()
-                )
-                if not arriving:
-                    break
-                self.reg.lock.wait(0.05)
-            found = self.reg.deposits.get(slot)
-        if found is None:
-            why = f": {failure}" if failure is not None else ""
-            raise DistributedTimeout(f"collect: {slot[0]} {slot[1]} did not answer{why}")
-        return found[1]
-
-    def _download(self, known: _Known, tmp: str) -> str | None:
-        m = known.member
-        offset, size, dest = 0, None, None
-        f = None
-        try:
-            while size is None or offset < size:
-                try:
-                    args, body = self.endpoint.request(
-                        known.src, "upload", {"offset": offset}, self.job.timeout
-                    )
-                except (TimeoutError, PeerGone, RemoteFailure) as e:
-                    raise DistributedError(
-                        f"collect: uploading from {m.label} failed: {e}"
-                    ) from None
-                if args.get("missing"):
-                    return None
-                if not isinstance(args.get("size"), int) or not isinstance(args.get("name"), str):
-                    raise DistributedError(f"collect: malformed upload from {m.label}")
-                if size is None:
-                    size = args["size"]
-                    name = os.path.basename(args["name"]) or "trace.json"
-                    os.makedirs(os.path.join(tmp, f"{m.role}{m.rank}"))
-                    dest = os.path.join(tmp, f"{m.role}{m.rank}", name)
-                    f = open(dest, "wb")  # noqa: SIM115 - closed in finally
-                if not body and offset < size:
-                    raise DistributedError(f"collect: the upload from {m.label} stopped short")
-                assert f is not None
-                f.write(body)
-                offset += len(body)
-        finally:
-            if f is not None:
-                f.close()
-        return dest
+        return collect(self, path, strict)
 
 
 def install_remote(hub: Hub | None, refusal: str | None) -> None:

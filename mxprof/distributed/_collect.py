@@ -1,0 +1,370 @@
+"""collect(): every process's trace on one timeline, as much of the job as answers.
+
+The rank-0 worker waits for the job's processes, asks each connected one
+for a new clock estimate (``sync``) and then for its trace (``upload``);
+those that left earlier gave theirs as they left (a deposit).  A process
+that is dead, frozen or unreachable does not stop the others: the merged
+file is written with everything that came, plus the dead process's last
+flushed file where the rank-0 worker can read it (same host, or shared
+storage) and the file says it is that process's, and the missing processes
+are named with the reason in the result, in the merged file's
+``distributedInfo["missing"]`` and in a warning (or, with ``strict``, an
+error raised after the file is written).
+
+Time: waiting for processes to connect and for their sync answers shares one
+deadline, ``timeout`` after the call (answers still get ``min(timeout,
+SYNC_FLOOR)`` when the connect wait used it all up); a process that stops
+answering in the middle of its upload costs one more ``timeout``; then the
+merge, which takes the time its inputs need.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _session
+from ..errors import TraceFormatError
+from ..trace.merge import merge
+from ._endpoint import PeerGone, RemoteFailure
+from ._node import (
+    LEAVE_TIMEOUT,
+    DistributedError,
+    DistributedTimeout,
+    Hub,
+    Member,
+    _Known,
+    _may_be_alive,
+)
+
+SYNC_FLOOR = 2.0  # seconds the sync answers get at least
+TAIL = 256 * 1024  # bytes at a trace file's end read to find its distributedInfo
+SEARCH_LIMIT = 64 * 1024 * 1024  # ... and at a merged file's end, at most
+_INFO_KEY = b'"distributedInfo":'
+
+
+@dataclass
+class Gap:
+    """A process whose trace the merged file lacks, or has only in part."""
+
+    process: str
+    role: str
+    rank: int
+    why: str
+    failed: bool  # dead, frozen or unreachable (not: its profiler never ran)
+    timeout: bool = True  # the failure is a silence, not an error answer
+    last_file: str | None = None  # its last flushed file, merged instead
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "process": self.process,
+            "role": self.role,
+            "rank": self.rank,
+            "why": self.why,
+            "failed": self.failed,
+            "last_file": self.last_file,
+        }
+
+    def sentence(self) -> str:
+        merged = (
+            f"; its last flushed file {os.path.basename(self.last_file)} is merged instead"
+            if self.last_file
+            else ""
+        )
+        return f"{self.process}: {self.why}{merged}"
+
+
+def collect(hub: Hub, path: str, strict: bool) -> dict[str, Any]:
+    timeout = hub.job.timeout
+    deadline = time.monotonic() + timeout
+    slots = hub.job.expected()
+    found, _ = hub.present(slots, timeout, gone_ok=True)
+    answer_within = max(deadline - time.monotonic(), min(timeout, SYNC_FLOOR))
+    synced = hub.endpoint.request_many([k.src for k in found.values()], "sync", {}, answer_within)
+    hub.note_files(found.values(), synced)
+    out_dir = os.path.dirname(os.path.abspath(path))
+    tmp = tempfile.mkdtemp(prefix="mxprof-collect-", dir=out_dir)
+    inputs: list[str] = []
+    who: list[str] = []
+    gaps: list[Gap] = []
+    try:
+        own = hub._current_trace()
+        if own is not None:
+            inputs.append(own)
+            who.append(hub.me.label)
+        else:
+            gaps.append(_never_ran(hub.me))
+        for slot in slots:
+            known = found.get(slot)
+            answer = synced.get(known.src) if known is not None else None
+            if known is not None and not isinstance(answer, BaseException):
+                try:
+                    got = _download(hub, known, tmp)
+                except DistributedError as e:
+                    gap = _failed(hub, slot, known, str(e), timeout=isinstance(e, TimeoutError))
+                else:
+                    if got is None:
+                        gaps.append(_never_ran(known.member))
+                    else:
+                        inputs.append(got)
+                        who.append(known.member.label)
+                    continue
+            else:  # it left, is leaving, never came, or does not answer
+                left = _deposited(hub, slot)
+                if left is not None:
+                    inputs.append(left[1])
+                    who.append(left[0].label)
+                    continue
+                why = _silence(hub, slot, known, answer, answer_within)
+                gap = _failed(hub, slot, known, why)
+                gap.timeout = not isinstance(answer, RemoteFailure)
+            gaps.append(gap)
+            if gap.last_file is not None:
+                inputs.append(gap.last_file)
+                who.append(gap.process)
+        failed = [g for g in gaps if g.failed]
+        if not inputs:
+            raise _error(
+                failed,
+                f"collect: no process had a trace for {path}; missing "
+                + "; ".join(g.sentence() for g in gaps),
+            )
+        # Temporary copies, gone once merged: the merged file names each
+        # process and its own file's name instead.
+        sources = [f"{label}: {os.path.basename(p)}" for label, p in zip(who, inputs)]
+        try:
+            summary = merge(inputs, path, sources=sources)
+        except TraceFormatError as e:
+            # A dead process's last file, read as it was being written, must
+            # not cost the others: merge again without the last files.
+            fallbacks = {g.last_file: g for g in gaps if g.last_file is not None}
+            if not fallbacks:
+                raise
+            for gap in fallbacks.values():
+                gap.why += f"; its last flushed file could not be merged ({e})"
+                gap.last_file = None
+            keep = [i for i, p in enumerate(inputs) if p not in fallbacks]
+            inputs, who = [inputs[i] for i in keep], [who[i] for i in keep]
+            sources = [sources[i] for i in keep]
+            if not inputs:
+                raise
+            summary = merge(inputs, path, sources=sources)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for item, label in zip(summary["inputs"], who):
+        item["process"] = label
+        item["path"] = os.path.basename(item["path"])  # its own file's name
+    summary["missing"] = [g.to_json() for g in gaps]
+    if gaps:
+        _note_in_file(path, summary["missing"])
+    if failed:
+        message = (
+            f"collect: {path} holds {len(inputs)} of {hub.job.world_size} processes' traces; "
+            "missing " + "; ".join(g.sentence() for g in failed)
+        )
+        if strict:
+            error = _error(failed, message)
+            error.summary = summary  # type: ignore[attr-defined]
+            raise error
+        _session.warn(message)
+    return summary
+
+
+def _error(failed: list[Gap], message: str) -> DistributedError:
+    """A timeout when every failure is a silence; an error when one answered with one."""
+    cls = DistributedTimeout if all(g.timeout for g in failed) else DistributedError
+    return cls(message)
+
+
+def _never_ran(member: Member) -> Gap:
+    return Gap(member.label, member.role, member.rank, "its profiler never ran", failed=False)
+
+
+def _silence(
+    hub: Hub, slot: tuple[str, int], known: _Known | None, answer: Any, waited: float
+) -> str:
+    """Why a process gave no sync answer, in words."""
+    timeout = hub.job.timeout
+    if known is None:
+        with hub.reg.lock:
+            gone = hub.reg.departed.get(slot)
+        if gone is not None:
+            return "it left the job without leaving its trace"
+        return (
+            f"not connected within {timeout:g} s (not started, dead, or on another token or "
+            "address)"
+        )
+    if not _may_be_alive(known.member):
+        return f"its process (pid {known.member.pid}) has exited"
+    if isinstance(answer, TimeoutError):
+        return f"no answer within {waited:.3g} s (frozen, hung or overloaded)"
+    if isinstance(answer, PeerGone):
+        return f"unreachable ({answer})"
+    if isinstance(answer, RemoteFailure):
+        return f"its clock sync failed: {answer.error}: {answer.message}"
+    return f"no answer ({answer})"
+
+
+def _failed(
+    hub: Hub, slot: tuple[str, int], known: _Known | None, why: str, timeout: bool = True
+) -> Gap:
+    """A Gap for a process that failed, with its last flushed file where readable."""
+    if known is None:
+        with hub.reg.lock:
+            known = hub.reg.departed.get(slot)
+    if known is None:
+        return Gap(f"{slot[0]} {slot[1]}", slot[0], slot[1], why, True, timeout)
+    gap = Gap(known.member.label, slot[0], slot[1], why, True, timeout)
+    last, note = _last_file(known)
+    gap.last_file = last
+    if note:
+        gap.why += f"; {note}"
+    return gap
+
+
+def _last_file(known: _Known) -> tuple[str | None, str]:
+    """The process's own trace file when the hub can read it and it says it
+    is that process's (its distributedInfo names its role, rank and pid);
+    else None and why not ('' when it never said where its file is)."""
+    path = known.file
+    if not path:
+        return None, ""
+    name = os.path.basename(path)
+    try:
+        tail = _tail(path)
+    except OSError as e:
+        return None, f"its last file {name} cannot be read here ({e.strerror or e})"
+    info = _info_in(tail)
+    m = known.member
+    if info is None:
+        return None, f"its last file {name} has no readable distributedInfo (cut while written?)"
+    if (info.get("role"), info.get("rank"), info.get("pid")) != (m.role, m.rank, m.pid):
+        return None, f"its last file {name} is another process's"
+    return path, ""
+
+
+def _tail(path: str) -> bytes:
+    if path.endswith(".gz"):
+        keep = b""
+        with gzip.open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                keep = (keep + chunk)[-TAIL:]
+        return keep
+    with open(path, "rb") as f:
+        f.seek(max(0, os.fstat(f.fileno()).st_size - TAIL))
+        return f.read()
+
+
+def _info_in(tail: bytes) -> dict[str, Any] | None:
+    at = tail.rfind(_INFO_KEY)
+    if at < 0:
+        return None
+    text = tail[at + len(_INFO_KEY) :].decode("utf-8", "replace")
+    try:
+        info, _ = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def _note_in_file(path: str, missing: list[dict[str, Any]]) -> None:
+    """distributedInfo["missing"] in a JSON merged file (Perfetto protobuf
+    has no place for it: the result and the warning say it there)."""
+    if path.endswith(".json"):
+        _insert_missing(path, missing)
+        return
+    if not path.endswith(".json.gz"):
+        return
+    with gzip.open(path, "rb") as f:
+        doc = json.load(f)
+    doc.setdefault("distributedInfo", {})["missing"] = missing  # gzip: rewritten whole
+    with gzip.open(path, "wb") as f:
+        f.write(json.dumps(doc, separators=(",", ":")).encode())
+
+
+def _insert_missing(path: str, missing: list[dict[str, Any]]) -> bool:
+    """Insert the key into the file's distributedInfo object in place: only
+    the part after it is rewritten, the events keep their bytes and lines.
+    False when the file has no distributedInfo object within SEARCH_LIMIT
+    bytes of its end."""
+    key = b'"distributedInfo"'  # as a key: a string's quotes inside would be escaped
+    with open(path, "r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        span = TAIL
+        while True:
+            start = max(0, size - span)
+            f.seek(start)
+            tail = f.read()
+            at = tail.rfind(key)
+            if at >= 0 or start == 0 or span >= SEARCH_LIMIT:
+                break
+            span *= 4
+        if at < 0:
+            return False
+        after = tail[at + len(key) :]
+        head = after[: len(after) - len(after.lstrip())]
+        rest = after[len(head) :]
+        if not rest.startswith(b":"):
+            return False
+        brace = rest[1:].lstrip()
+        if not brace.startswith(b"{"):
+            return False
+        cut = start + len(tail) - len(brace) + 1  # just after the object's {
+        text = json.dumps({"missing": missing}, separators=(",", ":")).encode()[1:-1]
+        f.seek(cut)
+        f.write(text + (b"," if brace[1:].lstrip()[:1] != b"}" else b"") + brace[1:])
+    return True
+
+
+def _deposited(hub: Hub, slot: tuple[str, int]) -> tuple[Member, str] | None:
+    """The trace a departed process left, waiting for one on its way."""
+    deadline = time.monotonic() + LEAVE_TIMEOUT * 3
+    with hub.reg.lock:
+        while slot not in hub.reg.deposits and time.monotonic() < deadline:
+            arriving = any((i.member.role, i.member.rank) == slot for i in hub._incoming.values())
+            if not arriving:
+                break
+            hub.reg.lock.wait(0.05)
+        return hub.reg.deposits.get(slot)
+
+
+def _download(hub: Hub, known: _Known, tmp: str) -> str | None:
+    """known's trace into tmp, piece by piece; None: it never ran."""
+    m = known.member
+    offset, size, dest = 0, None, None
+    f = None
+    try:
+        while size is None or offset < size:
+            try:
+                args, body = hub.endpoint.request(
+                    known.src, "upload", {"offset": offset}, hub.job.timeout
+                )
+            except (TimeoutError, PeerGone) as e:
+                raise DistributedTimeout(f"its upload stopped: {e}") from None
+            except RemoteFailure as e:
+                raise DistributedError(f"its upload failed: {e}") from None
+            if args.get("missing"):
+                return None
+            if not isinstance(args.get("size"), int) or not isinstance(args.get("name"), str):
+                raise DistributedError("its upload was malformed")
+            if size is None:
+                size = args["size"]
+                name = os.path.basename(args["name"]) or "trace.json"
+                os.makedirs(os.path.join(tmp, f"{m.role}{m.rank}"))
+                dest = os.path.join(tmp, f"{m.role}{m.rank}", name)
+                f = open(dest, "wb")  # noqa: SIM115 - closed in finally
+            if not body and offset < size:
+                raise DistributedError("its upload stopped short")
+            assert f is not None
+            f.write(body)
+            offset += len(body)
+    finally:
+        if f is not None:
+            f.close()
+    return dest
