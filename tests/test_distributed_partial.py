@@ -281,18 +281,3 @@ def test_a_dead_servers_damaged_last_file_is_left_out_not_the_collect(job, tmp_p
     (gap,) = merged["distributedInfo"]["missing"]
     assert gap["last_file"] is None and "could not be merged" in gap["why"]
     assert summary["missing"] == [gap]
-
-
-def test_the_missing_list_goes_into_distributed_info_in_place(tmp_path):
-    path = tmp_path / "m.json"
-    events = '{"traceEvents":[\n{"ph":"X","name":"\\"distributedInfo\\": {"}\n],\n'
-    path.write_text(events + '"distributedInfo": {"world_size":2},"otherData":{}}')
-    _collect._note_in_file(str(path), [{"process": "server 1", "why": "gone"}])
-    text = path.read_text()
-    assert text.startswith(events)  # the events keep their bytes and lines
-    doc = json.loads(text)
-    assert doc["distributedInfo"] == {
-        "missing": [{"process": "server 1", "why": "gone"}],
-        "world_size": 2,
-    }
-    assert doc["traceEvents"][0]["name"] == '"distributedInfo": {'

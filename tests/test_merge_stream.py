@@ -208,3 +208,18 @@ def test_benchmark_quick_mode(tmp_path):
     stdout, doc = _bench.quick("merge.py", tmp_path)
     assert doc["merged_events"] >= 2 * 19_000 and 0 < doc["window_events"] < doc["merged_events"]
     assert doc["ranges"] > 0 and "merge, peak RSS GB" in stdout
+
+
+@pytest.mark.parametrize("name", ["i.json", "i.json.gz"])
+def test_info_adds_keys_to_the_merged_distributed_info(tmp_path, name):
+    """What distributed.collect writes of the processes it is missing."""
+    info = {"role": "worker", "rank": 0, "world_size": 2, "host": "h", "pid": 1}
+    worker = write(tmp_path / "w.json", steps(1, 0.0), BASE, info)
+    gone = [{"process": "server 0", "why": "its process (pid 9) has exited"}]
+    merge([worker], tmp_path / name, info={"missing": gone})
+    merged = mxprof.load(tmp_path / name).metadata["distributedInfo"]
+    assert merged["missing"] == gone and merged["world_size"] == 2
+    assert [r["rank"] for r in merged["ranks"]] == [0]
+    plain = write(tmp_path / "p.json", steps(2, 0.0), BASE)
+    merge([plain], tmp_path / "p2.json", info={"missing": gone})
+    assert mxprof.load(tmp_path / "p2.json").metadata["distributedInfo"]["missing"] == gone

@@ -45,7 +45,6 @@ from ._node import (
 
 SYNC_FLOOR = 2.0  # seconds the sync answers get at least
 TAIL = 256 * 1024  # bytes at a trace file's end read to find its distributedInfo
-SEARCH_LIMIT = 64 * 1024 * 1024  # ... and at a merged file's end, at most
 _INFO_KEY = b'"distributedInfo":'
 
 
@@ -139,7 +138,7 @@ def collect(hub: Hub, path: str, strict: bool) -> dict[str, Any]:
         # process and its own file's name instead.
         sources = [f"{label}: {os.path.basename(p)}" for label, p in zip(who, inputs)]
         try:
-            summary = merge(inputs, path, sources=sources)
+            summary = merge(inputs, path, sources=sources, info=_missing(gaps))
         except TraceFormatError as e:
             # A dead process's last file, read as it was being written, must
             # not cost the others: merge again without the last files.
@@ -154,15 +153,13 @@ def collect(hub: Hub, path: str, strict: bool) -> dict[str, Any]:
             sources = [sources[i] for i in keep]
             if not inputs:
                 raise
-            summary = merge(inputs, path, sources=sources)
+            summary = merge(inputs, path, sources=sources, info=_missing(gaps))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for item, label in zip(summary["inputs"], who):
         item["process"] = label
         item["path"] = os.path.basename(item["path"])  # its own file's name
     summary["missing"] = [g.to_json() for g in gaps]
-    if gaps:
-        _note_in_file(path, summary["missing"])
     if failed:
         message = (
             f"collect: {path} holds {len(inputs)} of {hub.job.world_size} processes' traces; "
@@ -273,53 +270,10 @@ def _info_in(tail: bytes) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else None
 
 
-def _note_in_file(path: str, missing: list[dict[str, Any]]) -> None:
-    """distributedInfo["missing"] in a JSON merged file (Perfetto protobuf
-    has no place for it: the result and the warning say it there)."""
-    if path.endswith(".json"):
-        _insert_missing(path, missing)
-        return
-    if not path.endswith(".json.gz"):
-        return
-    with gzip.open(path, "rb") as f:
-        doc = json.load(f)
-    doc.setdefault("distributedInfo", {})["missing"] = missing  # gzip: rewritten whole
-    with gzip.open(path, "wb") as f:
-        f.write(json.dumps(doc, separators=(",", ":")).encode())
-
-
-def _insert_missing(path: str, missing: list[dict[str, Any]]) -> bool:
-    """Insert the key into the file's distributedInfo object in place: only
-    the part after it is rewritten, the events keep their bytes and lines.
-    False when the file has no distributedInfo object within SEARCH_LIMIT
-    bytes of its end."""
-    key = b'"distributedInfo"'  # as a key: a string's quotes inside would be escaped
-    with open(path, "r+b") as f:
-        size = f.seek(0, os.SEEK_END)
-        span = TAIL
-        while True:
-            start = max(0, size - span)
-            f.seek(start)
-            tail = f.read()
-            at = tail.rfind(key)
-            if at >= 0 or start == 0 or span >= SEARCH_LIMIT:
-                break
-            span *= 4
-        if at < 0:
-            return False
-        after = tail[at + len(key) :]
-        head = after[: len(after) - len(after.lstrip())]
-        rest = after[len(head) :]
-        if not rest.startswith(b":"):
-            return False
-        brace = rest[1:].lstrip()
-        if not brace.startswith(b"{"):
-            return False
-        cut = start + len(tail) - len(brace) + 1  # just after the object's {
-        text = json.dumps({"missing": missing}, separators=(",", ":")).encode()[1:-1]
-        f.seek(cut)
-        f.write(text + (b"," if brace[1:].lstrip()[:1] != b"}" else b"") + brace[1:])
-    return True
+def _missing(gaps: list[Gap]) -> dict[str, Any] | None:
+    """What the merged file's distributedInfo says of the missing (Perfetto
+    protobuf has no place for it: the result and the warning say it there)."""
+    return {"missing": [g.to_json() for g in gaps]} if gaps else None
 
 
 def _deposited(hub: Hub, slot: tuple[str, int]) -> tuple[Member, str] | None:

@@ -371,6 +371,7 @@ def merge(
     sources: Sequence[str] | None = None,
     window: Window | None = None,
     ranks: Sequence[tuple[str | None, int, int]] | None = None,
+    info: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write one trace holding every input's events, aligned by wall clock.
 
@@ -397,6 +398,9 @@ def merge(
         ranks: ``parse_ranks``'s: keep only the inputs of these ranks (an
             input from no distributed job counts as the rank of its place
             among the inputs, from 0).
+        info: keys added to the merged file's ``distributedInfo`` (made
+            when no input has one); ``distributed.collect`` names the
+            processes it is missing there.
 
     Returns:
         A summary: ``{"events": n, "inputs": [{"path", "pids", "shift_us",
@@ -449,8 +453,8 @@ def merge(
             out: Output = _PerfettoOut(f, ref) if fmt == PERFETTO else _JsonOut(f, head)
             count, summary, ranks_info = _write_inputs(inputs, dist, moves, span, out)
             doc: dict[str, Any] = {}
-            if ranks_info:
-                first = next(d[0] for d in dist if d is not None)
+            if ranks_info or info:
+                first = next((d[0] for d in dist if d is not None), {})
                 doc["distributedInfo"] = {
                     "world_size": first.get("world_size"),
                     "num_workers": first.get("num_workers"),
@@ -460,6 +464,7 @@ def merge(
                         ranks_info,
                         key=lambda r: (_ROLE_ORDER.get(str(r.get("role")), 2), r.get("rank")),
                     ),
+                    **(info or {}),
                 }
             doc["otherData"] = {"mxprof_version": __version__, "merged_from": names}
             if span is not None:
