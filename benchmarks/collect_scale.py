@@ -186,7 +186,9 @@ def one(n: int, trace: bytes, workdir: str) -> dict[str, float]:
     joined = time.perf_counter() - t0
     received = {"bytes": 0, "disk": 0}
 
-    def count(paths: list[str], output: str, sources: Any = None) -> dict[str, Any]:
+    def count(
+        paths: list[str], output: str, sources: Any = None, info: Any = None
+    ) -> dict[str, Any]:
         received["bytes"] = sum(os.path.getsize(p) for p in paths)
         received["disk"] = received["bytes"]
         return {"events": 0, "inputs": [{"path": p} for p in paths]}
