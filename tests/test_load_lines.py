@@ -182,3 +182,19 @@ def test_shared_empty_args_refuse_changes(tmp_path):
     assert event.args == {}
     with pytest.raises(TypeError, match="shared"):
         event.args["k"] = 1
+
+
+def test_a_duration_past_int64_ns_is_kept_both_ways(tmp_path):
+    """Found by tests/fuzz/fuzz_reader.py: durations are kept in int64 arrays
+    until one does not fit."""
+    huge = 1e23  # µs: about 1e26 ns
+    events = [
+        {"ph": "X", "name": "big", "ts": 1, "dur": huge, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "big", "ts": 2, "dur": 1, "pid": 1, "tid": 1},
+    ]
+    path = lines(tmp_path / "h.json", events)
+    fast, slow = mxprof.load(path), general(path)
+    (row,) = fast.key_averages()
+    assert row.count == 2 and row.max == slow.key_averages()[0].max > 2**63
+    assert fast.durations()[("big", "")][-1] == row.max
+    same(fast, slow)

@@ -364,7 +364,10 @@ class Trace(Sequence[Event]):
                     lengths = found.get(key)
                     if lengths is None:
                         lengths = found[key] = array("q")
-                    lengths.append(event.dur)
+                    try:
+                        lengths.append(event.dur)
+                    except OverflowError:  # past int64 ns (a damaged file): a list holds it
+                        found[key] = [*lengths, event.dur]  # type: ignore[assignment]
             self._by_length = found
         return self._by_length
 
@@ -383,7 +386,10 @@ class Trace(Sequence[Event]):
                 group = groups.get(key)
                 if group is None:
                     group = groups[key] = (array("q"), [0])
-                group[0].append(event.dur)
+                try:
+                    group[0].append(event.dur)
+                except OverflowError:  # past int64 ns (a damaged file): a list holds it
+                    group = groups[key] = ([*group[0], event.dur], group[1])  # type: ignore[assignment]
                 group[1][0] += selfs[i]
         self._by_name = groups
         return groups
@@ -515,11 +521,15 @@ class _Running:
         group = summary.groups.get(key)
         if group is None:
             group = summary.groups[key] = (array("q"), [0])
-        group[0].append(length)
+        try:
+            group[0].append(length)
+            starts.append(start)
+            self.lengths.append(length)
+        except OverflowError:  # past int64 ns (a damaged file): the events are read instead
+            summary.broken = True
+            return
         if length > children:
             group[1][0] += length - children
-        starts.append(start)
-        self.lengths.append(length)
 
 
 def read_lines(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any]]:
