@@ -17,6 +17,8 @@ from typing import Any, Union, overload
 
 from ..averages import KeyAverages, Row
 from .reader import PathArg, RawEvent, read_raw
+from .samples import Samples  # HOOK(samples)
+from .samples import split as split_samples  # HOOK(samples)
 from .tree import CallTree, build_tree, structure
 
 Id = Union[int, str]
@@ -136,6 +138,7 @@ class Trace(Sequence[Event]):
         # (parent index, self ns) per event; computed on first use. A subset
         # carries its source's, so filtering never changes a range's self time.
         self._structure: tuple[list[int], list[int]] | None = None
+        self.samples = Samples()  # HOOK(samples): stack samples (trace/samples.py)
 
     @classmethod
     def from_raw(
@@ -158,9 +161,10 @@ class Trace(Sequence[Event]):
             ('X', 1000, 2000)
         """
         converted = _Converter()
+        events, samples = split_samples(events)  # HOOK(samples)
         for seq, raw in enumerate(events):
             converted.add(seq, raw)
-        return cls(
+        trace = cls(
             converted.finish(),
             metadata=metadata,
             truncated=truncated,
@@ -169,6 +173,8 @@ class Trace(Sequence[Event]):
             path=path,
             unmatched=converted.unmatched,
         )
+        trace.samples = samples  # HOOK(samples)
+        return trace
 
     @property
     def base_time_ns(self) -> int | None:
