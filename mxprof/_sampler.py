@@ -45,7 +45,7 @@ from collections import Counter
 from types import CodeType, FrameType
 
 from . import _native, _tasks, _threads
-from ._native import FLAG_AGGREGATE, FLAG_RECORD, NO_RANGE
+from ._native import FLAG_AGGREGATE, FLAG_RECORD
 
 __all__ = ["MAX_RATE", "WAITING", "apply", "rate", "snapshot", "reset"]
 
@@ -77,7 +77,9 @@ class _Tables:
     def code_frame(self, code: CodeType) -> int:
         fid = self.codes.get(code)
         if fid is None:
-            fid = self.frame_of(code.co_qualname, code.co_filename, code.co_firstlineno)
+            # co_qualname (3.11+) says which class a method is of.
+            name = getattr(code, "co_qualname", code.co_name)
+            fid = self.frame_of(name, code.co_filename, code.co_firstlineno)
             self.codes[code] = fid
         return fid
 

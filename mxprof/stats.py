@@ -142,9 +142,7 @@ def sample_summary(reset: bool = False, top: int = _samples.TOP) -> dict[str, An
     keys: dict[int, tuple[str, str]] = {}
     for rid in ranges:
         kind = _native.object_info(rid).kind
-        cat = _render.category(
-            _domains[rid], frame=kind == KIND_FRAME, event=kind == KIND_EVENT
-        )
+        cat = _render.category(_domains[rid], frame=kind == KIND_FRAME, event=kind == KIND_EVENT)
         keys[rid] = (cat, _names[rid])
     stacks: dict[int, tuple[tuple[str, str, int], ...]] = {}
     frames, nodes = tables.frames, tables.nodes
@@ -189,8 +187,8 @@ def render_samples_table(summary: dict[str, Any], top: int = 10) -> list[str]:
         "=" * 17,
         _render.pad("Name", width)
         + "".join(f"{h:>{COL_WIDTH}}" for h in ("Self", "Self %", "Inclusive %")),
-        _render.pad("----", width) + "".join(f"{'-' * len(h):>{COL_WIDTH}}" for h in (
-            "Self", "Self %", "Inclusive %")),
+        _render.pad("----", width)
+        + "".join(f"{'-' * len(h):>{COL_WIDTH}}" for h in ("Self", "Self %", "Inclusive %")),
     ]
     for title, body in blocks:
         lines.append(_render.pad(f"{title} ({body['Count']} samples)", width))

@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import TraceFormatError
-from .samples import PerfettoSamples  # HOOK(samples)
 from ._protobuf import (
     BEGIN,
     BYTES,
@@ -77,6 +76,7 @@ from ._protobuf import (
     THD_TID,
     VARINT,
 )
+from .samples import PerfettoSamples  # HOOK(samples)
 
 RawEvent = dict[str, Any]
 

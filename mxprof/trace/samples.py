@@ -115,7 +115,7 @@ def summary(
         if key is not None:
             per.setdefault(key, []).append((stack, n))
     ranges: dict[str, dict[str, Any]] = {}
-    for (cat, name) in sorted(per):
+    for cat, name in sorted(per):
         ranges.setdefault(cat, {})[name] = _top(per[(cat, name)], top)
     return {"Count": program["Count"], "Program": program["Functions"], "Ranges": ranges}
 
@@ -178,16 +178,18 @@ def split(events: Iterable[RawEvent]) -> tuple[list[RawEvent], Samples]:
 
     found = Samples()
     for e in raw:
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        got = e.get("args")
+        given: dict[str, Any] = got if isinstance(got, dict) else {}
         pid = e.get("pid")
         ts = e.get("ts")
-        rid = args.get("range")
+        rid = given.get("range")
+        sid = given.get("stack")
         found.samples.append(
             Sample(
                 pid,
                 e.get("tid"),
                 round(ts * 1000) if isinstance(ts, (int, float)) else 0,
-                stack_of(pid, args.get("stack")),
+                stack_of(pid, sid),
                 ranges.get((pid, rid)) if rid is not None else None,
             )
         )
@@ -223,7 +225,10 @@ class PerfettoSamples:
             self.callstacks[iid] = list(entry.get(2, []))
 
     def sample(
-        self, entry: dict[int, list[Any]], ts: Any, names: Mapping[int, str],
+        self,
+        entry: dict[int, list[Any]],
+        ts: Any,
+        names: Mapping[int, str],
         categories: Mapping[int, str],
     ) -> list[RawEvent]:
         """A PerfSample's raw events: definitions new to the file, then the sample."""
@@ -240,7 +245,9 @@ class PerfettoSamples:
             if (pid, "f", fid) not in self.defined:
                 self.defined.add((pid, "f", fid))
                 function, file, line = _frame_of(text)
-                out.append(_define(pid, "mxprof_frame", fid, function=function, file=file, line=line))
+                out.append(
+                    _define(pid, "mxprof_frame", fid, function=function, file=file, line=line)
+                )
             path = (pid, tuple(frames[: depth + 1]))
             node = self.nodes.get(path)
             if node is None:
@@ -254,12 +261,25 @@ class PerfettoSamples:
             if (pid, "r", rid) not in self.defined:
                 self.defined.add((pid, "r", rid))
                 out.append(
-                    _define(pid, "mxprof_range", rid, name=names.get(rid, ""),
-                            cat=categories.get(rid, ""))
+                    _define(
+                        pid,
+                        "mxprof_range",
+                        rid,
+                        name=names.get(rid, ""),
+                        cat=categories.get(rid, ""),
+                    )
                 )
         out.append(
-            {"name": leaf, "cat": CATEGORY, "ph": "i", "s": "t", "ts": ts, "pid": pid,
-             "tid": tid, "args": args}
+            {
+                "name": leaf,
+                "cat": CATEGORY,
+                "ph": "i",
+                "s": "t",
+                "ts": ts,
+                "pid": pid,
+                "tid": tid,
+                "args": args,
+            }
         )
         return out
 
@@ -269,7 +289,7 @@ def _define(pid: Any, what: str, ident: int, **args: Any) -> RawEvent:
 
 
 def _frame_of(text: str) -> Frame:
-    """"function (file:line)", as the Perfetto writer names a frame."""
+    """ "function (file:line)", as the Perfetto writer names a frame."""
     head, sep, tail = text.rpartition(" (")
     if not sep or not tail.endswith(")"):
         return (text, "", 0)
