@@ -36,8 +36,8 @@ COUNTER_PLOTS = 12  # counters plotted (the rest are listed)
 SCOPE_LINES = 10  # scopes plotted in the memory-by-scope plot
 PROCESS_NAMES = 10  # ranges compared across processes
 FLAME_NODES = 2000  # most nodes of the whole program's flame graph (the heaviest)
-FLAME_RANGE_NODES = 500  # most nodes of one range's flame graph
-FLAME_RANGES = 200  # ranges (most samples first) whose flame graph the page holds
+FLAME_RANGE_NODES = 300  # most nodes of one range's flame graph
+FLAME_RANGES = 100  # ranges (most samples first) whose flame graph the page holds
 
 
 @dataclass
