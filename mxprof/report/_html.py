@@ -71,16 +71,22 @@ _FLAME_SCRIPT = """
   var data = document.getElementById("flames");
   if (!data) return;
   var flames = JSON.parse(data.textContent);
+  // A function keeps its color everywhere; waiting is blue, the rest warm.
+  var WARM = ["#e6550d", "#fd8d3c", "#fdae6b", "#f16913", "#d94801", "#fdd0a2", "#f03b20",
+    "#feb24c", "#fc4e2a", "#ec7014"];
   function icicle(f, root) {
     var ids = ["root"], labels = [root], parents = [""], values = [f.total], where = [""];
+    var colors = ["#bbbbbb"];
     for (var i = 0; i < f.value.length; i++) {
       var fr = flames.frames[f.frame[i]];
       ids.push("n" + i); labels.push(fr[0]); values.push(f.value[i]);
       parents.push(f.parent[i] < 0 ? "root" : "n" + f.parent[i]);
       where.push(fr[1] + ":" + fr[2]);
+      colors.push(fr[0] === "<waiting>" ? "#9ecae1" : WARM[f.frame[i] % WARM.length]);
     }
     return [{type: "icicle", ids: ids, labels: labels, parents: parents, values: values,
-      customdata: where, branchvalues: "total", tiling: {orientation: "v", flip: "y"},
+      customdata: where, marker: {colors: colors}, branchvalues: "total",
+      tiling: {orientation: "v", flip: "y"},
       textinfo: "label", hovertemplate:
         "%{label}<br>%{customdata}<br>%{value} samples (%{percentRoot:.1%})<extra></extra>"}];
   }
