@@ -491,6 +491,38 @@ def ranges_cut() -> int:
     return int(lib.mxp_ranges_cut())
 
 
+# ---- stack sampling (mxprof/_sampler.py is the only user) ----
+
+NO_RANGE = 0xFFFFFFFF  # sample_add: the sample is in no range
+
+
+def sample_frame(name: str, file: str, line: int) -> int:
+    """Intern a frame (function name, file, line) for samples; returns its id (>= 1)."""
+    out = ffi.new("uint32_t *")
+    a = name.encode("utf-8", "surrogatepass")
+    b = file.encode("utf-8", "surrogatepass")
+    check(lib.mxp_sample_frame(a, len(a), b, len(b), line & 0xFFFFFFFF, out), "sample frame")
+    return int(out[0])
+
+
+def sample_stack(parent: int, frame: int) -> int:
+    """Intern a stack node: frame called from node parent (0: a root)."""
+    out = ffi.new("uint32_t *")
+    check(lib.mxp_sample_stack(parent, frame, out), "sample stack")
+    return int(out[0])
+
+
+class SampleSlots:
+    """The two out-parameters of ``sample_add``, allocated once per sampler."""
+
+    def __init__(self) -> None:
+        self.range = ffi.new("uint32_t *")
+        self.tid = ffi.new("uint32_t *")
+
+
+sample_add = lib.mxp_sample_add  # (os_tid, track, stack, slots.range, slots.tid) -> rc
+
+
 # ---- test seams (mxprof._testing, benchmarks) ----
 
 reset_for_testing = lib.mxp_reset  # forget all state except interned objects

@@ -27,7 +27,7 @@ import warnings
 from types import FrameType
 from typing import Any, Callable
 
-from . import _children, _native, _signals, _threads, config
+from . import _children, _native, _sampler, _signals, _threads, config
 from ._native import (
     FLAG_AGGREGATE,
     FLAG_MEMORY,
@@ -334,6 +334,8 @@ class Session:
         every = FLAG_RECORD | FLAG_TRACE | FLAG_AGGREGATE | FLAG_MEMORY | FLAG_MEMORY_EVENTS
         every |= FLAG_NVTX
         _native.flags_update(want, every & ~want)
+        # Stack sampling runs while the state is 'run' (paused: it idles).
+        _sampler.apply(self.config.sample_rate if self.state == "run" else 0.0)
         if self.config.max_events != self.applied_max_events:
             _native.max_events_set(self.config.max_events)
             self.applied_max_events = self.config.max_events

@@ -57,6 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         aggregate_stats=args.stats,
         dump_period=args.period,
         follow_children=args.follow_children,
+        sample_rate=args.sample,
     )
     whole = Domain("mxprof").new_task(f"run {os.path.basename(script)}")
     sys.argv = [script, *args.args]
@@ -86,12 +87,33 @@ def cmd_run(args: argparse.Namespace) -> int:
             _write_report(written)
         if args.stats:
             _print_table(current_averages(), args.sort, args.top)
+            _print_samples(args.top)
     if code is None:
         return 0
     if isinstance(code, int):
         return code
     print(code, file=sys.stderr)  # sys.exit("message") prints it and exits 1
     return 1
+
+
+def _print_samples(top: int | None) -> None:
+    """The top functions by samples, of the program and of each range."""
+    from .stats import render_samples_table, sample_summary  # the live tier (see cmd_run)
+
+    summary = sample_summary()
+    if summary is not None and summary["Count"]:
+        lines = render_samples_table(summary, top if top is not None else 10)
+        print("\n".join(lines), file=sys.stderr)
+
+
+def _sample_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of samples per second: {text!r}") from None
+    if not 0 <= value <= 20_000:
+        raise argparse.ArgumentTypeError(f"must be from 0 (off) to 20000 Hz, got {text}")
+    return value
 
 
 def _report_files(paths: Sequence[str]) -> list[str]:
@@ -334,6 +356,14 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--period", type=_positive_float, default=1.0, help="seconds between background writes"
     )
+    run.add_argument(
+        "--sample",
+        type=_sample_rate,
+        default=1000.0,
+        metavar="HZ",
+        help="sample Python stacks HZ times a second (1000; 0 or --no-sample: off)",
+    )
+    run.add_argument("--no-sample", dest="sample", action="store_const", const=0.0)
     run.add_argument(
         "--follow-children",
         action="store_true",

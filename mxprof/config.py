@@ -101,6 +101,18 @@ def _count(key: str, value: Any) -> int:
     return int(value)
 
 
+MAX_SAMPLE_RATE = 20_000  # Hz; mxprof._sampler.MAX_RATE says why
+
+
+def _rate(key: str, value: Any) -> float:
+    allowed = f"a number of samples per second from 0 (off) to {MAX_SAMPLE_RATE}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key} must be {allowed}, got {type(value).__name__} {value!r}")
+    if not (0 <= value <= MAX_SAMPLE_RATE):  # NaN fails this too
+        raise ConfigError(f"{key} must be {allowed}, got {value!r}")
+    return float(value)
+
+
 PROCESSES = ("worker", "server")
 
 
@@ -241,6 +253,14 @@ class Config:
         "mxprof: also emit every recorded range and marker as NVTX (push/pop ranges in a "
         "domain per mxprof domain; start/end ranges for asyncio tasks), seen by Nsight "
         "Systems or any tool named by NVTX_INJECTION64_PATH; a no-op without one",
+    )
+
+    sample_rate: float = _key(
+        0.0,
+        _rate,
+        "mxprof: Python stacks of every thread sampled this many times a second and "
+        "attributed to the innermost open range (0 = off; at most 20000): in the trace, "
+        "dumps()'s Samples section and the report",
     )
 
     def with_(self, **changes: Any) -> Config:

@@ -33,12 +33,14 @@ is one ``str.format`` call.
 from __future__ import annotations
 
 import functools
+import json
 import json.encoder
+import os
 from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
-from . import _native, _render
+from . import _native, _render, _sampler
 from ._native import (
     KIND_COUNTER,
     KIND_EVENT,
@@ -53,6 +55,7 @@ from ._session import SESSION, warn
 from .config import check_bool
 from .errors import ConfigError
 from .memory import usage
+from .trace import samples as _samples
 
 FORMATS = ("table", "json")
 
@@ -124,6 +127,80 @@ def _learn_names(ids: Iterable[int]) -> None:
             domain = decoded[raw] = raw.decode("utf-8", "replace")
         _domains[oid] = domain
         _names[oid] = name.decode("utf-8", "replace")
+
+
+def sample_summary(reset: bool = False, top: int = _samples.TOP) -> dict[str, Any] | None:
+    """The ``Samples`` section: top functions of the program and of each range
+    (``mxprof.trace.samples.summary``, which a loaded trace's samples give
+    too); None when sampling never ran in this process."""
+    counts, tables = _sampler.snapshot(reset)
+    rate = SESSION.config.sample_rate
+    if not counts and not rate:
+        return None
+    ranges = {rid for rid, _ in counts if rid != _native.NO_RANGE}
+    _learn_names([rid for rid in ranges if rid not in _names])
+    keys: dict[int, tuple[str, str]] = {}
+    for rid in ranges:
+        kind = _native.object_info(rid).kind
+        cat = _render.category(_domains[rid], frame=kind == KIND_FRAME, event=kind == KIND_EVENT)
+        keys[rid] = (cat, _names[rid])
+    stacks: dict[int, tuple[tuple[str, str, int], ...]] = {}
+    frames, nodes = tables.frames, tables.nodes
+
+    def stack_of(sid: int) -> tuple[tuple[str, str, int], ...]:
+        got = stacks.get(sid)
+        if got is None:
+            chain = []
+            node = sid
+            while node:
+                parent, fid = nodes[node]
+                chain.append(frames[fid])
+                node = parent
+            got = stacks[sid] = tuple(reversed(chain))
+        return got
+
+    merged: dict[tuple[tuple[str, str] | None, tuple[tuple[str, str, int], ...]], int] = {}
+    for (rid, sid), n in counts.items():
+        key = (keys.get(rid), stack_of(sid))
+        merged[key] = merged.get(key, 0) + n
+    out = _samples.summary(merged, top)
+    out["Rate"] = rate
+    return out
+
+
+def render_samples_table(summary: dict[str, Any], top: int = 10) -> list[str]:
+    """The ``Samples`` block of the table: per range, its top functions."""
+    rate = summary.get("Rate") or 0
+    blocks: list[tuple[str, dict[str, Any]]] = [
+        (_samples.PROGRAM, {"Count": summary["Count"], "Functions": summary["Program"]})
+    ]
+    for cat, names in summary["Ranges"].items():
+        blocks += [(f"{cat}::{name}", body) for name, body in names.items()]
+    rows = [
+        (f"{f['Function']} ({os.path.basename(f['File'])}:{f['Line']})", f)
+        for _, body in blocks
+        for f in body["Functions"][:top]
+    ]
+    width = max([NAME_WIDTH] + [len(t) + 2 for t, _ in rows] + [len(b) + 2 for b, _ in blocks])
+    lines = [
+        f"Samples ({rate:g} Hz, {summary['Count']} samples; top {top} functions per range)",
+        "=" * 17,
+        _render.pad("Name", width)
+        + "".join(f"{h:>{COL_WIDTH}}" for h in ("Self", "Self %", "Inclusive %")),
+        _render.pad("----", width)
+        + "".join(f"{'-' * len(h):>{COL_WIDTH}}" for h in ("Self", "Self %", "Inclusive %")),
+    ]
+    for title, body in blocks:
+        lines.append(_render.pad(f"{title} ({body['Count']} samples)", width))
+        for f in body["Functions"][:top]:
+            name = f"  {f['Function']} ({os.path.basename(f['File'])}:{f['Line']})"
+            lines.append(
+                _render.pad(name, width)
+                + f"{f['Self']:>{COL_WIDTH}}{f['Self %']:>{COL_WIDTH}.2f}"
+                + f"{f['Inclusive %']:>{COL_WIDTH}.2f}"
+            )
+    lines.append("")
+    return lines
 
 
 def collect(stats: list[Stat], wall_ns: int, peaks: dict[int, int]) -> Sections:
@@ -277,7 +354,12 @@ def _table_block(section: str, category: str, rows: list[Row], percentiles: bool
     return out
 
 
-def render_table(sections: Sections, tallies: dict[str, int], percentiles: bool = False) -> str:
+def render_table(
+    sections: Sections,
+    tallies: dict[str, int],
+    percentiles: bool = False,
+    samples: dict[str, Any] | None = None,
+) -> str:
     lines = ["", "Profile Statistics:", "\tNote the difference in units for different entries."]
     # One list of blocks in MXNet's order: by title (byte-wise, which for
     # UTF-8 is code point order); equal titles keep the order of SECTIONS.
@@ -288,6 +370,8 @@ def render_table(sections: Sections, tallies: dict[str, int], percentiles: bool 
     )
     for _, _, section, category in blocks:
         lines += _table_block(section, category, sections[section][category], percentiles)
+    if samples is not None:
+        lines += render_samples_table(samples)
     problems = {k: v for k, v in tallies.items() if v}
     if problems:
         width = max([NAME_WIDTH] + [len(k) + 2 for k in problems])
@@ -347,7 +431,9 @@ def _json_rows(section: str, rows: list[Row]) -> list[str]:
     return out
 
 
-def render_json(sections: Sections, tallies: dict[str, int]) -> str:
+def render_json(
+    sections: Sections, tallies: dict[str, int], samples: dict[str, Any] | None = None
+) -> str:
     lines = ["{"]
     blocks: list[tuple[str, list[str]]] = []
     for section in SECTIONS:
@@ -364,6 +450,9 @@ def render_json(sections: Sections, tallies: dict[str, int]) -> str:
         )
     )
     lines += _json_entries(" " * 4, blocks)
+    if samples is not None:
+        text = json.dumps(samples, indent=4, ensure_ascii=False).replace("\n", "\n    ")
+        lines += [",", f'    "Samples": {text}']
     lines += [",", '    "Unit": {', '        "Time": "ms",', '        "Memory": "kB"', "    }", "}"]
     return "\n".join(lines) + "\n"
 
@@ -428,9 +517,10 @@ def dumps(
                 cats[cat] = _sorted(section, rows, sort_by, ascending)
         # The core keeps the tallies' start with the statistics' (reset too).
         tallies = _native.stats_counts(reset)
+        samples = sample_summary(reset)
         if format == "table":
-            return render_table(sections, tallies, percentiles)
-        return render_json(sections, tallies)
+            return render_table(sections, tallies, percentiles, samples)
+        return render_json(sections, tallies, samples)
 
 
 _warned_off = False
@@ -452,3 +542,4 @@ def reset() -> None:
     """Start new statistics, as ``dumps(reset=True)`` does, without rendering."""
     with SESSION.lock:
         _native.stats_reset()  # the tallies dumps() shows begin again with them
+        _sampler.reset()

@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import time
 from html.parser import HTMLParser
 
 import _bench
@@ -346,3 +347,144 @@ def test_the_summary_shows_the_config_that_produced_the_trace(tmp_path):
     assert s.config["filename"] == {str(trace): str(trace)}
     page = _html.page(s, "", "")
     assert "<td>max_events</td><td>123456</td>" in page.replace(" ", "")
+
+
+# ---- flame graphs of stack samples ----
+
+
+def sampled(samples, ranges):
+    """A Chrome JSON trace with stack samples as mxprof writes them: frames, stacks and
+    ranges defined by metadata, each sample an instant (ts µs, stack, range or None)."""
+    meta = lambda what, **args: {"name": what, "ph": "M", "pid": 1, "tid": 0, "args": args}  # noqa: E731
+    frames, nodes, events = {}, {}, []
+    for function in ("main", "train", "forward", "load", "wait"):
+        frames[function] = len(frames) + 1
+        events.append(meta("mxprof_frame", id=frames[function], function=function,
+                           file=f"{function}.py", line=len(frames)))  # fmt: skip
+    for k, (name, cat, ts, dur) in enumerate(ranges):
+        events.append(X(name, ts, dur, cat=cat))
+        events.append(meta("mxprof_range", id=k, name=name, cat=cat))
+    for ts, stack, rid in samples:
+        parent = 0
+        for depth in range(len(stack)):
+            path = tuple(stack[: depth + 1])
+            if path not in nodes:
+                nodes[path] = len(nodes) + 1
+                events.append(meta("mxprof_stack", id=nodes[path], parent=parent,
+                                   frame=frames[stack[depth]]))  # fmt: skip
+            parent = nodes[path]
+        args = {"stack": parent} if rid is None else {"stack": parent, "range": rid}
+        events.append({"name": stack[-1], "cat": "mxprof.sample", "ph": "i", "s": "t",
+                       "ts": ts, "pid": 1, "tid": 1, "args": args})  # fmt: skip
+    return events
+
+
+def flame_paths(flames, tree):
+    """A flame graph of the page's data as {call path: samples}."""
+    paths = []
+    for f, p in zip(tree["frame"], tree["parent"]):
+        name = flames["frames"][f][0]
+        paths.append((*paths[p], name) if p >= 0 else (name,))
+    assert len(set(paths)) == len(paths)
+    return dict(zip(paths, tree["value"]))
+
+
+def page_flames(page):
+    return json.loads(next(s for s in page.scripts if s.startswith('{"frames"')))
+
+
+def test_flame_graphs_hold_the_samples_of_the_program_and_of_each_range(tmp_path):
+    ranges = [("phase_a", "d", 0, 1000), ("phase_b", "d", 1000, 1000)]
+    samples = (
+        [(10 + i, ["main", "train", "forward"], 0) for i in range(6)]
+        + [(20 + i, ["main", "train", "load"], 0) for i in range(3)]
+        + [(1010 + i, ["main", "load", "wait"], 1) for i in range(4)]
+        + [(1020, ["main", "load"], 1)]
+        + [(3000 + i, ["main"], None) for i in range(2)]  # in no range
+    )
+    page, _ = make_report(tmp_path, sampled(samples, ranges))
+    assert {"sec-samples", "flame-program", "flame-range"} <= page.ids()
+    flames = page_flames(page)
+    assert flames["program"]["total"] == 16
+    assert flame_paths(flames, flames["program"]) == {
+        ("main",): 16,
+        ("main", "train"): 9,
+        ("main", "train", "forward"): 6,
+        ("main", "train", "load"): 3,
+        ("main", "load"): 5,
+        ("main", "load", "wait"): 4,
+    }
+    assert ["main", "main.py", 1] in flames["frames"]
+    # Per range, keyed by the ranges table's row (the one the page's script shows).
+    row = {cells[0][1]: str(i) for i, cells in enumerate(page.rows)}
+    a, b = flames["ranges"][row["phase_a"]], flames["ranges"][row["phase_b"]]
+    assert (a["total"], b["total"]) == (9, 5)
+    assert flame_paths(flames, a) == {
+        ("main",): 9, ("main", "train"): 9, ("main", "train", "forward"): 6,
+        ("main", "train", "load"): 3,
+    }  # fmt: skip
+    assert flame_paths(flames, b) == {("main",): 5, ("main", "load"): 5,
+                                      ("main", "load", "wait"): 4}  # fmt: skip
+    # The page's script draws them as plotly icicles, root at the bottom.
+    script = page.scripts[-1]
+    assert 'type: "icicle"' in script and 'flip: "y"' in script
+    assert "window.mxprofFlame(row.getAttribute" in script
+
+
+def test_flame_graphs_keep_the_heaviest_nodes_a_parent_before_its_children(monkeypatch):
+    monkeypatch.setattr(_sections, "FLAME_NODES", 4)
+    frame = lambda name: (name, "f.py", 1)  # noqa: E731
+    stacks = {
+        (frame("main"), frame("a"), frame("a1")): 5,
+        (frame("main"), frame("a"), frame("a2")): 1,
+        (frame("main"), frame("b"), frame("b1")): 3,
+        (frame("main"), frame("c")): 2,
+    }
+    index = {}
+    f = _sections._flame(stacks, 4, index)
+    names = {v: k[0] for k, v in index.items()}
+    kept = [(names[fr], p, v) for fr, p, v in zip(f.frame, f.parent, f.value)]
+    assert kept == [("main", -1, 11), ("a", 0, 6), ("a1", 1, 5), ("b", 0, 3)]
+    assert (f.total, f.dropped) == (11, 3)
+
+
+def test_no_samples_the_section_says_so(tmp_path):
+    page, _ = make_report(tmp_path, training())
+    assert "sec-samples" in page.ids() and "flame-program" not in page.ids()
+    assert not any(s.startswith('{"frames"') for s in page.scripts)
+    text = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "No stack samples in the input" in text
+
+
+def spin_in_phase(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_a_recorded_trace_with_samples_has_its_functions_in_the_flame_graphs(tmp_path):
+    path = tmp_path / "t.json"
+    mxprof.set_config(filename=str(path), sample_rate=1000)
+    mxprof.set_state("run")
+    with mxprof.Domain("d").new_task("phase"):
+        spin_in_phase(0.2)
+    mxprof.set_state("stop")
+    mxprof.dump()
+    trace = mxprof.load(path)
+    counts = trace.samples.counts()
+    assert counts  # the sampler ran
+    out = mxprof.report.report(path, tmp_path / "r.html")
+    with open(out, encoding="utf-8") as f:
+        page = Page(f.read())
+    flames = page_flames(page)
+    assert flames["program"]["total"] == sum(counts.values())
+    row = next(str(i) for i, cells in enumerate(page.rows) if cells[0][1] == "phase")
+    phase = flame_paths(flames, flames["ranges"][row])
+    in_phase = sum(n for (key, _), n in counts.items() if key == ("d", "phase"))
+    assert flames["ranges"][row]["total"] == in_phase > 0
+    spinning = sum(  # inclusive: spin_in_phase on the stack
+        n for (key, stack), n in counts.items()
+        if key == ("d", "phase") and any(f[0] == "spin_in_phase" for f in stack)
+    )  # fmt: skip
+    assert spinning > 0
+    assert max(v for p, v in phase.items() if p[-1] == "spin_in_phase") == spinning

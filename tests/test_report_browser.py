@@ -195,3 +195,55 @@ def test_the_report_in_a_real_browser(tmp_path, clock, browser):
     assert [
         u for u, _ in requests if u.split(":")[0] in ("http", "https", "ws", "wss", "ftp")
     ] == []
+
+
+def spin_a(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def spin_b(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_the_flame_graphs_follow_the_selected_range(tmp_path, browser):
+    trace = tmp_path / "sampled.json"
+    _testing.start(trace, sample_rate=1000)
+    d = mxprof.Domain("d")
+    with d.new_task("alpha"):
+        spin_a(0.15)
+    with d.new_task("beta"):
+        spin_b(0.15)
+    _testing.finish(trace)
+    in_range = {}
+    for (key, _), n in mxprof.load(trace).samples.counts().items():
+        in_range[key] = in_range.get(key, 0) + n
+    assert in_range.get(("d", "alpha")) and in_range.get(("d", "beta"))
+    page = tmp_path / "report.html"
+    mxprof.report.report(trace, page)
+
+    browser.get(page.as_uri())
+    wait_for(browser, "document.readyState === 'complete' && window.Plotly !== undefined")
+    drawn = """(function (id, root) {
+      var d = document.getElementById(id);
+      if (!d || !d.data || !d.data.length || !d.querySelector('g.iciclelayer path')) return null;
+      if (d.data[0].labels[0] !== root) return null;
+      return {type: d.data[0].type, labels: d.data[0].labels, root: d.data[0].values[0]};
+    })"""
+    program = wait_for(browser, f"{drawn}('flame-program', 'program')")
+    assert program["type"] == "icicle"
+    assert {"spin_a", "spin_b"} <= set(program["labels"])
+    assert program["root"] == sum(in_range.values())
+    # The first row (largest total) is selected at load; clicking beta shows beta's samples.
+    for name, mine, other in (("beta", "spin_b", "spin_a"), ("alpha", "spin_a", "spin_b")):
+        browser.find_element("xpath", f"//table[@id='ranges']//td[text()='{name}']").click()
+        shown = wait_for(browser, f"{drawn}('flame-range', '{name}')")
+        assert shown["labels"][0] == name and shown["root"] == in_range[("d", name)]
+        assert mine in shown["labels"] and other not in shown["labels"]
+        title = browser.find_element("id", "flame-title").text
+        assert title == f"Samples in {name} ({in_range[('d', name)]})"
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []

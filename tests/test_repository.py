@@ -122,8 +122,12 @@ def test_benchmarks_quick_mode_runs_and_reports(tmp_path):
         ("torch_adapter.py", ["--calls", "20", "--repeats", "2"], "torch", "forward+backward"),
         ("distributed.py", ["--calls", "4", "--events", "200"], "zmq", "events from 3 processes"),
         ("ranges_elsewhere.py", ["--number", "200", "--repeats", "1"], "asyncio", "asyncio task"),
-        ("collect.py", ["--workers", "2", "--servers", "1", "--events", "1000"], "zmq",
-         "events from 3 processes"),
+        (
+            "collect.py",
+            ["--workers", "2", "--servers", "1", "--events", "1000"],
+            "zmq",
+            "events from 3 processes",
+        ),
         ("collect_scale.py", ["--ranks", "4", "--events", "100"], "zmq", "ranks"),
     ],  # fmt: skip
 )

@@ -2,8 +2,10 @@
 
 plotly.js is inlined once in the page's head (``plotly.offline.get_plotlyjs``);
 each figure is a div and a call of ``Plotly.newPlot`` (``plotly.io.to_html``
-without the library).  The only script written here is the ranges table's:
-sorting by a column and drawing the selected range's histogram.  Fonts are
+without the library).  The only scripts written here are the ranges table's
+(sorting by a column, drawing the selected range's histogram) and the flame
+graphs' (plotly icicles built from the embedded call tree, the selected
+range's redrawn on a row's click).  Fonts are
 the system's; no element has a ``src`` or ``href`` that leaves the file.
 """
 
@@ -19,10 +21,14 @@ from .._tallies import TALLIES
 from .._version import __version__
 from ._sections import (
     COUNTER_PLOTS,
+    FLAME_NODES,
+    FLAME_RANGE_NODES,
+    FLAME_RANGES,
     HIST_ROWS,
     PROCESS_NAMES,
     SCOPE_LINES,
     TABLE_ROWS,
+    Flame,
     Sections,
 )
 from ._series import POINTS, Series
@@ -55,6 +61,53 @@ pre { background: #f6f6f6; padding: 0.6em; overflow: auto; font-size: 0.85em; }
 .fact { border: 1px solid #e4e4e4; border-radius: 4px; padding: 0.3em 0.7em; min-width: 7em; }
 .fact .v { font-size: 1.15em; font-weight: 600; } .fact .k { color: #666; font-size: 0.8em; }
 .plot { height: 380px; } .plot.small { height: 260px; }
+"""
+
+# The flame graphs: plotly icicles (root at the bottom, width = samples) of
+# the embedded trees; the whole program's drawn at once, the selected range's
+# by show() below (window.mxprofFlame).
+_FLAME_SCRIPT = """
+(function () {
+  var data = document.getElementById("flames");
+  if (!data) return;
+  var flames = JSON.parse(data.textContent);
+  // A function keeps its color everywhere; waiting is blue, the rest warm.
+  var WARM = ["#e6550d", "#fd8d3c", "#fdae6b", "#f16913", "#d94801", "#fdd0a2", "#f03b20",
+    "#feb24c", "#fc4e2a", "#ec7014"];
+  function icicle(f, root) {
+    var ids = ["root"], labels = [root], parents = [""], values = [f.total], where = [""];
+    var colors = ["#bbbbbb"];
+    for (var i = 0; i < f.value.length; i++) {
+      var fr = flames.frames[f.frame[i]];
+      ids.push("n" + i); labels.push(fr[0]); values.push(f.value[i]);
+      parents.push(f.parent[i] < 0 ? "root" : "n" + f.parent[i]);
+      where.push(fr[1] + ":" + fr[2]);
+      colors.push(fr[0] === "<waiting>" ? "#9ecae1" : WARM[f.frame[i] % WARM.length]);
+    }
+    return [{type: "icicle", ids: ids, labels: labels, parents: parents, values: values,
+      customdata: where, marker: {colors: colors}, branchvalues: "total",
+      tiling: {orientation: "v", flip: "y"},
+      textinfo: "label", hovertemplate:
+        "%{label}<br>%{customdata}<br>%{value} samples (%{percentRoot:.1%})<extra></extra>"}];
+  }
+  function draw(id, f, root) {
+    var div = document.getElementById(id);
+    Plotly.react(div, icicle(f, root), div.layout);
+  }
+  draw("flame-program", flames.program, "program");
+  window.mxprofFlame = function (row, name) {
+    var f = flames.ranges[row];
+    var title = document.getElementById("flame-title");
+    var div = document.getElementById("flame-range");
+    if (!f) {
+      title.textContent = name + ": no samples";
+      Plotly.react(div, [], div.layout);
+      return;
+    }
+    title.textContent = "Samples in " + name + " (" + f.total + ")";
+    draw("flame-range", f, name);
+  };
+})();
 """
 
 # Sorting the ranges table by a column (numbers by their data-v, text by
@@ -92,13 +145,18 @@ _SCRIPT = """
     var h = hist[row.getAttribute("data-row")];
     var title = document.getElementById("hist-title");
     var div = document.getElementById("histogram");
-    if (!h) { title.textContent = row.cells[0].textContent + ": no histogram kept"; return; }
-    title.textContent = "Durations of " + row.cells[0].textContent + " (" +
-      row.cells[2].textContent + " ranges)";
-    var ys = h.counts.concat([h.counts[h.counts.length - 1]]);
-    Plotly.react(div, [{x: h.edges, y: ys, type: "scatter", mode: "lines",
-      line: {shape: "hv"}, fill: "tozeroy", name: "ranges",
-      hovertemplate: "from %{x:.4s}s: %{y} ranges<extra></extra>"}], div.layout);
+    if (!h) {
+      title.textContent = row.cells[0].textContent + ": no histogram kept";
+    } else {
+      title.textContent = "Durations of " + row.cells[0].textContent + " (" +
+        row.cells[2].textContent + " ranges)";
+      var ys = h.counts.concat([h.counts[h.counts.length - 1]]);
+      Plotly.react(div, [{x: h.edges, y: ys, type: "scatter", mode: "lines",
+        line: {shape: "hv"}, fill: "tozeroy", name: "ranges",
+        hovertemplate: "from %{x:.4s}s: %{y} ranges<extra></extra>"}], div.layout);
+    }
+    if (window.mxprofFlame) window.mxprofFlame(row.getAttribute("data-row"),
+      row.cells[0].textContent);
   }
   body.addEventListener("click", function (ev) {
     var row = ev.target.closest("tr"); if (row) show(row);
@@ -151,6 +209,7 @@ def page(sections: Sections, hints: str, diff: str) -> str:
         diff,
         _summary(sections),
         _ranges(sections),
+        _flames(sections),
         _steps(sections),
         _counters(sections),
         _memory(sections),
@@ -164,7 +223,7 @@ def page(sections: Sections, hints: str, diff: str) -> str:
         f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>'
         "</head><body>\n"
         + "\n".join(p for p in parts if p)
-        + f"\n<script>{_SCRIPT}</script>\n</body></html>\n"
+        + f"\n<script>{_FLAME_SCRIPT}{_SCRIPT}</script>\n</body></html>\n"
     )
 
 
@@ -273,6 +332,44 @@ def _ranges(s: Sections) -> str:
         f'<script type="application/json" id="histograms">{script_json(hist)}</script>',
     ]
     return "\n".join(head)
+
+
+def _flame_json(f: Flame) -> dict[str, Any]:
+    return {"total": f.total, "frame": f.frame, "parent": f.parent, "value": f.value}
+
+
+def _flames(s: Sections) -> str:
+    out = ['<h2 id="sec-samples">Samples</h2>']
+    fl = s.flames
+    if fl is None:
+        out.append(
+            '<p class="muted">No stack samples in the input (mxprof records them with '
+            "<code>sample_rate</code>, on by default in <code>mxprof run</code>).</p>"
+        )
+        return "\n".join(out)
+    cut = ""
+    if fl.program.dropped:
+        cut = f" The {FLAME_NODES} heaviest call paths are shown."
+    out += [
+        f"<p>Flame graphs of the {fl.program.total} stack samples: each box a function on "
+        "the stack, its width its samples (inclusive), its callers below it. Click a box to "
+        f"zoom into it, a row of the ranges table to see the samples taken in that range."
+        f"{cut}</p>",
+        '<h3 id="flame-program-title">The whole program</h3>',
+        plot("flame-program", [], {"margin": {"l": 10, "r": 10, "t": 10, "b": 10}}),
+        '<h3 id="flame-title">Samples in the selected range</h3>',
+        f'<p class="muted">Ranges keep at most {FLAME_RANGE_NODES} call paths each; the '
+        f"{FLAME_RANGES} ranges with the most samples have theirs. A sample counts in the "
+        "range innermost on its thread when it was taken.</p>",
+        plot("flame-range", [], {"margin": {"l": 10, "r": 10, "t": 10, "b": 10}}),
+    ]
+    data = {
+        "frames": [list(f) for f in fl.frames],
+        "program": _flame_json(fl.program),
+        "ranges": {str(i): _flame_json(f) for i, f in fl.ranges.items()},
+    }
+    out.append(f'<script type="application/json" id="flames">{script_json(data)}</script>')
+    return "\n".join(out)
 
 
 def _steps(s: Sections) -> str:

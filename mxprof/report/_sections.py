@@ -39,6 +39,9 @@ BREAKDOWN_NAMES = 8  # top-level ranges shown by name in the step breakdown
 COUNTER_PLOTS = 12  # counters plotted (the rest are listed)
 SCOPE_LINES = 10  # scopes plotted in the memory-by-scope plot
 PROCESS_NAMES = 10  # ranges compared across processes
+FLAME_NODES = 2000  # most nodes of the whole program's flame graph (the heaviest)
+FLAME_RANGE_NODES = 300  # most nodes of one range's flame graph
+FLAME_RANGES = 100  # ranges (most samples first) whose flame graph the page holds
 
 
 @dataclass
@@ -92,6 +95,30 @@ class Sections:
     tallies: dict[str, int] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     truncated: list[str] = field(default_factory=list)
+    flames: Flames | None = None  # None: the inputs hold no stack samples
+
+
+@dataclass
+class Flame:
+    """A flame graph: a tree of call paths, each node a frame (an index into
+    :attr:`Flames.frames`), its parent node (-1: the root's children) and its
+    samples (inclusive: the samples whose stack starts with its path).
+    Nodes come heaviest first, a parent before its children."""
+
+    total: int  # samples of the whole tree (the root)
+    frame: list[int] = field(default_factory=list)
+    parent: list[int] = field(default_factory=list)
+    value: list[int] = field(default_factory=list)
+    dropped: int = 0  # nodes left out (lighter than every node kept)
+
+
+@dataclass
+class Flames:
+    """The flame graphs of the whole program and of the ranges table's rows."""
+
+    frames: list[tuple[str, str, int]]  # function, file, line
+    program: Flame
+    ranges: dict[int, Flame]  # index into rows -> its samples' flame graph
 
 
 def other_data(trace: Trace) -> dict[str, Any]:
@@ -196,7 +223,70 @@ def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
         tallies=tallies,
         config=config,
         truncated=[p for p, t in zip(paths, traces) if t.truncated],
+        flames=_flames(traces, rows),
     )
+
+
+Stack = tuple[tuple[str, str, int], ...]
+
+
+def _flame(stacks: dict[Stack, int], cap: int, frame_index: dict[Any, int]) -> Flame:
+    """The tree of stacks (outermost frame first) -> samples, its ``cap`` heaviest nodes."""
+    nodes: dict[tuple[int, Any], int] = {}  # (parent node, frame) -> node
+    frames: list[Any] = []
+    parents: list[int] = []
+    values: list[int] = []
+    depths: list[int] = []
+    total = 0
+    for stack, n in stacks.items():
+        total += n
+        parent = -1
+        for depth, frame in enumerate(stack):
+            node = nodes.get((parent, frame))
+            if node is None:
+                node = nodes[(parent, frame)] = len(values)
+                frames.append(frame)
+                parents.append(parent)
+                values.append(0)
+                depths.append(depth)
+            values[node] += n
+            parent = node
+    # A parent holds at least its child's samples and is shallower: sorting by
+    # (-samples, depth) puts it first, so any prefix of the order is a tree.
+    order = sorted(range(len(values)), key=lambda k: (-values[k], depths[k], k))[:cap]
+    new = {old: k for k, old in enumerate(order)}
+    out = Flame(total=total, dropped=len(values) - len(order))
+    for old in order:
+        frame = frames[old]
+        out.frame.append(frame_index.setdefault(frame, len(frame_index)))
+        out.parent.append(new[parents[old]] if parents[old] >= 0 else -1)
+        out.value.append(values[old])
+    return out
+
+
+def _flames(traces: Sequence[Trace], rows: Sequence[Row]) -> Flames | None:
+    """Flame graphs of every input's samples: the whole program, and per range of the
+    table (the ``FLAME_RANGES`` with the most samples)."""
+    program: dict[Stack, int] = {}
+    per: dict[tuple[str, str], dict[Stack, int]] = {}
+    for trace in traces:
+        for (key, stack), n in trace.samples.counts().items():
+            program[stack] = program.get(stack, 0) + n
+            if key is not None:
+                got = per.setdefault(key, {})
+                got[stack] = got.get(stack, 0) + n
+    if not program:
+        return None
+    index: dict[Any, int] = {}
+    whole = _flame(program, FLAME_NODES, index)
+    by_row = {(r.category, r.name): i for i, r in enumerate(rows)}
+    sampled = [k for k in per if k in by_row]
+    sampled.sort(key=lambda k: (-sum(per[k].values()), k))
+    ranges = {by_row[k]: _flame(per[k], FLAME_RANGE_NODES, index) for k in sampled[:FLAME_RANGES]}
+    frames = [("", "", 0)] * len(index)
+    for frame, k in index.items():
+        frames[k] = frame
+    return Flames(frames=frames, program=whole, ranges=ranges)
 
 
 _MEMORY = (DEVICE_STORAGE, SCOPE_STORAGE)

@@ -25,6 +25,9 @@ from msgspec.structs import force_setattr
 
 from ._event import NO_ARGS, Event, Id
 from .reader import RawEvent
+from .samples import CATEGORY as SAMPLE_CATEGORY
+from .samples import DEFINITIONS as SAMPLE_DEFINITIONS
+from .samples import Samples, split
 
 ThreadKey = tuple[Id, Id]
 
@@ -128,6 +131,9 @@ class Converter:
         self.thread_names: dict[ThreadKey, str] = {}
         self.unmatched = 0
         self.seq = 0
+        # Stack samples and the metadata defining their ids, as raw events:
+        # resolved together at the end (trace/samples.py).
+        self.sample_events: list[RawEvent] = []
         self._strings: dict[str, str] = {}
         self._ids: dict[Any, Any] = {}
 
@@ -172,6 +178,9 @@ class Converter:
                     start, end = span_ns(ts, 0 if dur is None else dur)  # type: ignore[misc]
                     fs(e, "dur", end - start if end > start else 0)
             elif ph in _FAST_POINTS and ts is not None:
+                if ph == "i" and e.category == SAMPLE_CATEGORY:
+                    self.sample_events.append(_as_raw(e))
+                    continue
                 v = ts * 1000.0
                 start = round(v)
                 if not (-0.001 < v - start < 0.001 and -exact < v < exact):
@@ -207,6 +216,11 @@ class Converter:
         seq = self.seq
         self.seq += 1
         ph = raw.get("ph")
+        if (ph == "M" and raw.get("name") in SAMPLE_DEFINITIONS) or (
+            ph == "i" and raw.get("cat") == SAMPLE_CATEGORY
+        ):
+            self.sample_events.append(raw)
+            return
         if ph == "M":
             self._metadata(raw)
             return
@@ -247,6 +261,10 @@ class Converter:
             self.process_names[pid] = name
         elif raw.get("name") == "thread_name":
             self.thread_names[(pid, ident(raw.get("tid", 0)))] = name
+
+    def samples(self) -> Samples:
+        """The stack samples met so far, their ids resolved."""
+        return split(self.sample_events)[1]
 
     def finish(self) -> dict[ThreadKey, Sink]:
         """Pair the B/E and b/e events; every thread's events, in file order."""

@@ -24,6 +24,7 @@ from ._convert import Converter, ThreadKey, ns_ratio, round_ratio
 from ._event import DECODE_EVENTS, Event, Id
 from .nvidia import is_database
 from .reader import PathArg, RawEvent, open_trace, read_raw
+from .samples import Samples
 from .tree import CallTree, build_tree, structure
 
 __all__ = ["Event", "Trace", "base_time_ns", "load", "ns_ratio", "round_ratio"]
@@ -132,6 +133,8 @@ class Trace(Sequence[Event]):
         # _groups() and _lengths() of the events, once worked out.
         self._by_name: dict[tuple[str, str], tuple[array[int], list[int]]] | None = None
         self._by_length: dict[tuple[str, str], array[int]] | None = None
+        # Stack samples (sample_rate; trace/samples.py).
+        self.samples = Samples()
 
     @classmethod
     def from_raw(
@@ -181,6 +184,7 @@ class Trace(Sequence[Event]):
             trace._events = _in_order(sinks)  # type: ignore[arg-type]
         else:
             trace._events = None
+        trace.samples = converted.samples()
         return trace
 
     @classmethod

@@ -76,6 +76,7 @@ from ._protobuf import (
     THD_TID,
     VARINT,
 )
+from .samples import PerfettoSamples  # HOOK(samples)
 
 RawEvent = dict[str, Any]
 
@@ -183,14 +184,18 @@ class _Decoder:
         self.async_cats: dict[int, str] = {}
         self.pid = 0  # the pid of the last process track: global events belong to it
         self.base: int | None = None  # MONOTONIC ns of ts 0
+        self.samples = PerfettoSamples()  # HOOK(samples): stack samples
 
     def packet(self, data: bytes) -> None:
         ts: int | None = None
-        event = None
+        event = perf = None
         for field, wire, value in _fields(data):
             if field == PK_SEQUENCE_FLAGS and value & SEQ_INCREMENTAL_STATE_CLEARED:
                 self.names.clear()
                 self.categories.clear()
+                self.samples.clear()  # HOOK(samples)
+            elif field == PK_PERF_SAMPLE:  # HOOK(samples)
+                perf = value
             elif field == PK_TIMESTAMP and wire == VARINT:
                 ts = value
             elif field == PK_CLOCK_SNAPSHOT:
@@ -203,6 +208,9 @@ class _Decoder:
                 event = value
         if event is not None:
             self.track_event(event, ts)
+        if perf is not None and ts is not None:  # HOOK(samples)
+            entry = _entry(perf, repeated=0)
+            self.events += self.samples.sample(entry, self.us(ts), self.names, self.categories)
 
     def clock_snapshot(self, data: bytes) -> None:
         clocks = {}
@@ -221,6 +229,8 @@ class _Decoder:
             if table is not None:
                 entry = dict((f, v) for f, _, v in _fields(value))
                 table[entry.get(INTERNED_IID, 0)] = _text(entry.get(INTERNED_NAME, b""))
+            elif field in SAMPLE_INTERNED:  # HOOK(samples): frames and callstacks
+                self.samples.interned(field, _entry(value, repeated=2 if field == 7 else 0))
 
     def track(self, data: bytes) -> None:
         uuid, name, kind, pid, tid = 0, "", "track", self.pid, 0
@@ -333,6 +343,20 @@ def _annotation(data: bytes) -> dict[str, Any]:
         elif field == DA_STRING:
             value_ = _text(v)
     return {name: value_} if name else {}
+
+
+# HOOK(samples): TracePacket.perf_sample; InternedData function_names,
+# frames, callstacks (mxprof/trace/samples.py reads them).
+PK_PERF_SAMPLE = 66
+SAMPLE_INTERNED = (5, 6, 7)
+
+
+def _entry(data: bytes, repeated: int) -> dict[int, list[Any]]:
+    """A message's fields by number, each a list; field repeated may be packed."""
+    out: dict[int, list[Any]] = {}
+    for f, wire, v in _fields(data):
+        out.setdefault(f, []).extend(_packed(wire, v) if f == repeated else [v])
+    return out
 
 
 def looks_like_perfetto(data: bytes) -> bool:

@@ -471,6 +471,31 @@ void mxp_stats_counts_get(mxp_counts *out, int reset);
 const void *mxp_capi_table(void);
 const char *mxp_capi_name(void);
 
+/* ---- stack sampling (the sampler is the binding's; see mxp_sample.c) ----
+ * Frames and stack nodes are interned by the binding, once each: ids count
+ * from 1 and are never reused in the process.  Thread-safe. */
+
+/* A frame: function name, file and line (n bytes each, copied).  The
+ * binding dedupes; every call makes a new id.  MXP_E_FULL past 4 M frames. */
+int mxp_sample_frame(const char *name, size_t name_len, const char *file, size_t file_len,
+                     uint32_t line, uint32_t *id_out);
+
+/* A stack node: frame called from the node parent (0: a root frame).
+ * MXP_E_INVALID for an unknown parent or frame, MXP_E_FULL past 4 M. */
+int mxp_sample_stack(uint32_t parent, uint32_t frame, uint32_t *id_out);
+
+/* One sample, taken now, of OS thread os_tid (or, when track is an open
+ * track of mxp_track_open, of that asyncio task's track) whose innermost
+ * frame is stack node stack.  *range_out receives the object id of the
+ * innermost range begun while recording and open there (0xffffffff: none),
+ * *tid_out the trace tid the sample belongs to (a thread that never recorded
+ * gets one now, as for a track).  While the trace is on, a record is
+ * appended to the calling thread's buffer (under the event cap like any
+ * record).  MXP_E_STATE (nothing done) while not recording, MXP_E_INVALID
+ * for an unknown stack node.  Never blocks on the writer. */
+int mxp_sample_add(int64_t os_tid, uint32_t track, uint32_t stack, uint32_t *range_out,
+                   uint32_t *tid_out);
+
 /* ---- test and benchmark seams: NOT API ----
  * Tests and benchmarks drive the core through these (a full reset, a fake
  * clock, a wall clock set wrong, the escaper alone) or measure the floor of

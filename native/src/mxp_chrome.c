@@ -23,6 +23,15 @@
  * object is registered (mxpi_chrome_fragments_build): a record is written
  * by copying them and formatting numbers, never by escaping names.
  *
+ * Samples (mxp_sample.c) are thread-scoped instants of category
+ * "mxprof.sample" named after the innermost function, with args {"stack":
+ * node id, "range": object id}; the ids are defined, before their first use
+ * in the file, by metadata events "mxprof_frame" {id, function, file, line},
+ * "mxprof_stack" {id, parent, frame} and "mxprof_range" {id, name, cat}
+ * (so a file cut short still defines every id it uses).  The Perfetto engine
+ * imports the instants on the sampled thread's track and ignores the
+ * definitions; mxprof.load reads both.
+ *
  * Gzip: a gzip file may hold several members, read as one stream.  The head,
  * each flush's events and the tail are separate members, so the tail can be
  * cut off and replaced exactly like the plain tail.
@@ -33,6 +42,7 @@
 #include "mxpi_clock.h"
 #include "mxpi_json.h"
 #include "mxpi_registry.h"
+#include "mxpi_sample.h"
 #include "mxpi_thread_names.h"
 
 #include <errno.h>
@@ -61,6 +71,7 @@ typedef struct chrome {
     char pid_tid[48];     /* ,"pid":P,"tid": */
     size_t pid_tid_len;
     uint64_t async_ids;   /* ids given to async ranges (never reused in the file) */
+    mxpi_seen frames, stacks, ranges; /* sample definitions in the file */
 #ifdef MXPI_HAVE_ZLIB
     z_stream z;
     bool z_ready;
@@ -448,6 +459,83 @@ static void format_rec(chrome *c, const mxpi_out *o, const mxpi_rec *r, uint32_t
     b->len = (size_t)(p - b->data);
 }
 
+/* ---- samples ---- */
+
+static void def_head(mxpi_buf *b, const mxpi_out *o, const char *what, uint32_t id) {
+    mxpi_buf_puts(b, "{\"name\":\"");
+    mxpi_buf_puts(b, what);
+    mxpi_buf_puts(b, "\",\"ph\":\"M\",\"pid\":");
+    mxpi_buf_i64(b, o->pid);
+    mxpi_buf_puts(b, ",\"tid\":0,\"args\":{\"id\":");
+    mxpi_buf_u64(b, id);
+}
+
+/* Define stack node id, and first whatever it refers to, unless the file has it. */
+static void define_stack(chrome *c, const mxpi_out *o, uint32_t id, bool *failed) {
+    mxpi_buf *b = &c->text;
+    while (id != 0 && mxpi_seen_first(&c->stacks, id, failed)) {
+        const mxpi_snode *n = mxpi_snode_get(id);
+        const mxpi_sframe *f = n ? mxpi_sframe_get(n->frame) : NULL;
+        if (f == NULL) return;
+        if (mxpi_seen_first(&c->frames, n->frame, failed)) {
+            def_head(b, o, "mxprof_frame", n->frame);
+            mxpi_buf_puts(b, ",\"function\":");
+            mxpi_buf_json_str(b, f->name, f->name_len);
+            mxpi_buf_puts(b, ",\"file\":");
+            mxpi_buf_json_str(b, f->file, f->file_len);
+            mxpi_buf_puts(b, ",\"line\":");
+            mxpi_buf_u64(b, f->line);
+            mxpi_buf_puts(b, "}},\n");
+        }
+        def_head(b, o, "mxprof_stack", id);
+        mxpi_buf_puts(b, ",\"parent\":");
+        mxpi_buf_u64(b, n->parent);
+        mxpi_buf_puts(b, ",\"frame\":");
+        mxpi_buf_u64(b, n->frame);
+        mxpi_buf_puts(b, "}},\n");
+        id = n->parent; /* defined after its child: readers resolve at the end */
+    }
+}
+
+static bool sample_rec(chrome *c, const mxpi_out *o, const mxpi_rec *r) {
+    mxpi_buf *b = &c->text;
+    uint32_t tid = r->aux, stack = (uint32_t)((uint64_t)r->val & 0xffffffffu);
+    uint32_t range = (uint32_t)((uint64_t)r->val >> 32);
+    const mxpi_snode *n = mxpi_snode_get(stack);
+    const mxpi_sframe *leaf = n ? mxpi_sframe_get(n->frame) : NULL;
+    if (leaf == NULL) return true; /* cannot happen: the core checked it */
+    bool failed = false;
+    mxpi_thread_mark_used(tid);
+    if ((tid >= c->nannounced || !c->announced[tid]) && !announce(c, o, tid)) return false;
+    define_stack(c, o, stack, &failed);
+    bool has_range = range != MXPI_SAMPLE_NO_RANGE && range < mxp_object_count();
+    if (has_range && mxpi_seen_first(&c->ranges, range, &failed)) {
+        const mxpi_object *obj = mxpi_obj(range);
+        size_t len;
+        const char *title = mxpi_object_title(obj, &len);
+        def_head(b, o, "mxprof_range", range);
+        mxpi_buf_puts(b, ",\"name\":");
+        mxpi_buf_json_str(b, title, len);
+        mxpi_buf_puts(b, ",\"cat\":");
+        category(b, obj);
+        mxpi_buf_puts(b, "}},\n");
+    }
+    mxpi_buf_puts(b, "{\"name\":");
+    mxpi_buf_json_str(b, leaf->name, leaf->name_len);
+    mxpi_buf_puts(b, ",\"cat\":\"mxprof.sample\",\"ph\":\"i\",\"s\":\"t\",\"ts\":");
+    mxpi_buf_us(b, mxpi_tb_span(&o->tb, r->ts - o->epoch_ticks));
+    mxpi_buf_put(b, c->pid_tid, c->pid_tid_len);
+    mxpi_buf_u64(b, tid);
+    mxpi_buf_puts(b, ",\"args\":{\"stack\":");
+    mxpi_buf_u64(b, stack);
+    if (has_range) {
+        mxpi_buf_puts(b, ",\"range\":");
+        mxpi_buf_u64(b, range);
+    }
+    mxpi_buf_puts(b, "}},\n");
+    return !failed && !b->failed;
+}
+
 /* ---- the format interface ---- */
 
 static bool create(mxpi_out *o, bool gz) {
@@ -486,6 +574,13 @@ static bool begin(mxpi_out *o) {
 
 static bool record(mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
     chrome *c = o->state;
+    if (r->id == MXPI_SAMPLE_ID) {
+        if (!sample_rec(c, o, r)) {
+            o->err = ENOMEM;
+            return false;
+        }
+        return c->text.len < WRITE_THRESHOLD || drain_text(o, c);
+    }
     if ((tid >= c->nannounced || !c->announced[tid]) && !announce(c, o, tid)) {
         o->err = ENOMEM;
         return false;
@@ -513,6 +608,9 @@ static bool end(mxpi_out *o) {
 static void settle(chrome *c, bool keep) {
     for (uint32_t i = 0; i < c->nannounced; i++)
         if (c->announced[i] == 2) c->announced[i] = keep ? 1 : 0;
+    mxpi_seen_settle(&c->frames, keep);
+    mxpi_seen_settle(&c->stacks, keep);
+    mxpi_seen_settle(&c->ranges, keep);
 }
 
 static void commit(mxpi_out *o) {
@@ -544,6 +642,9 @@ static void release(mxpi_out *o) {
     mxpi_buf_free(&c->tail);
     mxpi_buf_free(&c->next_tail);
     free(c->announced);
+    mxpi_seen_free(&c->frames);
+    mxpi_seen_free(&c->stacks);
+    mxpi_seen_free(&c->ranges);
 #ifdef MXPI_HAVE_ZLIB
     if (c->z_ready) deflateEnd(&c->z);
 #endif

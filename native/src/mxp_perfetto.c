@@ -23,6 +23,16 @@
  * object's name and category are both interned under its id, by the packet
  * that first uses them.
  *
+ * Samples (mxp_sample.c) are PerfSample packets (pid, tid, callstack_iid)
+ * on the sampled thread, which the Perfetto UI shows as a thread's
+ * callstack samples and their flame graph.  The interned data they use
+ * (InternedData function_names, frames, callstacks and one empty mapping)
+ * comes in the packet that first uses it.  A frame is named
+ * "function (file:line)".  The callstack iid says where the sample was
+ * attributed: the stack node in its low 32 bits, and, when it had a range,
+ * the range's object id + 1 in the high 32 (that name interned as an event
+ * name under the object id, as a range's own is).
+ *
  * There is no trailer: the profile's tallies (dropped events, unmatched and
  * non-LIFO stops, ignored calls) are not written in this format.
  *
@@ -35,6 +45,7 @@
 #include "mxpi_clock.h"
 #include "mxpi_json.h"
 #include "mxpi_registry.h"
+#include "mxpi_sample.h"
 #include "mxpi_thread_names.h"
 
 #include <errno.h>
@@ -69,6 +80,14 @@ enum { TYPE_SLICE_BEGIN = 1, TYPE_SLICE_END = 2, TYPE_INSTANT = 3, TYPE_COUNTER 
 enum { DA_UINT_VALUE = 3, DA_INT_VALUE = 4, DA_STRING_VALUE = 6, DA_NAME = 10 };
 /* InternedData { event_categories = 1, event_names = 2 }, each {iid = 1, name = 2}. */
 enum { ID_EVENT_CATEGORIES = 1, ID_EVENT_NAMES = 2, INTERNED_IID = 1, INTERNED_NAME = 2 };
+/* Samples: TracePacket.perf_sample = 66 {pid = 2, tid = 3, callstack_iid = 4};
+ * InternedData function_names = 5 (InternedString {iid = 1, str = 2}),
+ * frames = 6 {iid = 1, function_name_id = 2, mapping_id = 3, rel_pc = 4},
+ * callstacks = 7 {iid = 1, repeated frame_ids = 2, root first},
+ * mappings = 19 {iid = 1}. */
+enum { PK_PERF_SAMPLE = 66, PS_PID = 2, PS_TID = 3, PS_CALLSTACK_IID = 4 };
+enum { ID_FUNCTION_NAMES = 5, ID_FRAMES = 6, ID_CALLSTACKS = 7, ID_MAPPINGS = 19 };
+enum { FR_FUNCTION_NAME_ID = 2, FR_MAPPING_ID = 3, FR_REL_PC = 4, CSK_FRAME_IDS = 2 };
 
 /* Per object and file: what has been written. */
 #define OBJ_INTERNED 1u
@@ -110,6 +129,10 @@ typedef struct perfetto {
     size_t n, cap;
     uint32_t tid;
     uint32_t lanes;    /* tracks given to async ranges (never reused in the file) */
+    mxpi_seen frames;  /* sample frames interned in the file (id 0: the mapping) */
+    struct { uint64_t *key; uint8_t *st; size_t n, used; } stacks; /* callstack iids, as mxpi_seen */
+    uint32_t *path;    /* a stack's frames, root first */
+    uint32_t path_cap;
 } perfetto;
 
 /* ---- protobuf encoding (mxpi_buf records an allocation failure) ---- */
@@ -437,6 +460,118 @@ static void forget_next(perfetto *s) {
     }
 }
 
+/* ---- samples ---- */
+
+/* Whether callstack iid key is new to the file (marked for this flush);
+ * false with *failed on allocation failure.  Open addressing, key != 0. */
+static bool stack_first(perfetto *s, uint64_t key, bool *failed) {
+    if (2 * (s->stacks.used + 1) > s->stacks.n) {
+        size_t n = s->stacks.n ? 2 * s->stacks.n : 1024;
+        uint64_t *k = calloc(n, sizeof *k);
+        uint8_t *st = calloc(n, 1);
+        if (k == NULL || st == NULL) {
+            free(k);
+            free(st);
+            *failed = true;
+            return false;
+        }
+        for (size_t i = 0; i < s->stacks.n; i++) {
+            if (!s->stacks.key[i]) continue;
+            size_t j = (size_t)(s->stacks.key[i] * 0x9e3779b97f4a7c15ull) & (n - 1);
+            while (k[j]) j = (j + 1) & (n - 1);
+            k[j] = s->stacks.key[i];
+            st[j] = s->stacks.st[i];
+        }
+        free(s->stacks.key);
+        free(s->stacks.st);
+        s->stacks.key = k;
+        s->stacks.st = st;
+        s->stacks.n = n;
+    }
+    size_t j = (size_t)(key * 0x9e3779b97f4a7c15ull) & (s->stacks.n - 1);
+    while (s->stacks.key[j] && s->stacks.key[j] != key) j = (j + 1) & (s->stacks.n - 1);
+    if (s->stacks.key[j] && s->stacks.st[j]) return false;
+    if (!s->stacks.key[j]) s->stacks.used++;
+    s->stacks.key[j] = key;
+    s->stacks.st[j] = 2;
+    return true;
+}
+
+static void stacks_settle(perfetto *s, bool keep) {
+    for (size_t i = 0; i < s->stacks.n; i++)
+        if (s->stacks.st[i] == 2) s->stacks.st[i] = keep ? 1 : 0;
+}
+
+static void frame_intern(perfetto *s, uint32_t id, const mxpi_sframe *f) {
+    mxpi_buf *b = &s->text;
+    size_t e = msg_open(b, ID_FUNCTION_NAMES);
+    put_uint(b, INTERNED_IID, id);
+    size_t t = msg_open(b, INTERNED_NAME);
+    mxpi_buf_put(b, f->name, f->name_len);
+    mxpi_buf_puts(b, " (");
+    mxpi_buf_put(b, f->file, f->file_len);
+    mxpi_buf_putc(b, ':');
+    mxpi_buf_u64(b, f->line);
+    mxpi_buf_putc(b, ')');
+    msg_close(b, t);
+    msg_close(b, e);
+    e = msg_open(b, ID_FRAMES);
+    put_uint(b, INTERNED_IID, id);
+    put_uint(b, FR_FUNCTION_NAME_ID, id);
+    put_uint(b, FR_MAPPING_ID, 1);
+    put_uint(b, FR_REL_PC, id);
+    msg_close(b, e);
+}
+
+/* One PerfSample packet on thread tid (the thread's track first, if new). */
+static bool sample_put(perfetto *s, const mxpi_out *o, const mxpi_rec *r) {
+    mxpi_buf *b = &s->text;
+    uint32_t tid = r->aux, stack = (uint32_t)((uint64_t)r->val & 0xffffffffu);
+    uint32_t range = (uint32_t)((uint64_t)r->val >> 32);
+    const mxpi_snode *leaf = mxpi_snode_get(stack);
+    if (leaf == NULL) return true; /* cannot happen: the core checked it */
+    bool failed = false, has_range = range != MXPI_SAMPLE_NO_RANGE && range < mxp_object_count();
+    mxpi_thread_mark_used(tid);
+    visit v = {s, o, tid};
+    mxpi_thread_info(tid, thread_visit, &v);
+    if (leaf->depth > s->path_cap) {
+        uint32_t *p = realloc(s->path, leaf->depth * sizeof *p);
+        if (p == NULL) return false;
+        s->path = p;
+        s->path_cap = leaf->depth;
+    }
+    uint32_t depth = 0;
+    for (const mxpi_snode *n = leaf; n != NULL && depth < leaf->depth; n = mxpi_snode_get(n->parent))
+        s->path[leaf->depth - 1 - depth++] = n->frame;
+    uint64_t key = (uint64_t)(has_range ? range + 1u : 0u) << 32 | stack;
+    int64_t ts = o->base_mono_ns + mxpi_tb_span(&o->tb, r->ts - o->epoch_ticks);
+    size_t p = packet_open(s, ts, SEQ_NEEDS_INCREMENTAL_STATE);
+    if (stack_first(s, key, &failed)) {
+        size_t d = msg_open(b, PK_INTERNED_DATA);
+        if (mxpi_seen_first(&s->frames, 0, &failed)) {
+            size_t m = msg_open(b, ID_MAPPINGS);
+            put_uint(b, INTERNED_IID, 1);
+            msg_close(b, m);
+        }
+        for (uint32_t i = 0; i < depth; i++)
+            if (mxpi_seen_first(&s->frames, s->path[i], &failed))
+                frame_intern(s, s->path[i], mxpi_sframe_get(s->path[i]));
+        if (has_range && first_use(s, range, OBJ_INTERNED)) intern_put(b, range);
+        size_t c = msg_open(b, ID_CALLSTACKS);
+        put_uint(b, INTERNED_IID, key);
+        for (uint32_t i = 0; i < depth; i++) put_uint(b, CSK_FRAME_IDS, s->path[i]);
+        msg_close(b, c);
+        msg_close(b, d);
+    }
+    size_t e = msg_open(b, PK_PERF_SAMPLE);
+    put_uint(b, PS_PID, (uint64_t)(int64_t)o->pid);
+    put_uint(b, PS_TID, tid);
+    put_uint(b, PS_CALLSTACK_IID, key);
+    msg_close(b, e);
+    msg_close(b, p);
+    return !failed && !b->failed;
+}
+
 /* ---- the format interface ---- */
 
 static bool create(mxpi_out *o) {
@@ -475,6 +610,14 @@ static bool begin(mxpi_out *o) {
 
 static bool record(mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
     perfetto *s = o->state;
+    if (r->id == MXPI_SAMPLE_ID) {
+        if (s->n && !batch_write(o, s)) return false;
+        if (!sample_put(s, o, r)) {
+            o->err = ENOMEM;
+            return false;
+        }
+        return s->text.len < WRITE_THRESHOLD || drain_text(o, s);
+    }
     if ((tid != s->tid || s->n + 2 > BATCH_MAX) && s->n && !batch_write(o, s)) return false;
     s->tid = tid;
     if (s->n + 2 > s->cap) {
@@ -526,6 +669,8 @@ static void commit(mxpi_out *o) {
     uint8_t *swap = s->done;
     s->done = s->work;
     s->work = swap;
+    mxpi_seen_settle(&s->frames, true);
+    stacks_settle(s, true);
     for (uint32_t i = 0; i < s->nthr; i++) {
         thr *t = &s->thr[i];
         if (t->next == NULL) continue;
@@ -541,6 +686,8 @@ static void restore(mxpi_out *o) {
     if (s == NULL) return;
     if (o->regular && ftruncate(o->fd, (off_t)s->end) != 0 && o->err == 0) o->err = errno;
     forget_next(s);
+    mxpi_seen_settle(&s->frames, false);
+    stacks_settle(s, false);
     s->n = 0;
 }
 
@@ -553,6 +700,10 @@ static void release(mxpi_out *o) {
     free(s->done);
     free(s->work);
     free(s->items);
+    mxpi_seen_free(&s->frames);
+    free(s->stacks.key);
+    free(s->stacks.st);
+    free(s->path);
     mxpi_buf_free(&s->text);
     free(s);
     o->state = NULL;
