@@ -22,11 +22,15 @@ what it costs.
 Interning: a frame is a function (code object: name, file, first line), a
 stack is a chain of (caller's stack id, frame id); both get core ids once,
 so a sample costs a few integers.  Threads are told apart from waiting:
-a thread whose CPU time did not advance since its previous sample is
-waiting (sleep, I/O, a lock, the GIL) and its sample gets a last frame
-``<waiting>`` under the Python function that waits, so the caller is not
-shown as running.  An asyncio task's name rides as the root frame
-``<task NAME>``.
+a thread whose CPU time did not advance since its previous sample and that
+the OS has asleep (not runnable: sleep, I/O, a lock, the GIL) is waiting,
+and its sample gets a last frame ``<waiting>`` under the Python function
+that waits, so the caller is not shown as running.  A thread that is
+runnable but got no CPU (the machine is busy: other processes had the CPUs
+since the sampler handed the GIL back) is running its function, not
+waiting in it; its state is read from ``/proc/self/task/TID/stat`` (Linux)
+only when its CPU time stood still.  Elsewhere CPU time alone decides.
+An asyncio task's name rides as the root frame ``<task NAME>``.
 
 Statistics (``dumps()``'s ``Samples`` section) are counted here per
 (range, stack) while ``aggregate_stats`` is on; they restart with the
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import os
 import sys
 import threading
@@ -139,7 +144,7 @@ def reset() -> None:
 class _Thread:
     """What the sampler knows about one Python thread."""
 
-    __slots__ = ("native", "clock", "cpu", "named", "name", "own")
+    __slots__ = ("native", "clock", "cpu", "named", "name", "own", "stat")
 
     def __init__(self, thread: threading.Thread) -> None:
         self.native = thread.native_id or 0
@@ -151,9 +156,12 @@ class _Thread:
             self.clock = None
         self.cpu = -1
         self.named = 0  # the trace tid its name was given to
+        self.stat = -2  # fd of /proc/self/task/TID/stat; -2 not opened yet, -1 none
 
     def waiting(self) -> bool:
-        """Whether the thread used no CPU since its previous sample."""
+        """Whether the thread used no CPU since its previous sample and is
+        not runnable (a runnable thread without CPU was pushed off it by
+        other work; it waits for nothing of its own)."""
         if self.clock is None:
             return False
         try:
@@ -161,7 +169,31 @@ class _Thread:
         except OSError:
             return False
         last, self.cpu = self.cpu, cpu
-        return last >= 0 and cpu == last
+        return last >= 0 and cpu == last and not self.runnable()
+
+    def runnable(self) -> bool:
+        """Whether the OS has the thread running or ready to run (state R);
+        False where that cannot be read."""
+        if self.stat == -2:
+            try:
+                self.stat = os.open(f"/proc/self/task/{self.native}/stat", os.O_RDONLY)
+            except OSError:
+                self.stat = -1
+        if self.stat < 0:
+            return False
+        try:
+            text = os.pread(self.stat, 512, 0)
+        except OSError:
+            return False
+        # "pid (comm) state ...": the name may hold spaces and parentheses.
+        return text[text.rfind(b")") + 2 : text.rfind(b")") + 3] == b"R"
+
+    def close(self) -> None:
+        """Let go of the /proc file (the thread ended, or sampling stopped)."""
+        fd, self.stat = self.stat, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class Sampler:
@@ -189,6 +221,9 @@ class Sampler:
         self.stopping.set()
         if self.thread.is_alive() and self.thread is not threading.current_thread():
             self.thread.join(timeout=5.0)
+        if not self.thread.is_alive():
+            for info in self.threads.values():
+                info.close()
         if self.saved_switch is not None:
             sys.setswitchinterval(self.saved_switch)
             self.saved_switch = None
@@ -265,6 +300,9 @@ class Sampler:
                 recorded.append((slots.range[0], stack))
         if len(self.threads) > 4 * len(frames) + 16:
             live = set(frames)
+            for k, v in self.threads.items():
+                if k not in live:
+                    v.close()
             self.threads = {k: v for k, v in self.threads.items() if k in live}
         with STATS.lock:
             STATS.fresh(_native.stats_recorded_ns(), bool(aggregate))
@@ -326,8 +364,11 @@ def _after_fork_in_child() -> None:
     STATS.counts.clear()  # the core's statistics restart in a child too
     STATS.recorded_ns = 0
     old, _current = _current, None
-    if old is not None and old.saved_switch is not None:
-        sys.setswitchinterval(old.saved_switch)
+    if old is not None:
+        for info in old.threads.values():
+            info.close()  # the parent's threads' /proc files
+        if old.saved_switch is not None:
+            sys.setswitchinterval(old.saved_switch)
 
 
 if hasattr(os, "register_at_fork"):

@@ -334,3 +334,63 @@ def test_mxprof_run_prints_the_top_functions(tmp_path):
     )
     assert off.returncode == 0 and "Samples (" not in off.stderr
     assert len(mxprof.load(str(tmp_path / "p.json")).samples) == 0
+
+
+def test_a_thread_without_cpu_but_runnable_is_not_waiting(monkeypatch):
+    # The machine is busy: the thread's CPU time stands still between two
+    # samples though it is ready to run. Stand-in: a CPU clock that never moves.
+    monkeypatch.setattr(time, "clock_gettime_ns", lambda clock: 1_000)
+    me = _sampler._Thread(threading.current_thread())
+    assert me.waiting() is False  # no previous sample
+    assert me.waiting() is False  # running (it is this thread): not waiting
+    blocked = threading.Event()
+    t = threading.Thread(target=blocked.wait, args=(10,), name="blocked")
+    t.start()
+    try:
+        other = _sampler._Thread(t)
+        other.waiting()
+        deadline = time.monotonic() + 5
+        while not other.waiting() and time.monotonic() < deadline:
+            time.sleep(0.01)  # until it sleeps in wait()
+        assert other.waiting() is True
+    finally:
+        blocked.set()
+        t.join()
+        me.close()
+        other.close()
+
+
+def test_runnable_threads_keep_their_function_when_the_cpu_clock_stands_still(
+    tmp_path, monkeypatch
+):
+    import hashlib
+
+    d = mxprof.Domain("d")
+    hashing, sleeping = d.new_task("hashing"), d.new_task("sleeping")
+    data = b"x" * (4 << 20)
+
+    def hasher():  # in C with the GIL released: running, never waiting
+        with hashing:
+            end = time.perf_counter() + 0.3
+            while time.perf_counter() < end:
+                hashlib.sha256(data).digest()
+
+    def sleeper():
+        with sleeping:
+            time.sleep(0.3)
+
+    def body():
+        threads = [threading.Thread(target=f, name=f.__name__) for f in (hasher, sleeper)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    monkeypatch.setattr(time, "clock_gettime_ns", lambda clock: 1_000)
+    record(str(tmp_path / "t.json"), body)
+    ranges = dumps_samples()["Ranges"]["d"]
+    busy, asleep = ranges["hashing"], ranges["sleeping"]
+    assert busy["Count"] >= 20 and asleep["Count"] >= 20
+    waited = functions(busy).get(_sampler.WAITING, {"Self": 0})["Self"]
+    assert waited <= busy["Count"] * 0.2  # all of them on the old code
+    assert functions(asleep)[_sampler.WAITING]["Self %"] >= 90
