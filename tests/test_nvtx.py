@@ -90,7 +90,10 @@ def run(tmp_path, tool, nvtx=True):
     """Run SCRIPT under the tool: (trace, thread ids, the tool's log lines)."""
     trace, ids, log = tmp_path / "t.json", tmp_path / "ids.json", tmp_path / "nvtx.log"
     env = dict(os.environ, NVTX_INJECTION64_PATH=tool, MXPROF_NVTX_LOG=str(log))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(HERE), *sys.path) if p)
+    # The mxprof this process imported (installed, or a built tree), never the
+    # source tree's unbuilt mxprof/.
+    found = os.path.dirname(os.path.dirname(os.path.abspath(mxprof.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (found, *sys.path) if p)
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
     argv = [sys.executable, str(script), str(trace), str(ids), "1" if nvtx else "0"]

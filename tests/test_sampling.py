@@ -20,7 +20,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _perfetto_engine  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+# Where this process found mxprof (an installed copy, or a built tree): the
+# children import the same one, never the source tree's unbuilt mxprof/.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(mxprof.__file__)))
 
 
 def spin(seconds):
