@@ -39,6 +39,9 @@ from mxprof import distributed
 from mxprof.distributed import _collect, _wire
 from mxprof.trace import clock as _clock
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from collect import memory  # noqa: E402  (benchmarks/collect.py)
+
 PINGS = 16
 
 
@@ -152,13 +155,9 @@ class Ranks:
 
 
 def rss_mb() -> tuple[float, float]:
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0]) / 1024
-    return out["VmRSS"], out["VmHWM"]
+    """This process's current and peak resident memory, in MB (collect.py's reading)."""
+    now = memory()
+    return now["VmRSS"], now["VmHWM"]
 
 
 def reset_peak() -> None:
