@@ -43,13 +43,13 @@ from .._tracejson import dumps as trace_json
 from .._version import __version__
 from ..errors import TraceFormatError
 from . import _scan
-from ._convert import Converter
+from ._convert import Converter, span_ns, whole_ns
 from ._event import DECODE_EVENTS
 from .clock import IDENTITY, ClockModel
 from .gpu import align_inputs, is_nvidia
 from .model import Event, Trace, base_time_ns, ns_ratio, read_lines, round_ratio
 from .reader import RawEvent, open_trace, read_raw
-from .steps import is_frame, is_profiler_step
+from .steps import is_frame, is_profiler_step, number
 from .writer import JSON_GZ, PERFETTO, PerfettoWriter, file_format
 
 _ROLE_ORDER = {"worker": 0, "server": 1}
@@ -260,25 +260,27 @@ def _selected(
 
 def _moved_fast(event: RawEvent, shift: int) -> RawEvent | None:
     """_moved for a constant shift when the times are whole ns as floats or ints (else None)."""
-    ts = event.get("ts")
-    if type(ts) is not float and type(ts) is not int:
-        return None
-    v = ts * 1000.0
-    start = round(v)
-    if not (-0.001 < v - start < 0.001 and -4e15 < v < 4e15):
+    start = whole_ns(event.get("ts"))
+    if start is None:
         return None
     out = dict(event)
     out["ts"] = (start + shift) / 1000
     if "dur" in event:
-        dur = event["dur"]
-        if type(dur) is not float and type(dur) is not int:
-            return None
-        w = dur * 1000.0
-        length = round(w)
-        if not (-0.001 < w - length < 0.001 and -4e15 < w < 4e15):
+        length = whole_ns(event["dur"])
+        if length is None:
             return None
         out["dur"] = length / 1000
     return out
+
+
+def _process_name(path: str, d: Any, pid: Any, own: Any) -> str:
+    """A process's name in the merged file: its role and rank (distributed
+    inputs), else its own name (or none) and its file's."""
+    if d is not None:
+        return _process_label(d[0], pid)
+    if own is not None:
+        return f"{own} [{os.path.basename(path)}]"
+    return f"{os.path.basename(path)} (pid {pid})"
 
 
 class _JsonOut:
@@ -319,7 +321,7 @@ class _PerfettoOut:
         self.converter = Converter()
 
     def add_input(
-        self, inp: _Input, move: _Move, d: Any, span: tuple[int, int] | None, used: set[Any]
+        self, inp: _Input, move: _Move, d: Any, used: set[Any]
     ) -> tuple[int, dict[Any, Any]]:
         """An input in mxprof's shape, read straight into Events (no dicts):
         (events written, its pids renumbered)."""
@@ -335,23 +337,16 @@ class _PerfettoOut:
                     pids[pid] = _fresh_pid(pid, used)
                     used.add(pids[pid])
                 start = e.ts + shift if shift is not None else move(e.ts)
-                end = (e.ts + (e.dur or 0) + shift) if shift is not None else move(e.end)
-                if span is not None and (start > span[1] or end < span[0]):
-                    continue
-                force_setattr(e, "ts", start)
                 if e.dur is not None:
+                    end = e.end + shift if shift is not None else move(e.end)
                     force_setattr(e, "dur", end - start)
+                force_setattr(e, "ts", start)
                 force_setattr(e, "pid", pids[pid])
                 events.append(e)
-        names = {}
-        for pid, new in pids.items():
-            own = converted.process_names.get(pid)
-            if d is not None:
-                names[new] = _process_label(d[0], pid)
-            elif own is not None:
-                names[new] = f"{own} [{os.path.basename(inp.path)}]"
-            else:
-                names[new] = f"{os.path.basename(inp.path)} (pid {pid})"
+        names = {
+            new: _process_name(inp.path, d, pid, converted.process_names.get(pid))
+            for pid, new in pids.items()
+        }
         threads = {
             (pids[pid], tid): name
             for (pid, tid), name in converted.thread_names.items()
@@ -503,7 +498,7 @@ def _write_inputs(
         # window: only what may lie in it is decoded as dicts.
         whole = isinstance(out, _PerfettoOut) and inp.lines and span is None
         if whole and isinstance(out, _PerfettoOut):
-            written, pids = out.add_input(inp, move, d, span, used)
+            written, pids = out.add_input(inp, move, d, used)
             count += written
         near = None
         if span is not None and shift is not None:
@@ -523,10 +518,7 @@ def _write_inputs(
                 if moved.get("ph") == "M" and moved.get("name") == "process_name":
                     named.add(pid)
                     args = dict(moved.get("args") or {})
-                    if d is not None:
-                        args["name"] = _process_label(d[0], pid)
-                    else:
-                        args["name"] = f"{args.get('name', pid)} [{os.path.basename(inp.path)}]"
+                    args["name"] = _process_name(inp.path, d, pid, args.get("name", pid))
                     moved["args"] = args
                 kept.append(moved)
             out.add(kept)
@@ -534,11 +526,7 @@ def _write_inputs(
         extra = []
         for pid in pids:
             if pid not in named:
-                label = (
-                    _process_label(d[0], pid)
-                    if d is not None
-                    else f"{os.path.basename(inp.path)} (pid {pid})"
-                )
+                label = _process_name(inp.path, d, pid, None)
                 extra.append(
                     {"name": "process_name", "ph": "M", "pid": pids[pid], "tid": 0,
                      "args": {"name": label}}
@@ -575,14 +563,10 @@ def _write_inputs(
 
 def _inside(event: RawEvent, span: tuple[int, int]) -> bool:
     """Whether a moved event overlaps span (ns); events without a time always are."""
-    start = ns_ratio(event.get("ts"))
-    if start is None or event.get("ph") == "M":
+    times = span_ns(event.get("ts"), event.get("dur", 0))
+    if times is None or event.get("ph") == "M":
         return True
-    lo, hi = span
-    ts = round_ratio(*start)
-    length = ns_ratio(event.get("dur")) if "dur" in event else None
-    end = ts + (round_ratio(*length) if length is not None else 0)
-    return ts <= hi and end >= lo
+    return times[0] <= span[1] and times[1] >= span[0]
 
 
 def _window_ns(window: Window, inputs: list[_Input], moves: list[_Move]) -> tuple[int, int]:
@@ -596,12 +580,11 @@ def _window_ns(window: Window, inputs: list[_Input], moves: list[_Move]) -> tupl
         order: dict[tuple[Any, Any, str], int] = {}
         for block in inp.blocks():
             for ev in block:
-                number = _step_number(ev, order)
-                if number is None or not lo <= number <= hi:
+                n = _step_number(ev, order)
+                times = span_ns(ev.get("ts"), ev.get("dur", 0))
+                if n is None or not lo <= n <= hi or times is None:
                     continue
-                moved = _moved(ev, move)
-                start = round_ratio(*(ns_ratio(moved.get("ts")) or (0, 1)))
-                end = start + round_ratio(*(ns_ratio(moved.get("dur", 0)) or (0, 1)))
+                start, end = move(times[0]), move(times[1])
                 first = start if first is None else min(first, start)
                 last = end if last is None else max(last, end)
     if first is None or last is None:
@@ -610,7 +593,7 @@ def _window_ns(window: Window, inputs: list[_Input], moves: list[_Move]) -> tupl
 
 
 def _step_number(event: RawEvent, order: dict[tuple[Any, Any, str], int]) -> int | None:
-    """A complete range's step number (as ``steps.step_number``), None for other events."""
+    """A complete range's step number (``steps.number``), None for other events."""
     if event.get("ph") != "X":
         return None
     name, category = str(event.get("name", "")), str(event.get("cat", ""))
@@ -619,10 +602,4 @@ def _step_number(event: RawEvent, order: dict[tuple[Any, Any, str], int]) -> int
     key = (event.get("pid"), event.get("tid"), name)
     n = order.get(key, 0)
     order[key] = n + 1
-    args = event.get("args")
-    index = args.get("frame") if isinstance(args, dict) else None
-    if isinstance(index, int) and not isinstance(index, bool):
-        return index
-    if name.startswith("ProfilerStep#") and name[13:].isdigit():
-        return int(name[13:])
-    return n
+    return number(name, event.get("args"), n)

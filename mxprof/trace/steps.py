@@ -29,8 +29,13 @@ def step_number(event: Event, order: int) -> int:
 
     Example: ``step_number(event, 3)`` is 7 for ``ProfilerStep#7``.
     """
-    index = event.args.get("frame")
+    return number(event.name, event.args, order)
+
+
+def number(name: str, args: object, order: int) -> int:
+    """``step_number`` of a range given by its name and args (as in the file)."""
+    index = args.get("frame") if isinstance(args, dict) else None
     if isinstance(index, int) and not isinstance(index, bool):
         return index
-    match = _PROFILER_STEP.match(event.name)
+    match = _PROFILER_STEP.match(name)
     return int(match.group(1)) if match else order
