@@ -509,11 +509,8 @@ def _data_loading(traces: list[Trace], procs: list[_Process]) -> Hint | None:
             ranges, other, open_end = [], False, lo - 1
             for e in p.threads.get(tid, ()):
                 ts = e.ts
-                known = cache.get((e.name, e.category))
-                if known is None:
-                    known = _is_loading(e.name, e.category, cache)
                 if (
-                    known
+                    _is_loading(e.name, e.category, cache)
                     and not is_frame(e.category)
                     and not is_profiler_step(e.name)
                     and not _holds_a_step(e, steps, starts)
