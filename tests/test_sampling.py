@@ -141,9 +141,13 @@ def test_each_thread_gets_its_own_samples(tmp_path):
         by_thread.setdefault(name, []).append(s.stack)
     for i, name in enumerate(names):
         stacks = by_thread.get(name, [])
-        assert len(stacks) >= 5, name
-        # Every sample of this thread is in its own function, none in another's.
-        assert all(any(f[0] == f"work_{i}" for f in st) for st in stacks), name
+        functions = [{f[0] for f in st} for st in stacks]
+        # Its own function, and never another thread's. (A sample may also
+        # catch the thread starting or ending, inside threading only: on a
+        # loaded machine a thread can wait there long enough to be sampled.)
+        assert sum(f"work_{i}" in f for f in functions) >= 5, name
+        others = {f"work_{j}" for j in range(8) if j != i}
+        assert not any(f & others for f in functions), name
 
 
 def test_a_blocked_thread_is_reported_as_waiting(tmp_path):
