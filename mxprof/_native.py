@@ -522,6 +522,133 @@ class SampleSlots:
 
 sample_add = lib.mxp_sample_add  # (os_tid, track, stack, slots.range, slots.tid) -> rc
 
+SAMPLE_WALL = int(lib.MXP_SAMPLE_WALL)
+SAMPLE_CPU = int(lib.MXP_SAMPLE_CPU)
+
+
+def sample_frame_info(fid: int) -> tuple[str, str, int]:
+    """An interned frame: (function, file, line)."""
+    name, name_len = ffi.new("const char **"), ffi.new("size_t *")
+    file, file_len = ffi.new("const char **"), ffi.new("size_t *")
+    line = ffi.new("uint32_t *")
+    check(lib.mxp_sample_frame_get(fid, name, name_len, file, file_len, line), "sample frame")
+    return (
+        ffi.unpack(name[0], name_len[0]).decode("utf-8", "replace"),
+        ffi.unpack(file[0], file_len[0]).decode("utf-8", "replace"),
+        int(line[0]),
+    )
+
+
+def sample_stack_info(sid: int) -> tuple[int, int]:
+    """An interned stack node: (parent node, frame)."""
+    parent, frame = ffi.new("uint32_t *"), ffi.new("uint32_t *")
+    check(lib.mxp_sample_stack_get(sid, parent, frame), "sample stack")
+    return int(parent[0]), int(frame[0])
+
+
+def sample_counts(reset: bool = False) -> list[tuple[int, int, int]]:
+    """Samples per (range id or NO_RANGE, stack node) since the statistics began."""
+    n = ffi.new("uint32_t *")
+    cap = 1024
+    while True:
+        out = ffi.new("mxp_sample_count[]", cap)
+        rc = lib.mxp_sample_counts(out, cap, n, 1 if reset else 0)
+        if rc != lib.MXP_E_FULL:
+            check(rc, "reading sample counts")
+            return [(int(c.range), int(c.stack), int(c.n)) for c in out[0 : n[0]]]
+        cap = int(n[0]) + 1024  # more came meanwhile: room for them too
+
+
+def sampler_layout(values: dict[str, int]) -> None:
+    """Give the native sampler this interpreter's layout (``mxprof._pylayout``)."""
+    layout = ffi.new("mxp_pylayout *")
+    for key, value in values.items():
+        setattr(layout, key, value)
+    check(lib.mxp_sampler_layout(layout), "the interpreter's layout")
+
+
+def sampler_threads() -> list[tuple[int, int]]:
+    """The interpreter's thread states as the native sampler reads them:
+    (address, OS thread id)."""
+    cap = 4096
+    addrs, tids = ffi.new("uint64_t[]", cap), ffi.new("int64_t[]", cap)
+    n = ffi.new("uint32_t *")
+    check(lib.mxp_sampler_threads(addrs, tids, cap, n), "reading the interpreter's threads")
+    return [(int(addrs[i]), int(tids[i])) for i in range(n[0])]
+
+
+def sampler_read(tstate: int) -> tuple[list[int], int]:
+    """The stack of thread state tstate as the native sampler reads it: frame
+    ids innermost first, and the asyncio task track found on it (0: none)."""
+    cap = 1024
+    frames, n, track = ffi.new("uint32_t[]", cap), ffi.new("uint32_t *"), ffi.new("uint32_t *")
+    check(lib.mxp_sampler_read(tstate, frames, cap, n, track), "reading a stack")
+    return [int(frames[i]) for i in range(n[0])], int(track[0])
+
+
+def sampler_start(hz: float, mode: int, seed: int) -> None:
+    """Start (or restart) the native sampler."""
+    check(lib.mxp_sampler_start(hz, mode, seed & 0xFFFF_FFFF_FFFF_FFFF), "starting the sampler")
+
+
+def sampler_stop() -> None:
+    """Stop the native sampler and wait for its thread."""
+    check(lib.mxp_sampler_stop(), "stopping the sampler")
+
+
+def sampler_task(key: int, track: int) -> int:
+    """Tell the sampler that the coroutine known by key runs on track (0:
+    forget it); the core's code as is (never raises: tasks come and go on the
+    program's own threads)."""
+    return int(lib.mxp_sampler_task(key, track))
+
+
+def sampler_cut(code: Any) -> None:
+    """Frames of code object code, and their callers, are a launcher's: not
+    the program's (stacks are cut above them)."""
+    check(lib.mxp_sampler_cut(id(code)), "cutting a launcher's frames")
+
+
+def sampler_skip(os_tid: int, skip: bool) -> int:
+    """Mark OS thread os_tid as the profiler's own (not sampled), or not any
+    more; the core's code as is (MXP_E_FULL past 64 threads)."""
+    return int(lib.mxp_sampler_skip(os_tid, 1 if skip else 0))
+
+
+class SamplerStats(NamedTuple):
+    """What the native sampler did (mxp_sampler_stats)."""
+
+    ticks: int
+    samples: int
+    late: int
+    retried: int
+    lost: int
+    busy_ns: int
+    running: bool
+
+
+def sampler_stats() -> SamplerStats:
+    """The native sampler's tallies since the process began (or a reset)."""
+    out = ffi.new("mxp_sampler_stats *")
+    lib.mxp_sampler_stats_get(out)
+    return SamplerStats(
+        int(out.ticks),
+        int(out.samples),
+        int(out.late),
+        int(out.retried),
+        int(out.lost),
+        int(out.busy_ns),
+        bool(out.running),
+    )
+
+
+def thread_unnamed() -> list[tuple[int, int]]:
+    """Trace tids bound to an OS thread that have no name yet: (tid, OS id)."""
+    cap = 4096
+    tids, os_tids, n = ffi.new("uint32_t[]", cap), ffi.new("int64_t[]", cap), ffi.new("uint32_t *")
+    check(lib.mxp_thread_unnamed(tids, os_tids, cap, n), "reading thread names")
+    return [(int(tids[i]), int(os_tids[i])) for i in range(n[0])]
+
 
 # ---- test seams (mxprof._testing, benchmarks) ----
 

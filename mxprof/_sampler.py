@@ -1,179 +1,182 @@
 """The stack sampler: Python stacks of every thread, ``sample_rate`` times a second.
 
-Mechanism: one daemon thread ("mxprof-sampler") wakes at a fixed rate, reads
-every thread's current frame with ``sys._current_frames()`` and hands each
-stack to the core (``mxp_sample_add``), which attributes it to the innermost
-range open on that thread (or on the asyncio task's track) and records it in
-the same buffers as every other event.  Reading Python frames touches Python
-objects, so it lives here, never in the core (the core does not call back).
+Two ways to take the samples, one at a time, with the same result in the
+trace, in ``dumps()`` and in what reads them:
 
-Why a thread: its cost is per sample, not per call.  A profile hook in C
-(``setstatprofile``, pyinstrument's way) pays on every call and return,
-which on a recursive workload of ~10 M calls/s costs far more than the
-samples; a timer signal runs its handler only on the main thread.  The
-thread's cost is the GIL handoff: to take a sample it must get the GIL from
-the running thread, which CPython hands over only after
-``sys.getswitchinterval()`` (5 ms by default) -- a 1 kHz sampler would get
-about 200 samples a second.  While sampling, the switch interval is
-therefore lowered to a quarter of the sampling period (never raised), and
-put back when sampling stops; the benchmark (benchmarks/sampling.py) shows
-what it costs.
+- **native** (the default): a thread of the core (native/src/mxp_sampler.c)
+  reads this interpreter's thread states and frames from memory, without the
+  GIL, at instants of its own: a thread running C code that holds the GIL is
+  seen inside that code's Python caller, a burst shorter than the switch
+  interval is seen, and the sampler costs the program no GIL handoffs.  It
+  needs the interpreter's layout (``mxprof._pylayout``), checked against
+  Python's own view of this thread's stack before the first start.
+- **python** (the fallback): a Python thread that reads
+  ``sys._current_frames()``.  It needs the GIL, which the running thread
+  hands over only when it blocks or at the end of a switch interval, so its
+  samples lean towards waits and miss short bursts; it lowers the switch
+  interval while it runs to get its samples at all.  It is used where the
+  native sampler cannot read the interpreter (a CPython without a layout
+  row, a debug or free-threaded build, a sandbox that refuses the copies),
+  after a warning that says why, or when ``MXPROF_SAMPLER=python`` asks.
 
-Interning: a frame is a function (code object: name, file, first line), a
-stack is a chain of (caller's stack id, frame id); both get core ids once,
-so a sample costs a few integers.  Threads are told apart from waiting:
-a thread whose CPU time did not advance since its previous sample and that
-the OS has asleep (not runnable: sleep, I/O, a lock, the GIL) is waiting,
-and its sample gets a last frame ``<waiting>`` under the Python function
-that waits, so the caller is not shown as running.  A thread that is
-runnable but got no CPU (the machine is busy: other processes had the CPUs
-since the sampler handed the GIL back) is running its function, not
-waiting in it; its state is read from ``/proc/self/task/TID/stat`` (Linux)
-only when its CPU time stood still.  Elsewhere CPU time alone decides.
-An asyncio task's name rides as the root frame ``<task NAME>``.
+What a sample is, either way:
 
-Statistics (``dumps()``'s ``Samples`` section) are counted here per
-(range, stack) while ``aggregate_stats`` is on; they restart with the
-core's statistics.
+- at each instant, every thread running Python (mxprof's own threads
+  excepted, see :func:`own_thread`) is sampled: its stack, innermost frame
+  last, attributed to the innermost range open on it (or on the asyncio
+  task's track it runs) at that instant;
+- ``sample_mode="wall"``: a thread the OS has blocked at the instant
+  (sleeping, waiting for a lock, I/O or the GIL) gets a last frame
+  ``<waiting>`` under the function that waits; ``"cpu"``: such a thread is
+  not sampled, so shares are of CPU time (a thread ready to run but not given
+  a CPU counts as running, as in py-spy);
+- frames of a launcher (``mxprof run``'s ``runpy``, see :func:`cut`) and
+  everything above them are left off, so stacks begin at the program;
+- the instants are a random walk: the gap to the next one is uniform in
+  [0.5, 1.5) periods, so periodic work does not alias with the sampler.
+
+Frames and stacks are interned in the core (ids by content); the counts per
+(range, stack) that ``dumps()`` shows are kept there too.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import os
+import random
 import sys
 import threading
 import time
+import warnings
 from collections import Counter
+from collections.abc import Iterator
 from types import CodeType, FrameType
+from typing import Any
 
 from . import _native, _tasks, _threads
-from ._native import FLAG_AGGREGATE, FLAG_RECORD
+from ._native import FLAG_RECORD
 
-__all__ = ["MAX_RATE", "WAITING", "apply", "rate", "snapshot", "reset"]
+__all__ = [
+    "MAX_RATE",
+    "WAITING",
+    "apply",
+    "cut",
+    "kind",
+    "own_thread",
+    "rate",
+    "reset",
+    "snapshot",
+]
 
-MAX_RATE = 20_000  # Hz: beyond it the GIL handoffs alone would swamp the program
+MAX_RATE = 20_000  # Hz: beyond it a sample's own cost approaches its period
 WAITING = "<waiting>"
 
 _flags = _native.flags_update
 
 
+class _Table(dict):  # type: ignore[type-arg]
+    """Ids to what the core interned under them, read from it on first use."""
+
+    def __init__(self, read: Any) -> None:
+        super().__init__()
+        self._read = read
+
+    def __missing__(self, key: int) -> Any:
+        value = self[key] = self._read(key)
+        return value
+
+
 class _Tables:
-    """Frames and stacks interned so far (ids from the core), and names back."""
+    """Frames and stack nodes: ``frames[id]`` = (function, file, line),
+    ``nodes[id]`` = (parent, frame); interning for the Python sampler."""
 
     def __init__(self) -> None:
+        self.frames: dict[int, tuple[str, str, int]] = _Table(_native.sample_frame_info)
+        self.nodes: dict[int, tuple[int, int]] = _Table(_native.sample_stack_info)
         self.codes: dict[CodeType, int] = {}
-        self.named: dict[tuple[str, str, int], int] = {}
         self.stacks: dict[tuple[int, int], int] = {}
-        self.frames: dict[int, tuple[str, str, int]] = {}  # id -> (function, file, line)
-        self.nodes: dict[int, tuple[int, int]] = {}  # id -> (parent, frame)
 
     def frame_of(self, name: str, file: str, line: int) -> int:
-        key = (name, file, line)
-        fid = self.named.get(key)
-        if fid is None:
-            fid = _native.sample_frame(name, file, line)
-            self.named[key] = fid
-            self.frames[fid] = key
-        return fid
+        return _native.sample_frame(name, file, line)
 
     def code_frame(self, code: CodeType) -> int:
         fid = self.codes.get(code)
         if fid is None:
             # co_qualname (3.11+) says which class a method is of.
             name = getattr(code, "co_qualname", code.co_name)
-            fid = self.frame_of(name, code.co_filename, code.co_firstlineno)
-            self.codes[code] = fid
+            fid = self.codes[code] = self.frame_of(name, code.co_filename, code.co_firstlineno)
         return fid
 
     def node(self, parent: int, frame: int) -> int:
         sid = self.stacks.get((parent, frame))
         if sid is None:
-            sid = _native.sample_stack(parent, frame)
-            self.stacks[(parent, frame)] = sid
-            self.nodes[sid] = (parent, frame)
+            sid = self.stacks[(parent, frame)] = _native.sample_stack(parent, frame)
         return sid
 
 
 TABLES = _Tables()
 
 
-class _Stats:
-    """Sample counts per (range id, stack id) since the statistics began."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.counts: Counter[tuple[int, int]] = Counter()
-        self.recorded_ns = 0  # the core's, at the last sample: a drop = a restart
-        self.aggregate = True  # statistics were on at the last sample
-
-    def fresh(self, recorded_ns: int, aggregate: bool = True) -> None:
-        """Forget counts that belong to statistics the core has restarted: the
-        time they cover went back (a reset; the reading jitters by a few ns,
-        hence the margin), or statistics were off since the last sample."""
-        if recorded_ns + 1_000_000 < self.recorded_ns or not self.aggregate:
-            self.counts.clear()
-            self.recorded_ns = recorded_ns
-        self.recorded_ns = max(recorded_ns, self.recorded_ns)
-        self.aggregate = aggregate
-
-
-STATS = _Stats()
-
-
 def snapshot(reset: bool = False) -> tuple[Counter[tuple[int, int]], _Tables]:
-    """The counts per (range id or NO_RANGE, stack id), and the tables to read them."""
-    with STATS.lock:
-        STATS.fresh(_native.stats_recorded_ns())
-        counts = Counter(STATS.counts)
-        if reset:
-            STATS.counts.clear()
-            STATS.recorded_ns = 0
+    """The counts per (range id or NO_RANGE, stack id) since the statistics
+    began, and the tables to read them."""
+    counts: Counter[tuple[int, int]] = Counter()
+    for rid, sid, n in _native.sample_counts(reset):
+        counts[(rid, sid)] += n
     return counts, TABLES
 
 
 def reset() -> None:
     """Start the counts afresh (with the core's statistics)."""
-    with STATS.lock:
-        STATS.counts.clear()
-        STATS.recorded_ns = 0
+    _native.sample_counts(reset=True)
+
+
+# ---- what is not the program's ----
+
+_own: set[int] = set()  # native ids of mxprof's own threads
+_cuts: set[CodeType] = set()
+
+
+@contextlib.contextmanager
+def own_thread() -> Iterator[None]:
+    """Mark the calling thread as mxprof's own while the block runs: it is
+    never sampled.  Its OS id is let go at the end, so a thread that later
+    gets the same id is sampled as usual."""
+    me = threading.get_native_id()
+    _own.add(me)
+    _native.sampler_skip(me, True)
+    try:
+        yield
+    finally:
+        _own.discard(me)
+        _native.sampler_skip(me, False)
+
+
+def cut(code: CodeType) -> None:
+    """Frames of code, and every frame that called them, are a launcher's:
+    stacks are cut above them (``mxprof run`` cuts at runpy's)."""
+    _cuts.add(code)
+    _native.sampler_cut(code)
+
+
+# ---- the Python sampler (the fallback) ----
 
 
 class _Thread:
-    """What the sampler knows about one Python thread."""
+    """What the Python sampler knows about one thread: its /proc stat file."""
 
-    __slots__ = ("native", "clock", "cpu", "named", "name", "own", "stat")
+    __slots__ = ("native", "name", "named", "stat")
 
     def __init__(self, thread: threading.Thread) -> None:
         self.native = thread.native_id or 0
         self.name = thread.name
-        self.own = thread.name.startswith("mxprof-")  # the profiler's threads are not sampled
-        try:
-            self.clock: int | None = time.pthread_getcpuclockid(thread.ident or 0)
-        except (OSError, AttributeError):
-            self.clock = None
-        self.cpu = -1
         self.named = 0  # the trace tid its name was given to
         self.stat = -2  # fd of /proc/self/task/TID/stat; -2 not opened yet, -1 none
 
-    def waiting(self) -> bool:
-        """Whether the thread used no CPU since its previous sample and is
-        not runnable (a runnable thread without CPU was pushed off it by
-        other work; it waits for nothing of its own)."""
-        if self.clock is None:
-            return False
-        try:
-            cpu = time.clock_gettime_ns(self.clock)
-        except OSError:
-            return False
-        last, self.cpu = self.cpu, cpu
-        return last >= 0 and cpu == last and not self.runnable()
-
-    def runnable(self) -> bool:
-        """Whether the OS has the thread running or ready to run (state R);
-        False where that cannot be read."""
+    def blocked(self) -> bool:
+        """Whether the OS has the thread blocked now (not running nor ready to
+        run); False where that cannot be read."""
         if self.stat == -2:
             try:
                 self.stat = os.open(f"/proc/self/task/{self.native}/stat", os.O_RDONLY)
@@ -186,7 +189,8 @@ class _Thread:
         except OSError:
             return False
         # "pid (comm) state ...": the name may hold spaces and parentheses.
-        return text[text.rfind(b")") + 2 : text.rfind(b")") + 3] == b"R"
+        end = text.rfind(b")")
+        return text[end + 2 : end + 3] not in (b"R", b"")
 
     def close(self) -> None:
         """Let go of the /proc file (the thread ended, or sampling stopped)."""
@@ -196,11 +200,14 @@ class _Thread:
                 os.close(fd)
 
 
-class Sampler:
-    """The sampling thread; one at a time (``apply`` starts and stops it)."""
+class _PythonSampler:
+    """The sampling thread of the fallback."""
 
-    def __init__(self, rate: float) -> None:
+    kind = "python"
+
+    def __init__(self, rate: float, mode: str) -> None:
         self.rate = rate
+        self.mode = mode
         self.interval = 1.0 / rate
         self.stopping = threading.Event()
         self.threads: dict[int, _Thread] = {}
@@ -208,8 +215,14 @@ class Sampler:
         self.waiting = TABLES.frame_of(WAITING, "", 0)
         self.thread = threading.Thread(target=self._run, name="mxprof-sampler", daemon=True)
         self.saved_switch: float | None = None
+        self.random = random.Random()
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
 
     def start(self) -> None:
+        # The running thread hands the GIL over only after a switch interval
+        # (5 ms by default): lowered to a quarter period, never raised.
         want = self.interval / 4
         current = sys.getswitchinterval()
         if want < current:
@@ -229,20 +242,21 @@ class Sampler:
             self.saved_switch = None
 
     def _run(self) -> None:
-        wait = self.stopping.wait
-        clock = time.perf_counter
-        due = clock()
-        while not self.stopping.is_set():
-            due += self.interval
-            delay = due - clock()
-            if delay > 0:
-                wait(delay)
-            else:
-                due = clock()  # fell behind: skip the samples missed, do not burst
-            try:
-                self.tick()
-            except Exception:  # never let a sampling error end the program's thread
-                continue
+        with own_thread():
+            wait = self.stopping.wait
+            clock = time.perf_counter
+            due = clock()
+            while not self.stopping.is_set():
+                due += self.interval * (0.5 + self.random.random())
+                delay = due - clock()
+                if delay > 0:
+                    wait(delay)
+                else:
+                    due = clock()  # fell behind: skip the samples missed, do not burst
+                try:
+                    self.tick()
+                except Exception:  # never let a sampling error end the program's thread
+                    continue
 
     def _known(self, ident: int) -> _Thread | None:
         info = self.threads.get(ident)
@@ -253,76 +267,126 @@ class Sampler:
             info = self.threads.get(ident)
         return info
 
-    def _tasks(self) -> dict[int, tuple[str, int]]:
-        """Per thread ident running an asyncio task: the task's name and track."""
-        current = getattr(asyncio.tasks, "_current_tasks", None)
-        out: dict[int, tuple[str, int]] = {}
-        if not current:
-            return out
-        for loop, task in list(current.items()):
+    def _tasks(self) -> dict[int, int]:
+        """Per thread ident running an asyncio task with a track: the track."""
+        current = getattr(sys.modules.get("asyncio.tasks"), "_current_tasks", None)
+        out: dict[int, int] = {}
+        for loop, task in list(current.items()) if current else ():
             ident = getattr(loop, "_thread_id", None)
             if ident is not None and task is not None:
-                out[ident] = (task.get_name(), _tasks.track_of(loop, False))
+                out[ident] = _tasks.track_of(loop, False)
         return out
 
     def tick(self) -> None:
-        flags = _flags(0, 0)
-        if not flags & FLAG_RECORD:
+        if not _flags(0, 0) & FLAG_RECORD:
             return
         frames = sys._current_frames()
         tasks = self._tasks()
-        own = threading.get_ident()
-        aggregate = flags & FLAG_AGGREGATE
         slots = self.slots
         add = _native.sample_add
-        recorded: list[tuple[int, int]] = []
         for ident, frame in frames.items():
-            if ident == own:
-                continue
             info = self._known(ident)
-            if info is None or info.own:
+            if info is None or info.native in _own:
                 continue  # unknown to threading (no OS id to file it under), or mxprof's
-            task = tasks.get(ident)
-            stack = self._stack(frame, task[0] if task else None)
-            if info.waiting():
+            blocked = info.blocked()
+            if blocked and self.mode == "cpu":
+                continue
+            stack = self._stack(frame)
+            if not stack:
+                continue
+            if blocked:
                 stack = TABLES.node(stack, self.waiting)
-            rc = add(info.native, task[1] if task else 0, stack, slots.range, slots.tid)
+            rc = add(info.native, tasks.get(ident, 0), stack, slots.range, slots.tid)
             if rc < 0:
                 return  # not recording any more
-            if rc == _native.NEW_THREAD:
-                _threads.register_current()  # the sampler's own trace tid gets its name
             tid = slots.tid[0]
             if tid and info.named != tid:
                 info.named = tid
                 name = info.name.encode("utf-8", "replace")
                 _native.thread_name_set(tid, name, len(name))
-            if aggregate:
-                recorded.append((slots.range[0], stack))
         if len(self.threads) > 4 * len(frames) + 16:
             live = set(frames)
             for k, v in self.threads.items():
                 if k not in live:
                     v.close()
             self.threads = {k: v for k, v in self.threads.items() if k in live}
-        with STATS.lock:
-            STATS.fresh(_native.stats_recorded_ns(), bool(aggregate))
-            STATS.counts.update(recorded)
 
-    def _stack(self, frame: FrameType | None, task: str | None) -> int:
+    def _stack(self, frame: FrameType | None) -> int:
         chain: list[CodeType] = []
-        while frame is not None:
+        while frame is not None and frame.f_code not in _cuts:
             chain.append(frame.f_code)
             frame = frame.f_back
         sid = 0
-        if task is not None:
-            sid = TABLES.node(0, TABLES.frame_of(f"<task {task}>", "<asyncio>", 0))
         code_frame, node = TABLES.code_frame, TABLES.node
         for code in reversed(chain):
             sid = node(sid, code_frame(code))
         return sid
 
 
-_current: Sampler | None = None
+# ---- the native sampler ----
+
+
+class _NativeSampler:
+    """The core's sampling thread."""
+
+    kind = "native"
+
+    def __init__(self, rate: float, mode: str) -> None:
+        self.rate = rate
+        self.mode = mode
+
+    def alive(self) -> bool:
+        return _native.sampler_stats().running
+
+    def start(self) -> None:
+        mode = _native.SAMPLE_CPU if self.mode == "cpu" else _native.SAMPLE_WALL
+        _native.sampler_start(self.rate, mode, random.getrandbits(64))
+
+    def stop(self) -> None:
+        _native.sampler_stop()
+
+
+_checked: str | None | bool = False  # False: not yet; None: the native sampler works; str: why not
+
+
+def _native_refusal() -> str | None:
+    """Why the native sampler cannot run here (None: it can); checked once."""
+    global _checked
+    if _checked is False:
+        from . import _pylayout  # ctypes, and the check itself: only where sampling starts
+
+        if os.environ.get("MXPROF_SAMPLER", "") == "python":
+            _checked = "MXPROF_SAMPLER=python asks for the Python sampler"
+        else:
+            try:
+                _pylayout.check(_pylayout.layout())
+                _checked = None
+            except _pylayout.Unsupported as e:
+                _checked = str(e)
+            except Exception as e:  # noqa: BLE001 - any failure of the check means: fall back
+                _checked = f"the layout check failed: {e!r}"
+    return _checked if isinstance(_checked, str) else None
+
+
+_warned = False
+
+
+def _fallback_warning(reason: str) -> None:
+    global _warned
+    if _warned or reason.startswith("MXPROF_SAMPLER="):
+        return
+    _warned = True
+    version = ".".join(map(str, sys.version_info[:3]))
+    warnings.warn(
+        f"mxprof samples from a Python thread on this interpreter (CPython {version}): "
+        f"{reason}. Such samples need the GIL, so they lean towards waits and miss "
+        "bursts shorter than the switch interval; see the README's sampling section.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+_current: _NativeSampler | _PythonSampler | None = None
 _lock = threading.Lock()
 _exit_hooked = False
 
@@ -332,23 +396,33 @@ def rate() -> float:
     return _current.rate if _current is not None else 0.0
 
 
-def apply(hz: float) -> None:
-    """Run the sampler at hz (0: stop it).  Called by the session whenever
-    the configuration reaches the core."""
-    global _current
+def kind() -> str:
+    """Which sampler runs now: 'native', 'python', or '' (none)."""
+    return _current.kind if _current is not None else ""
+
+
+def apply(hz: float, mode: str = "wall") -> None:
+    """Run the sampler at hz in mode (0: stop it).  Called by the session
+    whenever the configuration reaches the core."""
+    global _current, _exit_hooked
     with _lock:
-        if _current is not None and (_current.rate == hz and _current.thread.is_alive()):
+        running = _current
+        if running is not None and (running.rate, running.mode) == (hz, mode) and running.alive():
             return
         if _current is not None:
             _current.stop()
             _current = None
         if hz > 0 and not sys.is_finalizing():
-            global _exit_hooked
             if not _exit_hooked:
                 atexit.register(_stop_at_exit)  # after the session's: runs before it
                 _exit_hooked = True
-            _current = Sampler(hz)
-            _current.start()
+            _threads.watch_starts()
+            reason = _native_refusal()
+            if reason is not None:
+                _fallback_warning(reason)
+            sampler = _PythonSampler(hz, mode) if reason else _NativeSampler(hz, mode)
+            sampler.start()
+            _current = sampler
 
 
 def _stop_at_exit() -> None:
@@ -357,14 +431,13 @@ def _stop_at_exit() -> None:
 
 
 def _after_fork_in_child() -> None:
-    """The parent's sampling thread does not exist here; locks may be held."""
+    """The parent's sampling thread does not exist here; locks may be held.
+    (The core forgot its own sampler thread and the skipped threads.)"""
     global _current, _lock
     _lock = threading.Lock()
-    STATS.lock = threading.Lock()
-    STATS.counts.clear()  # the core's statistics restart in a child too
-    STATS.recorded_ns = 0
+    _own.clear()
     old, _current = _current, None
-    if old is not None:
+    if isinstance(old, _PythonSampler):
         for info in old.threads.values():
             info.close()  # the parent's threads' /proc files
         if old.saved_switch is not None:

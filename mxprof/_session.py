@@ -84,6 +84,10 @@ class _Flusher:
         self.thread.start()
 
     def _run(self) -> None:
+        with _sampler.own_thread():  # the writer is not the program: never sampled
+            self._loop()
+
+    def _loop(self) -> None:
         # The core waits in int64 ns (config keeps the period within it).
         timeout_ns = min(max(round(self.period * 1e9), 1), 2**63 - 1)
         while not self._stop.is_set():
@@ -335,7 +339,9 @@ class Session:
         every |= FLAG_NVTX
         _native.flags_update(want, every & ~want)
         # Stack sampling runs while the state is 'run' (paused: it idles).
-        _sampler.apply(self.config.sample_rate if self.state == "run" else 0.0)
+        _sampler.apply(
+            self.config.sample_rate if self.state == "run" else 0.0, self.config.sample_mode
+        )
         if self.config.max_events != self.applied_max_events:
             _native.max_events_set(self.config.max_events)
             self.applied_max_events = self.config.max_events

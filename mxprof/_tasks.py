@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.events
+import sys
+import types
 from asyncio.events import _get_running_loop as running_loop
 from threading import get_ident
 from typing import Any, Callable
@@ -33,7 +35,7 @@ from ._native import track_begin as _track_begin
 from ._native import track_end as _track_end
 from ._threads import register_current
 
-__all__ = ["begun", "ended", "install", "running_loop", "track_of"]
+__all__ = ["begun", "ended", "install", "running_loop", "task_key", "track_of"]
 
 _current_task = asyncio.current_task
 _tracks: dict[asyncio.Task[Any], int] = {}
@@ -60,6 +62,21 @@ def track_of(loop: asyncio.AbstractEventLoop, create: bool) -> int:
     return tid
 
 
+def task_key(coro: Any) -> int:
+    """The key the core's sampler knows a coroutine by (``mxp_sampler_task``):
+    the coroutine object's address, or its frame's where frames are objects
+    (3.9, 3.10).  0 when it has none (not a native coroutine, or finished)."""
+    if sys.version_info >= (3, 11):
+        return id(coro) if isinstance(coro, types.CoroutineType) else 0
+    frame = getattr(coro, "cr_frame", None)
+    return id(frame) if frame is not None else 0
+
+
+# The key each task with a track was registered under with the sampler, so
+# that samples taken while its coroutine runs go to its track.
+_keys: dict[asyncio.Task[Any], int] = {}
+
+
 def _open(task: asyncio.Task[Any]) -> int:
     try:
         name = task.get_name().encode("utf-8", "replace")
@@ -69,12 +86,19 @@ def _open(task: asyncio.Task[Any]) -> int:
     if not tid:
         return 0
     _tracks[task] = tid
+    get_coro = getattr(task, "get_coro", None)
+    key = task_key(get_coro()) if get_coro is not None else 0
+    if key and _native.sampler_task(key, tid) == 0:
+        _keys[task] = key
     task.add_done_callback(_close)
     return tid
 
 
 def _close(task: asyncio.Task[Any]) -> None:
     tid = _tracks.pop(task, None)
+    key = _keys.pop(task, 0)
+    if key:
+        _native.sampler_task(key, 0)
     if tid is not None:
         _native.track_close(tid)
 

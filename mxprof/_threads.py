@@ -20,8 +20,44 @@ def register_current() -> None:
     _known[_native.thread_tid()] = threading.current_thread()
 
 
+# Threads by OS id as they started (watch_starts): the sampler samples
+# threads that never record, and may be done before the next write names them.
+_started: dict[int, threading.Thread] = {}
+
+
+def watch_starts() -> None:
+    """Note every thread started from now on under its OS id, so that the
+    timeline the sampler makes for it can be named even after it ended
+    (idempotent).  Wraps ``threading.Thread._bootstrap_inner``, the first code
+    a new thread runs; the cost is one dict store per thread."""
+    original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
+    if getattr(original, "_mxprof", False):
+        return
+
+    def _bootstrap_inner(self: threading.Thread) -> None:
+        if len(_started) > 1024:  # threads that never got a timeline: let the dead go
+            for k, t in list(_started.items()):
+                if not t.is_alive():
+                    _started.pop(k, None)
+        _started[threading.get_native_id()] = self
+        original(self)
+
+    _bootstrap_inner._mxprof = True  # type: ignore[attr-defined]
+    threading.Thread._bootstrap_inner = _bootstrap_inner  # type: ignore[attr-defined]
+
+
 def sync_names() -> None:
-    """Push every known thread's current name into the core."""
+    """Push every known thread's current name into the core, and name the
+    timelines the sampler made for threads that never recorded."""
+    unnamed = _native.thread_unnamed()
+    if unnamed:
+        by_os_id: dict[int | None, threading.Thread] = dict(_started.items())
+        by_os_id.update((t.native_id, t) for t in threading.enumerate())
+        for tid, os_tid in unnamed:
+            thread = by_os_id.get(os_tid)
+            if thread is not None:
+                _known.setdefault(tid, thread)
+                _started.pop(os_tid, None)
     for tid, thread in list(_known.items()):
         name = thread.name.encode("utf-8", "replace")
         _native.thread_name_set(tid, name, len(name))

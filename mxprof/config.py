@@ -113,6 +113,15 @@ def _rate(key: str, value: Any) -> float:
     return float(value)
 
 
+SAMPLE_MODES = ("wall", "cpu")
+
+
+def _mode(key: str, value: Any) -> str:
+    if not isinstance(value, str) or value not in SAMPLE_MODES:
+        raise ConfigError(f"{key} must be 'wall' or 'cpu', got {value!r}")
+    return str(value)
+
+
 PROCESSES = ("worker", "server")
 
 
@@ -261,6 +270,13 @@ class Config:
         "mxprof: Python stacks of every thread sampled this many times a second and "
         "attributed to the innermost open range (0 = off; at most 20000): in the trace, "
         "dumps()'s Samples section and the report",
+    )
+    sample_mode: str = _key(
+        "wall",
+        _mode,
+        "mxprof: what samples count: 'wall' (every thread at every instant; one blocked "
+        "then is sampled as <waiting> under the function that waits, so shares are of "
+        "elapsed time) or 'cpu' (only threads running or ready to run: shares of CPU time)",
     )
 
     def with_(self, **changes: Any) -> Config:

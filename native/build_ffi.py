@@ -43,6 +43,22 @@ RELEASING = (
     ("void", "mxp_reset", "void", ""),
     ("int", "mxp_noop_released", "uint32_t id", "id"),  # a benchmark baseline
     ("int", "mxp_flush_wait", "int64_t timeout_ns", "timeout_ns"),
+    # The sampler: starting and stopping join its thread (a sample under way ends
+    # first); reading a stack may wait for one.  None of them needs Python.
+    ("int", "mxp_sampler_start", "double hz, int mode, uint64_t seed", "hz, mode, seed"),
+    ("int", "mxp_sampler_stop", "void", ""),
+    (
+        "int",
+        "mxp_sampler_read",
+        "uint64_t tstate, uint32_t *frames_out, uint32_t cap, uint32_t *n_out, uint32_t *track_out",
+        "tstate, frames_out, cap, n_out, track_out",
+    ),
+    (
+        "int",
+        "mxp_sampler_threads",
+        "uint64_t *tstates_out, int64_t *os_tids_out, uint32_t cap, uint32_t *n_out",
+        "tstates_out, os_tids_out, cap, n_out",
+    ),
 )
 
 

@@ -25,6 +25,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(mxprof.__file__)))
 
 
+@pytest.fixture
+def sampler(monkeypatch):
+    """Choose the sampler: 'native' (the default, which must be the one
+    running) or 'python' (the fallback, as where the native one cannot read
+    the interpreter)."""
+
+    def choose(kind):
+        if kind == "python":
+            monkeypatch.setattr(_sampler, "_checked", "the test asks for the fallback")
+            monkeypatch.setattr(_sampler, "_warned", True)
+        else:
+            assert _sampler._native_refusal() is None, _sampler._native_refusal()
+
+    return choose
+
+
 def spin(seconds):
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
@@ -342,23 +358,20 @@ def test_mxprof_run_prints_the_top_functions(tmp_path):
     assert len(mxprof.load(str(tmp_path / "p.json")).samples) == 0
 
 
-def test_a_thread_without_cpu_but_runnable_is_not_waiting(monkeypatch):
-    # The machine is busy: the thread's CPU time stands still between two
-    # samples though it is ready to run. Stand-in: a CPU clock that never moves.
-    monkeypatch.setattr(time, "clock_gettime_ns", lambda clock: 1_000)
+def test_the_fallback_reads_a_threads_state_at_the_instant():
+    # Running (this thread) is not blocked; a thread asleep in a wait is, as
+    # soon as it sleeps: nothing is carried over from an earlier sample.
     me = _sampler._Thread(threading.current_thread())
-    assert me.waiting() is False  # no previous sample
-    assert me.waiting() is False  # running (it is this thread): not waiting
     blocked = threading.Event()
     t = threading.Thread(target=blocked.wait, args=(10,), name="blocked")
     t.start()
+    other = _sampler._Thread(t)
     try:
-        other = _sampler._Thread(t)
-        other.waiting()
+        assert me.blocked() is False
         deadline = time.monotonic() + 5
-        while not other.waiting() and time.monotonic() < deadline:
+        while not other.blocked() and time.monotonic() < deadline:
             time.sleep(0.01)  # until it sleeps in wait()
-        assert other.waiting() is True
+        assert other.blocked() is True
     finally:
         blocked.set()
         t.join()
@@ -366,11 +379,11 @@ def test_a_thread_without_cpu_but_runnable_is_not_waiting(monkeypatch):
         other.close()
 
 
-def test_runnable_threads_keep_their_function_when_the_cpu_clock_stands_still(
-    tmp_path, monkeypatch
-):
+@pytest.mark.parametrize("kind", ["native", "python"])
+def test_c_code_that_releases_the_gil_is_running_and_a_sleep_is_waiting(tmp_path, kind, sampler):
     import hashlib
 
+    sampler(kind)
     d = mxprof.Domain("d")
     hashing, sleeping = d.new_task("hashing"), d.new_task("sleeping")
     data = b"x" * (4 << 20)
@@ -386,17 +399,18 @@ def test_runnable_threads_keep_their_function_when_the_cpu_clock_stands_still(
             time.sleep(0.3)
 
     def body():
+        assert _sampler.kind() == kind
         threads = [threading.Thread(target=f, name=f.__name__) for f in (hasher, sleeper)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
 
-    monkeypatch.setattr(time, "clock_gettime_ns", lambda clock: 1_000)
     record(str(tmp_path / "t.json"), body)
+    assert _sampler.kind() == ""  # stopped with the state
     ranges = dumps_samples()["Ranges"]["d"]
     busy, asleep = ranges["hashing"], ranges["sleeping"]
     assert busy["Count"] >= 20 and asleep["Count"] >= 20
     waited = functions(busy).get(_sampler.WAITING, {"Self": 0})["Self"]
-    assert waited <= busy["Count"] * 0.2  # all of them on the old code
+    assert waited <= busy["Count"] * 0.2
     assert functions(asleep)[_sampler.WAITING]["Self %"] >= 90

@@ -14,6 +14,7 @@ import queue
 import threading
 from typing import Any, Callable
 
+from .._sampler import own_thread
 from ._endpoint import PeerGone
 from ._wire import MAX_BODY, MAX_HEADER
 
@@ -83,7 +84,7 @@ class ZmqTransport:
 
     def start(self, deliver: Callable[[Any, list[bytes]], None]) -> None:
         self._deliver = deliver
-        self._thread = threading.Thread(target=self._loop, name="mxprof-dist-io", daemon=True)
+        self._thread = threading.Thread(target=self._own_loop, name="mxprof-dist-io", daemon=True)
         self._thread.start()
 
     def send(self, dest: Any, frames: list[bytes]) -> None:
@@ -118,6 +119,10 @@ class ZmqTransport:
             else:
                 item.error = PeerGone(f"cannot send: {e}")
         item.done.set()
+
+    def _own_loop(self) -> None:
+        with own_thread():  # the transport is not the program: never sampled
+            self._loop()
 
     def _loop(self) -> None:
         zmq = self._zmq

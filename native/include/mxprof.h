@@ -352,6 +352,11 @@ uint32_t mxp_thread_tid(void);
  * unknown tid. */
 int mxp_thread_name_set(uint32_t tid, const char *name, size_t name_len);
 
+/* Trace tids bound to an OS thread that have no name yet (up to cap, with
+ * their OS thread ids): timelines the sampler made for threads that never
+ * recorded, for the binding to name.  Thread-safe. */
+int mxp_thread_unnamed(uint32_t *tids_out, int64_t *os_tids_out, uint32_t cap, uint32_t *n_out);
+
 /* ---- session ---- */
 
 /* Set the bits in set and clear those in clear (MXP_FLAG_*); returns the
@@ -471,18 +476,26 @@ void mxp_stats_counts_get(mxp_counts *out, int reset);
 const void *mxp_capi_table(void);
 const char *mxp_capi_name(void);
 
-/* ---- stack sampling (the sampler is the binding's; see mxp_sample.c) ----
- * Frames and stack nodes are interned by the binding, once each: ids count
- * from 1 and are never reused in the process.  Thread-safe. */
+/* ---- stack sampling (mxp_sample.c, mxp_sampler.c, mxp_pyread.c) ----
+ * Frames (function, file, line) and stack nodes (a frame and its caller's
+ * node) are interned once each: ids count from 1, are never reused in the
+ * process, and the same content always gets the same id.  Thread-safe. */
 
-/* A frame: function name, file and line (n bytes each, copied).  The
- * binding dedupes; every call makes a new id.  MXP_E_FULL past 4 M frames. */
+/* A frame: function name, file and line (n bytes each, copied); the id of
+ * an equal frame interned before, if any.  MXP_E_FULL past 4 M frames. */
 int mxp_sample_frame(const char *name, size_t name_len, const char *file, size_t file_len,
                      uint32_t line, uint32_t *id_out);
 
-/* A stack node: frame called from the node parent (0: a root frame).
- * MXP_E_INVALID for an unknown parent or frame, MXP_E_FULL past 4 M. */
+/* A stack node: frame called from the node parent (0: a root frame); the id
+ * of the same node interned before, if any.  MXP_E_INVALID for an unknown
+ * parent or frame, MXP_E_FULL past 4 M. */
 int mxp_sample_stack(uint32_t parent, uint32_t frame, uint32_t *id_out);
+
+/* Read back an interned frame (the strings live for the process) or stack
+ * node.  MXP_E_INVALID for an id not handed out. */
+int mxp_sample_frame_get(uint32_t id, const char **name_out, size_t *name_len_out,
+                         const char **file_out, size_t *file_len_out, uint32_t *line_out);
+int mxp_sample_stack_get(uint32_t id, uint32_t *parent_out, uint32_t *frame_out);
 
 /* One sample, taken now, of OS thread os_tid (or, when track is an open
  * track of mxp_track_open, of that asyncio task's track) whose innermost
@@ -491,10 +504,134 @@ int mxp_sample_stack(uint32_t parent, uint32_t frame, uint32_t *id_out);
  * *tid_out the trace tid the sample belongs to (a thread that never recorded
  * gets one now, as for a track).  While the trace is on, a record is
  * appended to the calling thread's buffer (under the event cap like any
- * record).  MXP_E_STATE (nothing done) while not recording, MXP_E_INVALID
- * for an unknown stack node.  Never blocks on the writer. */
+ * record); while statistics are on, it is counted (mxp_sample_counts).
+ * MXP_E_STATE (nothing done) while not recording, MXP_E_INVALID for an
+ * unknown stack node.  Never blocks on the writer.  This is the way in for
+ * a sampler of the binding's own (the fallback where mxp_sampler_start
+ * cannot read the interpreter). */
 int mxp_sample_add(int64_t os_tid, uint32_t track, uint32_t stack, uint32_t *range_out,
                    uint32_t *tid_out);
+
+/* Samples per (range, stack) since the statistics began (they restart with
+ * every statistics reset, as the aggregates do). */
+typedef struct mxp_sample_count {
+    uint32_t range; /* object id, or 0xffffffff: in no range */
+    uint32_t stack;
+    uint64_t n;
+} mxp_sample_count;
+
+/* Copy up to cap counts into out and their number into *n_out; MXP_E_FULL
+ * (with *n_out the number needed, nothing copied) when cap is too small.
+ * reset != 0 clears them after the copy. */
+int mxp_sample_counts(mxp_sample_count *out, uint32_t cap, uint32_t *n_out, int reset);
+
+/* The native sampler: a thread of the core that samples every thread of one
+ * CPython interpreter without the GIL, at instants of its own.  It reads the
+ * interpreter's thread states, frames, code objects and strings with safe
+ * copies (process_vm_readv on this process; a pipe where that is refused),
+ * so a field it reads while the interpreter changes it is at worst a stale
+ * or failed read, never a fault.  The binding supplies where the fields are
+ * (mxp_pylayout, one per CPython version: mxprof/_pylayout.py) and checks
+ * them against what Python itself sees (mxp_sampler_read) before starting.
+ * The core links no Python and calls none. */
+
+#define MXP_SAMPLE_WALL 0 /* every thread; one blocked at the instant as <waiting> */
+#define MXP_SAMPLE_CPU 1  /* only threads the OS has running or ready to run */
+
+/* Where the sampler finds things in the interpreter's memory: addresses, and
+ * byte offsets of fields (-1: the field does not exist in this version). */
+typedef struct mxp_pylayout {
+    uint64_t interp;            /* the PyInterpreterState sampled */
+    uint64_t code_type;         /* &PyCode_Type: a frame's code object must have it */
+    uint64_t code_mask;         /* a frame's code field & code_mask = the object (tags off) */
+    int32_t interp_threads;     /* interp: the first thread state */
+    int32_t tstate_next;        /* thread state: the next one */
+    int32_t tstate_interp;      /* thread state: its interpreter (checked against interp) */
+    int32_t tstate_native_id;   /* thread state: the OS thread id; -1: see pthread_tid */
+    int32_t tstate_thread_id;   /* thread state: its pthread_t */
+    int32_t pthread_tid;        /* the OS thread id inside struct pthread (no tstate_native_id) */
+    int32_t tstate_frame;       /* thread state: the innermost frame (or its holder, below) */
+    int32_t cframe_frame;       /* the holder's innermost frame; -1: no holder */
+    int32_t tstate_chunk;       /* thread state: the frame stack's chunk (-1: frames are objects) */
+    int32_t tstate_top;         /* thread state: the frame stack's top */
+    int32_t chunk_data;         /* chunk: where its frames begin */
+    int32_t frame_code;         /* frame: its code object */
+    int32_t frame_previous;     /* frame: its caller's frame */
+    int32_t frame_owner;        /* frame: who owns it (-1: no such field) */
+    int32_t frame_size;         /* bytes read of a frame (the fields above lie in them) */
+    int32_t owner_generator;    /* the owner of a generator's or coroutine's frame */
+    int32_t owner_skip;         /* frames owned by this or higher are the interpreter's own */
+    int32_t gen_frame;          /* a coroutine's frame address - its object's (task keys) */
+    int32_t code_name;          /* code: the name shown (co_qualname where there is one) */
+    int32_t code_filename;
+    int32_t code_firstlineno;   /* code: int */
+    int32_t str_state;          /* str: the state bits (kind, compact, ascii) */
+    int32_t str_length;         /* str: length in code points */
+    int32_t str_ascii_data;     /* str: where an ASCII compact string's characters begin */
+    int32_t str_compact_data;   /* str: where another compact string's characters begin */
+    int32_t str_kind_shift;     /* state: the kind (1, 2, 4 bytes per code point), 3 bits */
+    int32_t str_compact_bit;
+    int32_t str_ascii_bit;
+} mxp_pylayout;
+
+/* Use layout from now on (copied; the cache of code objects read so far is
+ * forgotten).  MXP_E_INVALID for an offset out of range or a missing
+ * address, MXP_E_IO when this process's memory cannot be copied at all. */
+int mxp_sampler_layout(const mxp_pylayout *layout);
+
+/* The thread states of the interpreter now (up to cap) with their OS thread
+ * ids, for the binding's check of the layout.  MXP_E_STATE with no layout,
+ * MXP_E_IO when the list cannot be read. */
+int mxp_sampler_threads(uint64_t *tstates_out, int64_t *os_tids_out, uint32_t cap,
+                        uint32_t *n_out);
+
+/* The stack of thread state tstate now, as the sampler would take it: frame
+ * ids innermost first (up to cap, the count in *n_out), with frames cut by
+ * mxp_sampler_cut left out, and in *track_out the track of the asyncio task
+ * (mxp_sampler_task) whose coroutine is on it (0: none).  For the binding's check of the layout against
+ * the calling thread's own stack.  MXP_E_STATE with no layout, MXP_E_IO when
+ * the stack cannot be read. */
+int mxp_sampler_read(uint64_t tstate, uint32_t *frames_out, uint32_t cap, uint32_t *n_out,
+                     uint32_t *track_out);
+
+/* Start sampling at hz (0 < hz <= 20000) in mode MXP_SAMPLE_*, the
+ * intervals drawn uniformly from [0.5, 1.5) / hz with seed (so periodic
+ * work does not alias with the sampler); a running sampler is replaced.
+ * Samples are taken while recording, as mxp_sample_add takes them.
+ * MXP_E_INVALID for a bad rate or mode, MXP_E_STATE with no layout,
+ * MXP_E_NOMEM when the thread cannot start. */
+int mxp_sampler_start(double hz, int mode, uint64_t seed);
+
+/* Stop the sampler and wait for its thread (a sample under way ends
+ * first).  MXP_OK when none runs. */
+int mxp_sampler_stop(void);
+
+/* Frames of an asyncio task's coroutine: a coroutine object (key: its
+ * address, or its frame's where frames are objects) running on a thread is
+ * sampled onto track (mxp_track_open); track 0 forgets the key. */
+int mxp_sampler_task(uint64_t key, uint32_t track);
+
+/* Frames of code object code (its address), and every frame that called
+ * them, are not the program's (a launcher: mxprof run, runpy): stacks are cut
+ * above them.  At most 16 codes; MXP_E_FULL past that. */
+int mxp_sampler_cut(uint64_t code);
+
+/* OS thread os_tid is the profiler's own (skip != 0: never sampled; 0: it
+ * is again).  At most 64 threads; MXP_E_FULL past that. */
+int mxp_sampler_skip(int64_t os_tid, int skip);
+
+/* What the sampler did since the process started (or mxp_reset). */
+typedef struct mxp_sampler_stats {
+    uint64_t ticks;   /* sampling instants */
+    uint64_t samples; /* thread samples recorded */
+    uint64_t late;    /* instants taken more than one period after they were due */
+    uint64_t retried; /* thread samples taken again: its ranges changed while it was read */
+    uint64_t lost;    /* thread samples given up: memory unreadable, or ranges kept moving */
+    int64_t busy_ns;  /* time spent sampling */
+    int64_t running;  /* 1 while the sampler thread runs */
+} mxp_sampler_stats;
+
+void mxp_sampler_stats_get(mxp_sampler_stats *out);
 
 /* ---- test and benchmark seams: NOT API ----
  * Tests and benchmarks drive the core through these (a full reset, a fake

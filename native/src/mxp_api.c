@@ -303,11 +303,30 @@ static inline mxpi_thread *stack_of(uint32_t tid, int *rc) {
     return tid ? mxpi_track_of(tid) : mxpi_self(rc);
 }
 
+/* The calling thread edits a track's stack: its moves counter is odd
+ * meanwhile, so that the sampler, which reads the OS thread's stack and then
+ * the range open on the task's track, sees that the two may not agree. */
+static inline void move_begin(mxpi_thread *self) {
+    if (self == NULL) return;
+    atomic_store_explicit(&self->moves, atomic_load_explicit(&self->moves, MXPI_RELAXED) + 1,
+                          MXPI_RELAXED);
+    atomic_thread_fence(memory_order_release); /* before the track's stack changes */
+}
+
+static inline void move_end(mxpi_thread *self) {
+    if (self == NULL) return;
+    atomic_store_explicit(&self->moves, atomic_load_explicit(&self->moves, MXPI_RELAXED) + 1,
+                          MXPI_RELEASE);
+}
+
 int mxp_track_begin(uint32_t tid, uint32_t id) {
     int rc = MXP_OK;
     mxpi_thread *t = stack_of(tid, &rc);
     if (MXPI_UNLIKELY(t == NULL)) return tid ? MXP_E_INVALID : rc;
+    mxpi_thread *self = tid ? mxpi_self(&rc) : NULL;
+    move_begin(self);
     begin_on(t, id, known(id) && is_frame(id));
+    move_end(self);
     return rc;
 }
 
@@ -315,7 +334,10 @@ int mxp_track_end(uint32_t tid, uint32_t id) {
     int rc = MXP_OK;
     mxpi_thread *t = stack_of(tid, &rc);
     if (MXPI_UNLIKELY(t == NULL)) return tid ? MXP_E_INVALID : rc;
+    mxpi_thread *self = tid ? mxpi_self(&rc) : NULL;
+    move_begin(self);
     end_on(t, id);
+    move_end(self);
     return rc;
 }
 

@@ -8,6 +8,7 @@
 #include "mxpi_clock.h"
 #include "mxpi_memory.h"
 #include "mxpi_registry.h"
+#include "mxpi_sample.h"
 #include "mxpi_thread.h"
 #include "mxpi_trace.h"
 #include "mxpi_track.h"
@@ -241,6 +242,9 @@ void mxp_reset(void) {
     MXPI_STORE(mxpi_g.invalid, 0);
     mxpi_memory_reset();
     mxp_stats_reset();
+    mxp_sampler_stop();
+    mxpi_samples_reset();
+    mxpi_sampler_reset();
     pthread_mutex_lock(&mxpi_g.reg_lock);
     mxpi_g.recorded = mxpi_g.recorded_base = mxpi_g.recording_since = 0;
     pthread_mutex_unlock(&mxpi_g.reg_lock);

@@ -230,8 +230,33 @@ mxpi_thread *mxpi_thread_new(int64_t os_tid) {
     return t;
 }
 
+mxpi_thread *mxpi_spare_new(int64_t os_tid) {
+    mxpi_thread *t = mxpi_thread_new(os_tid);
+    if (t == NULL) return NULL;
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    t->spare = 1;
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+    return t;
+}
+
+void mxpi_spares_end(int64_t os_tid) {
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    for (mxpi_thread *t = mxpi_g.threads; t; t = t->next)
+        if (t->spare && !t->retired && (os_tid == 0 || t->os_tid == os_tid)) retire_locked(t);
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+}
+
 mxpi_thread *mxpi_thread_attach(void) {
-    mxpi_thread *t = mxpi_thread_new((int64_t)syscall(SYS_gettid));
+    int64_t me = (int64_t)syscall(SYS_gettid);
+    /* A timeline the sampler made for this thread becomes its own, so that
+     * the thread keeps one trace tid. */
+    mxpi_thread *t;
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    for (t = mxpi_g.threads; t; t = t->next)
+        if (t->spare && !t->retired && t->os_tid == me) break;
+    if (t != NULL) t->spare = 0;
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+    if (t == NULL) t = mxpi_thread_new(me);
     if (t == NULL) return NULL;
     pthread_setspecific(exit_key, t);
     mxpi_tls = t;

@@ -89,3 +89,18 @@ void mxpi_thread_info(uint32_t tid, mxpi_thread_visit fn, void *ctx) {
     if (tid < N.n) fn(ctx, tid, N.threads[tid].os_tid, N.threads[tid].name, N.threads[tid].name_len);
     pthread_mutex_unlock(&mxpi_g.names_lock);
 }
+
+int mxp_thread_unnamed(uint32_t *tids_out, int64_t *os_tids_out, uint32_t cap, uint32_t *n_out) {
+    uint32_t n = 0;
+    pthread_mutex_lock(&mxpi_g.names_lock);
+    for (uint32_t tid = 1; tid < N.n && n < cap; tid++) {
+        tinfo *t = &N.threads[tid];
+        if (t->name == NULL && t->os_tid != 0) {
+            tids_out[n] = tid;
+            os_tids_out[n++] = t->os_tid;
+        }
+    }
+    pthread_mutex_unlock(&mxpi_g.names_lock);
+    *n_out = n;
+    return MXP_OK;
+}

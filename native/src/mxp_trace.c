@@ -9,6 +9,7 @@
  * for the next try (or the next path).
  */
 #include "mxpi_trace.h"
+#include "mxpi_sample.h"
 #include "mxpi_buffer.h"
 #include "mxpi_clock.h"
 #include "mxpi_core.h"
@@ -76,7 +77,9 @@ static bool walk(cursor *c, uint32_t tid, const mxpi_format *fmt, bool *any) {
         for (; c->pos < count; c->pos++, c->consumed++) {
             const mxpi_rec *r = &c->chunk->rec[c->pos];
             if (fmt == NULL || r->ts < W.o.epoch_ticks) continue; /* discarded, or from an ended profile */
-            *any = true;
+            /* A sample is the sampled thread's event (its writer marks that
+             * one used), not the sampling thread's: a sampler is no track. */
+            if (r->id != MXPI_SAMPLE_ID) *any = true;
             if (!fmt->record(&W.o, r, tid)) return false;
         }
         if (next == NULL) break;

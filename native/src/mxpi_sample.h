@@ -31,6 +31,40 @@ typedef struct mxpi_snode {
     uint32_t depth;  /* 1 for a root */
 } mxpi_snode;
 
+/* Intern a frame (by content) or a stack node; 0 when the table is full or
+ * memory ran out.  Thread-safe (mxp_sample_frame / mxp_sample_stack). */
+uint32_t mxpi_sframe_intern(const char *name, size_t name_len, const char *file, size_t file_len,
+                            uint32_t line);
+uint32_t mxpi_snode_intern(uint32_t parent, uint32_t frame);
+
+/* Attributing a sample whose stack is read between two steps: pin before the
+ * read (the sampled thread's state and its edit counters), settle after (the
+ * innermost range open on the thread, or on the asyncio task's track, and
+ * the trace tid of the timeline the sample goes to).  settle is false when
+ * the thread began or ended a range meanwhile (take the sample again); pin
+ * is false when the thread stays mid-edit. */
+struct mxpi_thread;
+typedef struct mxpi_pin {
+    struct mxpi_thread *t; /* NULL: the thread has not recorded yet */
+    uint32_t edits, moves;
+} mxpi_pin;
+bool mxpi_sample_pin(int64_t os_tid, mxpi_pin *p);
+bool mxpi_sample_settle(const mxpi_pin *p, int64_t os_tid, uint32_t track, uint32_t *range_out,
+                        uint32_t *tid_out);
+/* A timeline of its own for a thread that never recorded (its trace tid; 0:
+ * out of memory); found again by its OS thread id from then on. */
+uint32_t mxpi_sample_timeline(int64_t os_tid);
+/* Record the sample in self's buffer (trace on) and count it (statistics on);
+ * f is the flags word loaded for it. */
+void mxpi_sample_put(struct mxpi_thread *self, uint32_t f, int64_t ts, uint32_t tid,
+                     uint32_t range, uint32_t stack);
+/* Register the tables' fork handlers now (mxp_pyread.c's must come after:
+ * fork handlers prepare in reverse order, and its lock is taken first). */
+void mxpi_sample_init(void);
+/* Forget the counts, and the sampler's tallies (mxp_reset). */
+void mxpi_samples_reset(void);
+void mxpi_sampler_reset(void);
+
 /* Ids handed out so far (ids are 1 .. count); entries below it are complete. */
 uint32_t mxpi_sframe_count(void);
 uint32_t mxpi_snode_count(void);

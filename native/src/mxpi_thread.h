@@ -57,6 +57,7 @@ typedef struct mxpi_thread {
     uint32_t stack_cap;
     uint64_t seq;
     _Atomic uint32_t edits; /* odd while the owner changes its stack */
+    _Atomic uint32_t moves; /* odd while the owner changes a track's stack (the sampler's check) */
     _Atomic uint32_t claiming; /* a claimer is deciding about this stack's entries */
     uint32_t in_loop;       /* an asyncio event loop runs on the thread */
     uint32_t scope;
@@ -78,6 +79,7 @@ typedef struct mxpi_thread {
 
     /* registry (reg_lock) */
     int retired;
+    int spare; /* a sampled thread's timeline that no thread owns yet (mxpi_spare_new) */
     struct mxpi_thread *next;
 } mxpi_thread;
 
@@ -91,6 +93,11 @@ mxpi_thread *mxpi_thread_new(int64_t os_tid);
  * register it; retire it (its statistics kept, its records written). */
 mxpi_thread *mxpi_track_of(uint32_t tid);
 void mxpi_track_register(mxpi_thread *t);
+/* The timeline of a thread that is sampled but has not recorded: its thread
+ * takes it over at its first record (mxpi_thread_attach).  The sampler ends
+ * it when the thread is gone (os_tid 0: all of them). */
+mxpi_thread *mxpi_spare_new(int64_t os_tid);
+void mxpi_spares_end(int64_t os_tid);
 void mxpi_track_retire(mxpi_thread *t);
 void mxpi_threads_init(void);
 mxpi_chunk *mxpi_chunk_get(void);

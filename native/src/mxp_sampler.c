@@ -1,0 +1,398 @@
+/*
+ * mxp_sampler.c -- the stack sampler: a thread of the core that samples
+ * every thread of the interpreter at instants of its own choosing.
+ *
+ * Why a thread of the core and not of Python: a Python thread needs the GIL
+ * to look at other threads, and gets it only when the running thread lets
+ * go (a sleep, a blocking call, the end of a switch interval).  Its samples
+ * then fall where the program waits, never inside C code that holds the GIL,
+ * and bursts shorter than the switch interval are missed.  This thread needs
+ * nothing from the interpreter: it reads the interpreter's memory
+ * (mxp_pyread.c), the OS's view of each thread (/proc), and the core's own
+ * range stacks, at one instant per thread.
+ *
+ * Per instant and thread:
+ *   1. the OS state, read now: running or ready to run ('R'), or blocked;
+ *      in wall mode a blocked thread's sample ends in a frame "<waiting>"
+ *      under the function that blocks, in CPU mode it is not taken;
+ *   2. the thread's range stacks pinned (mxpi_sample_pin), its Python stack
+ *      read, the innermost open range read and the pin checked
+ *      (mxpi_sample_settle): a thread that began or ended a range meanwhile
+ *      is read again, so a sample never lands in a range its stack did not
+ *      run in;
+ *   3. the stack interned as frame and node ids, and the sample recorded in
+ *      this thread's buffer (its trace tid: the sampled thread's timeline)
+ *      and counted for the statistics.
+ *
+ * Instants: the gap to the next one is drawn uniformly from [0.5, 1.5) of
+ * the period, so work that repeats at the sampling rate is not always caught
+ * at the same point of its cycle; a sampler that falls behind takes the next
+ * instant from now on (no bursts) and counts it late.
+ *
+ * Signals are blocked in this thread (the process's handlers run elsewhere),
+ * and it asks the kernel for a 1 us timer slack, so its instants are where
+ * it put them.
+ */
+#include "mxpi_buffer.h"
+#include "mxpi_clock.h"
+#include "mxpi_core.h"
+#include "mxpi_pyread.h"
+#include "mxpi_sample.h"
+#include "mxpi_thread.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SKIPS 64u
+#define TRIES 4 /* reads of one thread's sample before it is given up */
+
+enum { GONE = -1, BLOCKED = 0, RUNNING = 1 };
+
+/* One sampled OS thread: its /proc stat file, kept open. */
+typedef struct seen {
+    int64_t os_tid; /* 0: empty slot */
+    int fd;         /* -1: not open */
+    uint32_t gen;   /* the last tick it was sampled in */
+} seen;
+
+static struct {
+    pthread_mutex_t ctl; /* start/stop */
+    pthread_mutex_t lock; /* with wake: the thread's sleep and its stop */
+    pthread_cond_t wake;
+    bool running, stopping;
+    pthread_t thread;
+    double period_ns;
+    int mode;
+    uint64_t rng;
+    /* The profiler's own threads (under mxpi_py_lock). */
+    int64_t skip[SKIPS];
+    uint32_t nskip;
+    /* Used by the sampling thread only (under mxpi_py_lock). */
+    seen *seen;
+    uint32_t seen_cap, seen_n, gen;
+    uint32_t frames[MXPI_PY_DEPTH];
+    uint32_t waiting; /* the "<waiting>" frame */
+} S = {
+    .ctl = PTHREAD_MUTEX_INITIALIZER,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+static _Atomic uint64_t n_ticks, n_samples, n_late, n_retried, n_lost;
+static _Atomic int64_t n_busy;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void count(_Atomic uint64_t *c) { atomic_fetch_add_explicit(c, 1, MXPI_RELAXED); }
+
+/* xorshift64*: uniform in [0, 1). */
+static double uniform(void) {
+    uint64_t x = S.rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    S.rng = x;
+    return (double)((x * UINT64_C(0x2545f4914f6cdd1d)) >> 11) * 0x1.0p-53;
+}
+
+/* ---- the OS's view of a thread (under mxpi_py_lock) ---- */
+
+static uint32_t slot_of(int64_t os_tid) {
+    uint32_t mask = S.seen_cap - 1, i = (uint32_t)((uint64_t)os_tid * 0x9e3779b97f4a7c15u >> 40) & mask;
+    while (S.seen[i].os_tid != 0 && S.seen[i].os_tid != os_tid) i = (i + 1) & mask;
+    return i;
+}
+
+static seen *seen_get(int64_t os_tid) {
+    if ((S.seen_n + 1) * 2 > S.seen_cap) {
+        uint32_t cap = S.seen_cap ? S.seen_cap * 2 : 64;
+        seen *old = S.seen;
+        uint32_t old_cap = S.seen_cap;
+        seen *e = calloc(cap, sizeof *e);
+        if (e == NULL) return NULL;
+        S.seen = e;
+        S.seen_cap = cap;
+        for (uint32_t i = 0; i < old_cap; i++)
+            if (old[i].os_tid != 0) S.seen[slot_of(old[i].os_tid)] = old[i];
+        free(old);
+    }
+    seen *e = &S.seen[slot_of(os_tid)];
+    if (e->os_tid == 0) {
+        *e = (seen){os_tid, -1, 0};
+        S.seen_n++;
+    }
+    return e;
+}
+
+/* Forget e: its thread is gone (the timeline the sampler made for it too,
+ * so that a new thread given the same OS id gets a timeline of its own). */
+static void seen_drop(seen *e) {
+    if (e->fd >= 0) close(e->fd);
+    mxpi_spares_end(e->os_tid);
+    /* Backward-shift deletion keeps every probe sequence unbroken. */
+    uint32_t mask = S.seen_cap - 1, i = (uint32_t)(e - S.seen);
+    S.seen[i].os_tid = 0;
+    S.seen_n--;
+    for (uint32_t j = (i + 1) & mask; S.seen[j].os_tid != 0; j = (j + 1) & mask) {
+        seen moved = S.seen[j];
+        S.seen[j].os_tid = 0;
+        S.seen[slot_of(moved.os_tid)] = moved;
+    }
+}
+
+static int os_state(seen *e) {
+    if (e->fd < 0) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%lld/stat", (long long)e->os_tid);
+        e->fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (e->fd < 0) return GONE;
+    }
+    char text[512];
+    ssize_t n = pread(e->fd, text, sizeof text - 1, 0);
+    if (n <= 0) return GONE; /* the task ended: its file reads nothing any more */
+    text[n] = '\0';
+    /* "tid (comm) state ...": the name may hold spaces and parentheses. */
+    char *close_paren = strrchr(text, ')');
+    if (close_paren == NULL || close_paren[1] == '\0') return RUNNING;
+    char state = close_paren[2];
+    if (state == 'R') return RUNNING;
+    if (state == 'Z' || state == 'X' || state == 'x') return GONE;
+    return BLOCKED;
+}
+
+/* ---- one thread's sample ---- */
+
+static bool skipped(int64_t os_tid) {
+    for (uint32_t i = 0; i < S.nskip; i++)
+        if (S.skip[i] == os_tid) return true;
+    return false;
+}
+
+/* The node id of the stack read into S.frames[0 .. n) (innermost first),
+ * with "<waiting>" on top when the thread was blocked; 0 when full. */
+static uint32_t stack_node(int n, bool waiting) {
+    uint32_t node = 0;
+    for (int i = n - 1; i >= 0; i--)
+        if ((node = mxpi_snode_intern(node, S.frames[i])) == 0) return 0;
+    if (waiting && (node = mxpi_snode_intern(node, S.waiting)) == 0) return 0;
+    return node;
+}
+
+static void sample_thread(mxpi_thread *self, mxpi_pythread *t, uint32_t f) {
+    seen *e = seen_get(t->os_tid);
+    if (e == NULL) return;
+    e->gen = S.gen;
+    for (int attempt = 0; attempt < TRIES; attempt++) {
+        if (attempt > 0) {
+            count(&n_retried);
+            if (!mxpi_py_thread(t->addr, t) || t->frame == 0) return; /* it ended */
+        }
+        int state = os_state(e);
+        if (state == GONE) {
+            seen_drop(e);
+            return;
+        }
+        if (state == BLOCKED && S.mode == MXP_SAMPLE_CPU) return;
+        int64_t ts = mxpi_ticks();
+        mxpi_pin pin;
+        if (!mxpi_sample_pin(t->os_tid, &pin)) continue;
+        uint32_t track = 0, range = 0, tid = 0;
+        int n = mxpi_py_stack(t, S.frames, MXPI_PY_DEPTH, &track);
+        if (n < 0) continue;
+        if (!mxpi_sample_settle(&pin, t->os_tid, track, &range, &tid)) continue;
+        if (n == 0) return; /* nothing of the program's on it (a launcher's frames only) */
+        uint32_t node = stack_node(n, state == BLOCKED);
+        if (node == 0) break;
+        if (tid == 0 && (tid = mxpi_sample_timeline(t->os_tid)) == 0) break;
+        mxpi_sample_put(self, f, ts, tid, range, node);
+        count(&n_samples);
+        return;
+    }
+    count(&n_lost);
+}
+
+static void tick(mxpi_thread *self, int64_t own) {
+    uint32_t f = mxpi_flags_now();
+    if (!(f & MXP_FLAG_RECORD)) return;
+    mxpi_py_lock();
+    S.gen++;
+    uint64_t a = mxpi_py_first();
+    for (uint32_t n = 0; a != 0 && n < MXPI_PY_THREADS; n++) {
+        mxpi_pythread t;
+        if (!mxpi_py_thread(a, &t)) {
+            count(&n_lost); /* the list changed under us: the rest waits for the next tick */
+            break;
+        }
+        a = t.next;
+        if (t.frame == 0 || t.os_tid <= 0 || t.os_tid == own || skipped(t.os_tid)) continue;
+        sample_thread(self, &t, f);
+    }
+    /* Now and then, let go of the files of threads no longer sampled. */
+    if ((S.gen & 63u) == 0)
+        for (uint32_t i = 0; i < S.seen_cap; i++)
+            if (S.seen[i].os_tid != 0 && S.gen - S.seen[i].gen > 64) seen_drop(&S.seen[i--]);
+    mxpi_py_unlock();
+}
+
+static void *run(void *arg) {
+    (void)arg;
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    int rc = MXP_OK;
+    mxpi_thread *self = mxpi_self(&rc);
+    int64_t own = (int64_t)syscall(SYS_gettid);
+    int64_t due = mono_ns();
+    pthread_mutex_lock(&S.lock);
+    while (!S.stopping) {
+        due += (int64_t)(S.period_ns * (0.5 + uniform()));
+        struct timespec at = {(time_t)(due / 1000000000), (long)(due % 1000000000)};
+        while (!S.stopping && pthread_cond_timedwait(&S.wake, &S.lock, &at) != ETIMEDOUT) {
+        }
+        if (S.stopping) break;
+        pthread_mutex_unlock(&S.lock);
+        int64_t start = mono_ns();
+        if (start - due > (int64_t)S.period_ns) {
+            count(&n_late);
+            due = start;
+        }
+        if (self != NULL) tick(self, own);
+        count(&n_ticks);
+        atomic_fetch_add_explicit(&n_busy, mono_ns() - start, MXPI_RELAXED);
+        pthread_mutex_lock(&S.lock);
+    }
+    pthread_mutex_unlock(&S.lock);
+    return NULL;
+}
+
+/* ---- control ---- */
+
+static void wake_init(void) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&S.wake, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+/* A forked child has no sampling thread (the binding starts one again) and
+ * must not read the parent's threads' /proc files. */
+static void fork_child(void) {
+    pthread_mutex_init(&S.ctl, NULL);
+    pthread_mutex_init(&S.lock, NULL);
+    wake_init();
+    S.running = S.stopping = false;
+    for (uint32_t i = 0; i < S.seen_cap; i++)
+        if (S.seen[i].os_tid != 0 && S.seen[i].fd >= 0) close(S.seen[i].fd);
+    if (S.seen != NULL) memset(S.seen, 0, S.seen_cap * sizeof *S.seen);
+    S.seen_n = 0;
+    S.nskip = 0; /* the parent's threads */
+}
+
+static void init_once(void) {
+    wake_init();
+    pthread_atfork(NULL, NULL, fork_child);
+}
+
+static void stop_locked(void) {
+    if (!S.running) return;
+    pthread_mutex_lock(&S.lock);
+    S.stopping = true;
+    pthread_cond_broadcast(&S.wake);
+    pthread_mutex_unlock(&S.lock);
+    pthread_join(S.thread, NULL);
+    S.running = false;
+    /* The timelines made for threads that never recorded end with it: a
+     * thread sampled again later gets a new one (its OS id may be another
+     * thread's by then). */
+    mxpi_py_lock();
+    for (uint32_t i = 0; i < S.seen_cap; i++)
+        if (S.seen[i].os_tid != 0 && S.seen[i].fd >= 0) close(S.seen[i].fd);
+    if (S.seen != NULL) memset(S.seen, 0, S.seen_cap * sizeof *S.seen);
+    S.seen_n = 0;
+    mxpi_py_unlock();
+    mxpi_spares_end(0);
+}
+
+int mxp_sampler_start(double hz, int mode, uint64_t seed) {
+    pthread_once(&once, init_once);
+    if (!(hz > 0 && hz <= 20000) || (mode != MXP_SAMPLE_WALL && mode != MXP_SAMPLE_CPU))
+        return MXP_E_INVALID;
+    if (!mxpi_py_ready()) return MXP_E_STATE;
+    pthread_mutex_lock(&S.ctl);
+    stop_locked();
+    uint32_t waiting = mxpi_sframe_intern("<waiting>", 9, "", 0, 0);
+    int rc = waiting ? MXP_OK : MXP_E_NOMEM;
+    if (rc == MXP_OK) {
+        S.waiting = waiting;
+        S.period_ns = 1e9 / hz;
+        S.mode = mode;
+        S.rng = seed ? seed : UINT64_C(0x9e3779b97f4a7c15);
+        S.stopping = false;
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread starts with every signal blocked */
+        rc = pthread_create(&S.thread, NULL, run, NULL) == 0 ? MXP_OK : MXP_E_NOMEM;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        S.running = rc == MXP_OK;
+    }
+    pthread_mutex_unlock(&S.ctl);
+    return rc;
+}
+
+int mxp_sampler_stop(void) {
+    pthread_once(&once, init_once);
+    pthread_mutex_lock(&S.ctl);
+    stop_locked();
+    pthread_mutex_unlock(&S.ctl);
+    return MXP_OK;
+}
+
+int mxp_sampler_skip(int64_t os_tid, int skip) {
+    if (os_tid <= 0) return MXP_E_INVALID;
+    int rc = MXP_OK;
+    mxpi_py_lock();
+    uint32_t i = 0;
+    while (i < S.nskip && S.skip[i] != os_tid) i++;
+    if (skip && i == S.nskip) {
+        if (S.nskip < SKIPS)
+            S.skip[S.nskip++] = os_tid;
+        else
+            rc = MXP_E_FULL;
+    } else if (!skip && i < S.nskip) {
+        S.skip[i] = S.skip[--S.nskip];
+    }
+    mxpi_py_unlock();
+    return rc;
+}
+
+void mxp_sampler_stats_get(mxp_sampler_stats *out) {
+    out->ticks = atomic_load_explicit(&n_ticks, MXPI_RELAXED);
+    out->samples = atomic_load_explicit(&n_samples, MXPI_RELAXED);
+    out->late = atomic_load_explicit(&n_late, MXPI_RELAXED);
+    out->retried = atomic_load_explicit(&n_retried, MXPI_RELAXED);
+    out->lost = atomic_load_explicit(&n_lost, MXPI_RELAXED);
+    out->busy_ns = atomic_load_explicit(&n_busy, MXPI_RELAXED);
+    pthread_mutex_lock(&S.ctl);
+    out->running = S.running;
+    pthread_mutex_unlock(&S.ctl);
+}
+
+void mxpi_sampler_reset(void) {
+    atomic_store_explicit(&n_ticks, 0, MXPI_RELAXED);
+    atomic_store_explicit(&n_samples, 0, MXPI_RELAXED);
+    atomic_store_explicit(&n_late, 0, MXPI_RELAXED);
+    atomic_store_explicit(&n_retried, 0, MXPI_RELAXED);
+    atomic_store_explicit(&n_lost, 0, MXPI_RELAXED);
+    atomic_store_explicit(&n_busy, 0, MXPI_RELAXED);
+}
