@@ -24,6 +24,7 @@ import sys
 import sysconfig
 import threading
 import types
+from collections.abc import Collection
 from typing import Any
 
 from . import _native
@@ -168,10 +169,13 @@ def _tstate() -> int:
     return int(api.PyThreadState_Get() or 0)
 
 
-def _expected(frame: types.FrameType | None) -> list[tuple[str, str, int]]:
-    """The stack Python shows from frame outwards, as the sampler names frames."""
+def _expected(
+    frame: types.FrameType | None, cut: Collection[types.CodeType]
+) -> list[tuple[str, str, int]]:
+    """The stack Python shows from frame outwards, as the sampler names frames
+    and up to the first frame of a code in cut (a launcher's)."""
     out = []
-    while frame is not None:
+    while frame is not None and frame.f_code not in cut:
         code = frame.f_code
         out.append((getattr(code, "co_qualname", code.co_name), code.co_filename,
                     code.co_firstlineno))  # fmt: skip
@@ -193,14 +197,16 @@ def _compare(what: str, seen: list[tuple[str, str, int]], want: list[tuple[str, 
         )
 
 
-def _read_here(tstate: int) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, int]], int]:
+def _read_here(
+    tstate: int, cut: Collection[types.CodeType]
+) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, int]], int]:
     """This thread's stack read by the core, what Python shows at the same
     point (the binding's frame innermost, where the read happened), and the
     task track the core found on it."""
     ids, track = _native.sampler_read(tstate)
     code = _native.sampler_read.__code__
     where = (getattr(code, "co_qualname", code.co_name), code.co_filename, code.co_firstlineno)
-    return _frames(ids), [where, *_expected(sys._getframe())], track
+    return _frames(ids), [where, *_expected(sys._getframe(), cut)], track
 
 
 # A function whose name and file are not ASCII: the sampler's reading of
@@ -210,10 +216,12 @@ _namespace: dict[str, Any] = {}
 exec(compile(_NON_ASCII, "<mxprof \u2014 check>", "exec"), _namespace)  # noqa: S102
 
 
-def check(values: dict[str, int]) -> None:
+def check(values: dict[str, int], cut: Collection[types.CodeType] = ()) -> None:
     """Give the core the layout and check it against this thread's own stack
     (a plain call, a non-ASCII function, a coroutine known as an asyncio
-    task); raises Unsupported naming the first difference."""
+    task), whose frames from a code in cut on (a launcher's, already given to
+    the core) are left out as the core leaves them; raises Unsupported naming
+    the first difference."""
     try:
         _native.sampler_layout(values)
     except Exception as e:
@@ -227,7 +235,7 @@ def check(values: dict[str, int]) -> None:
         )
 
     def plain() -> tuple[list[tuple[str, str, int]], list[tuple[str, str, int]], int]:
-        return _read_here(tstate)
+        return _read_here(tstate, cut)
 
     seen, want, _ = _namespace["\u00e9t\u00e9_\u03bb"](plain)
     _compare("a thread's stack", seen, want)
@@ -235,7 +243,7 @@ def check(values: dict[str, int]) -> None:
     marker = 0xFFFFFF
 
     async def in_task() -> tuple[list[tuple[str, str, int]], list[tuple[str, str, int]], int]:
-        return _read_here(tstate)
+        return _read_here(tstate, cut)
 
     coro = in_task()
     key = task_key(coro)

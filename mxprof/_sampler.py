@@ -359,7 +359,7 @@ def _native_refusal() -> str | None:
             _checked = "MXPROF_SAMPLER=python asks for the Python sampler"
         else:
             try:
-                _pylayout.check(_pylayout.layout())
+                _pylayout.check(_pylayout.layout(), _cuts)
                 _checked = None
             except _pylayout.Unsupported as e:
                 _checked = str(e)

@@ -44,9 +44,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     HTML report (unless --no-report) and print the table."""
     # The one place the command loads the live tier: the other commands must
     # not start a session in a process that only reads files.
-    from . import control
+    from . import _sampler, control
     from ._session import SESSION
-    from .domain import Domain
     from .schedule import current_averages
 
     script = args.script
@@ -58,13 +57,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         dump_period=args.period,
         follow_children=args.follow_children,
         sample_rate=args.sample,
+        sample_mode=args.sample_mode,
     )
-    whole = Domain("mxprof").new_task(f"run {os.path.basename(script)}")
+    # This command and runpy are the launcher, not the program: samples begin
+    # at the script's own frames.  No range of its own either: the whole run
+    # is the trace's span, and a range around it would only repeat it.
+    _sampler.cut(getattr(runpy, "_run_code", runpy.run_path).__code__)
     sys.argv = [script, *args.args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     code: Any = 0
     control.set_state("run")
-    whole.start()
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
@@ -76,7 +78,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         traceback.print_exc()
         code = 1
     finally:
-        whole.stop()
         control.set_state("stop")
         try:
             control.dump()
@@ -364,6 +365,14 @@ def parser() -> argparse.ArgumentParser:
         help="sample Python stacks HZ times a second (1000; 0 or --no-sample: off)",
     )
     run.add_argument("--no-sample", dest="sample", action="store_const", const=0.0)
+    run.add_argument(
+        "--sample-mode",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall: every thread at every instant, a blocked one as <waiting> under the "
+        "function that waits (shares of elapsed time); cpu: only running threads "
+        "(shares of CPU time) (wall)",
+    )
     run.add_argument(
         "--follow-children",
         action="store_true",

@@ -511,13 +511,13 @@ def dumps(
         SESSION.run_write_hooks(False)
         wall_ns = _native.stats_recorded_ns()  # before a reset restarts it
         peaks = _peaks()  # likewise
+        samples = sample_summary(reset)  # likewise: the counts restart with the statistics
         sections = collect(_native.stats_snapshot(reset), wall_ns, peaks)
         for section, cats in sections.items():
             for cat, rows in cats.items():
                 cats[cat] = _sorted(section, rows, sort_by, ascending)
         # The core keeps the tallies' start with the statistics' (reset too).
         tallies = _native.stats_counts(reset)
-        samples = sample_summary(reset)
         if format == "table":
             return render_table(sections, tallies, percentiles, samples)
         return render_json(sections, tallies, samples)

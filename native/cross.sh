@@ -44,13 +44,17 @@ for src in "$here"/src/*.c; do
 done
 rm -f "$out/libmxprof.a"
 "$ar" rcs "$out/libmxprof.a" "${objects[@]}"
-"$cc" "${flags[@]}" "$here/tests/test_core.c" "$out/libmxprof.a" -o "$out/test_core" \
-  "${libs[@]}"
-echo "cross.sh: built ${#objects[@]} objects, libmxprof.a and test_core for $triple in $out"
+tests=(test_core test_sampler)
+for test in "${tests[@]}"; do
+  "$cc" "${flags[@]}" "$here/tests/$test.c" "$out/libmxprof.a" -o "$out/$test" "${libs[@]}"
+done
+echo "cross.sh: built ${#objects[@]} objects, libmxprof.a and ${tests[*]} for $triple in $out"
 
 qemu="qemu-$arch"
 if command -v "$qemu" >/dev/null && [ -d "/usr/$triple" ]; then
-  QEMU_LD_PREFIX="/usr/$triple" "$qemu" "$out/test_core"
+  for test in "${tests[@]}"; do
+    QEMU_LD_PREFIX="/usr/$triple" "$qemu" "$out/$test"
+  done
 else
   echo "cross.sh: tests not run ($qemu or the sysroot /usr/$triple is missing;" \
     "apt-get install qemu-user)"

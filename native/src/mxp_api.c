@@ -310,7 +310,11 @@ static inline void move_begin(mxpi_thread *self) {
     if (self == NULL) return;
     atomic_store_explicit(&self->moves, atomic_load_explicit(&self->moves, MXPI_RELAXED) + 1,
                           MXPI_RELAXED);
+#ifdef MXPI_TSAN
+    mxpi_fence(); /* ThreadSanitizer models no fences (mxpi_claim.h) */
+#else
     atomic_thread_fence(memory_order_release); /* before the track's stack changes */
+#endif
 }
 
 static inline void move_end(mxpi_thread *self) {

@@ -399,7 +399,9 @@ NO_TSAN static uint32_t innermost(mxpi_thread *t) {
         if (d > cap) d = cap;
         while (stack != NULL && d > 0) {
             d--;
-            if ((stack[d].flags & MXPI_OPEN_LIVE) && !mxpi_claimed(t, d)) {
+            /* mxpi_claimed, read through the volatile copy (as the rest). */
+            uint64_t claim = atomic_load_explicit(&t->claims[d], MXPI_RELAXED) & ~MXPI_CLAIM_ENDED;
+            if ((stack[d].flags & MXPI_OPEN_LIVE) && claim != stack[d].seq) {
                 id = stack[d].id;
                 break;
             }

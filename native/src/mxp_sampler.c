@@ -195,10 +195,7 @@ static void sample_thread(mxpi_thread *self, mxpi_pythread *t, uint32_t f) {
     if (e == NULL) return;
     e->gen = S.gen;
     for (int attempt = 0; attempt < TRIES; attempt++) {
-        if (attempt > 0) {
-            count(&n_retried);
-            if (!mxpi_py_thread(t->addr, t) || t->frame == 0) return; /* it ended */
-        }
+        if (attempt > 0) count(&n_retried);
         int state = os_state(e);
         if (state == GONE) {
             seen_drop(e);
@@ -208,6 +205,10 @@ static void sample_thread(mxpi_thread *self, mxpi_pythread *t, uint32_t f) {
         int64_t ts = mxpi_ticks();
         mxpi_pin pin;
         if (!mxpi_sample_pin(t->os_tid, &pin)) continue;
+        /* The innermost frame is read after the pin: read before it, it could
+         * be a frame the thread has since left (its memory still holds it)
+         * for a range it has since ended, which the pin would not see. */
+        if (!mxpi_py_thread(t->addr, t) || t->frame == 0) return; /* it ended */
         uint32_t track = 0, range = 0, tid = 0;
         int n = mxpi_py_stack(t, S.frames, MXPI_PY_DEPTH, &track);
         if (n < 0) continue;

@@ -25,7 +25,11 @@ if echo '#include <zlib.h>' | "$cc" -E - >/dev/null 2>&1; then
   flags+=(-DMXPI_HAVE_ZLIB=1)
   libs+=(-lz)
 fi
-"$cc" "${flags[@]}" "$here/test_core.c" "$native"/src/*.c -o "$out/test_core-$mode" "${libs[@]}"
-# The fake clock is exercised; the TSC source needs no special setup.
-ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}" \
-  "$out/test_core-$mode"
+# One program per test file (test_core.c: the core; test_sampler.c: the stack
+# sampler against a synthetic interpreter), each linked with all of the core.
+for test in test_core test_sampler; do
+  "$cc" "${flags[@]}" "$here/$test.c" "$native"/src/*.c -o "$out/$test-$mode" "${libs[@]}"
+  # The fake clock is exercised; the TSC source needs no special setup.
+  ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}" \
+    "$out/$test-$mode"
+done
