@@ -38,7 +38,8 @@ PROBE = r"""
 #include "internal/pycore_stackref.h"
 #endif
 
-#define P(name, expr) printf("%s\"%s\": %lld", first ? "" : ", ", name, (long long)(expr)), first = 0
+#define P(name, expr) \
+    printf("%s\"%s\": %lld", first ? "" : ", ", name, (long long)(expr)), first = 0
 
 int main(void) {
     int first = 1;
