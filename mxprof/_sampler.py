@@ -62,6 +62,7 @@ __all__ = [
     "WAITING",
     "apply",
     "cut",
+    "describe",
     "kind",
     "own_thread",
     "rate",
@@ -389,6 +390,13 @@ def _fallback_warning(reason: str) -> None:
 _current: _NativeSampler | _PythonSampler | None = None
 _lock = threading.Lock()
 _exit_hooked = False
+
+
+def describe() -> dict[str, str]:
+    """Which sampler sampling starts (``{"kind": "native"}``), or why the
+    fallback (``{"kind": "python", "why": ...}``): for the trace's otherData."""
+    reason = _native_refusal()
+    return {"kind": "native"} if reason is None else {"kind": "python", "why": reason}
 
 
 def rate() -> float:

@@ -370,8 +370,10 @@ class Session:
         other = (
             f'"mxprof_version":{trace_json(__version__)},"host":{trace_json(socket.gethostname())}'
             f',"config":{trace_json(self.config.as_dict())}'
-        ).encode()
-        self.meta = (process, other)
+        )
+        if self.config.sample_rate:  # which sampler takes the samples, and why not the native one
+            other += f',"sampler":{trace_json(_sampler.describe())}'
+        self.meta = (process, other.encode())
         self.push_meta()
         self.set_path(self.config.filename)
         self.traced = self.config.write_trace

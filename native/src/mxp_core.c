@@ -9,6 +9,7 @@
 #include "mxpi_memory.h"
 #include "mxpi_registry.h"
 #include "mxpi_sample.h"
+#include "mxpi_sampler.h"
 #include "mxpi_thread.h"
 #include "mxpi_trace.h"
 #include "mxpi_track.h"

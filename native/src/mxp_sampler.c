@@ -33,6 +33,7 @@
  * and it asks the kernel for a 1 us timer slack, so its instants are where
  * it put them.
  */
+#include "mxpi_sampler.h"
 #include "mxpi_buffer.h"
 #include "mxpi_clock.h"
 #include "mxpi_core.h"

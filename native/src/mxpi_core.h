@@ -8,6 +8,13 @@
  * free_lock and names_lock; wake_lock is taken with no other lock after it.
  * fork() is bracketed by track_lock, the memory table's lock, reg_lock,
  * free_lock, names_lock, taken in that order (mxp_core.c's fork handlers).
+ *
+ * The stack sampler's locks come before all of these: its control lock
+ * (mxp_sampler.c), then py_lock (mxp_pyread.c: held through a sampling
+ * tick), then the sample tables' lock and the counts' lock (mxp_sample.c),
+ * then reg_lock and the rest.  fork() takes py_lock, then the tables' and
+ * counts' locks, before the core's (their handlers are registered after the
+ * core's, and prepare handlers run in reverse order).
  */
 #ifndef MXPI_CORE_H
 #define MXPI_CORE_H

@@ -61,9 +61,8 @@ void mxpi_sample_put(struct mxpi_thread *self, uint32_t f, int64_t ts, uint32_t 
 /* Register the tables' fork handlers now (mxp_pyread.c's must come after:
  * fork handlers prepare in reverse order, and its lock is taken first). */
 void mxpi_sample_init(void);
-/* Forget the counts, and the sampler's tallies (mxp_reset). */
+/* Forget the counts (mxp_reset). */
 void mxpi_samples_reset(void);
-void mxpi_sampler_reset(void);
 
 /* Ids handed out so far (ids are 1 .. count); entries below it are complete. */
 uint32_t mxpi_sframe_count(void);
