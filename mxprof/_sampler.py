@@ -50,7 +50,6 @@ import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator
 from types import CodeType, FrameType
 from typing import Any
 
@@ -139,19 +138,31 @@ _own: set[int] = set()  # native ids of mxprof's own threads
 _cuts: set[CodeType] = set()
 
 
-@contextlib.contextmanager
-def own_thread() -> Iterator[None]:
-    """Mark the calling thread as mxprof's own while the block runs: it is
-    never sampled.  Its OS id is let go at the end, so a thread that later
-    gets the same id is sampled as usual."""
-    me = threading.get_native_id()
-    _own.add(me)
-    _native.sampler_skip(me, True)
-    try:
-        yield
-    finally:
-        _own.discard(me)
-        _native.sampler_skip(me, False)
+def own_thread(thread: threading.Thread) -> threading.Thread:
+    """Make thread (not started yet) one of mxprof's own: never sampled.
+
+    It marks itself first thing when it starts (before its target runs:
+    only threading's ``_bootstrap`` precedes it), and lets its OS id go when
+    it ends, so that a thread given the same id later is sampled as usual.
+    Returns thread.
+
+    Example:
+        >>> t = own_thread(threading.Thread(target=print, name="mxprof-x"))
+    """
+    inner = thread._bootstrap_inner  # type: ignore[attr-defined]
+
+    def _bootstrap_inner() -> None:
+        me = threading.get_native_id()
+        _own.add(me)
+        _native.sampler_skip(me, True)
+        try:
+            inner()
+        finally:
+            _own.discard(me)
+            _native.sampler_skip(me, False)
+
+    thread._bootstrap_inner = _bootstrap_inner  # type: ignore[attr-defined]
+    return thread
 
 
 def cut(code: CodeType) -> None:
@@ -214,7 +225,9 @@ class _PythonSampler:
         self.threads: dict[int, _Thread] = {}
         self.slots = _native.SampleSlots()
         self.waiting = TABLES.frame_of(WAITING, "", 0)
-        self.thread = threading.Thread(target=self._run, name="mxprof-sampler", daemon=True)
+        self.thread = own_thread(
+            threading.Thread(target=self._run, name="mxprof-sampler", daemon=True)
+        )
         self.saved_switch: float | None = None
         self.random = random.Random()
 
@@ -243,21 +256,20 @@ class _PythonSampler:
             self.saved_switch = None
 
     def _run(self) -> None:
-        with own_thread():
-            wait = self.stopping.wait
-            clock = time.perf_counter
-            due = clock()
-            while not self.stopping.is_set():
-                due += self.interval * (0.5 + self.random.random())
-                delay = due - clock()
-                if delay > 0:
-                    wait(delay)
-                else:
-                    due = clock()  # fell behind: skip the samples missed, do not burst
-                try:
-                    self.tick()
-                except Exception:  # never let a sampling error end the program's thread
-                    continue
+        wait = self.stopping.wait
+        clock = time.perf_counter
+        due = clock()
+        while not self.stopping.is_set():
+            due += self.interval * (0.5 + self.random.random())
+            delay = due - clock()
+            if delay > 0:
+                wait(delay)
+            else:
+                due = clock()  # fell behind: skip the samples missed, do not burst
+            try:
+                self.tick()
+            except Exception:  # never let a sampling error end the program's thread
+                continue
 
     def _known(self, ident: int) -> _Thread | None:
         info = self.threads.get(ident)

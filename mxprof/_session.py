@@ -80,14 +80,13 @@ class _Flusher:
         self.period = period
         self._stop = threading.Event()
         self._session = session
-        self.thread = threading.Thread(target=self._run, name="mxprof-flush", daemon=True)
+        # The writer is not the program: never sampled.
+        self.thread = _sampler.own_thread(
+            threading.Thread(target=self._run, name="mxprof-flush", daemon=True)
+        )
         self.thread.start()
 
     def _run(self) -> None:
-        with _sampler.own_thread():  # the writer is not the program: never sampled
-            self._loop()
-
-    def _loop(self) -> None:
         # The core waits in int64 ns (config keeps the period within it).
         timeout_ns = min(max(round(self.period * 1e9), 1), 2**63 - 1)
         while not self._stop.is_set():
@@ -324,6 +323,12 @@ class Session:
 
     def sync(self) -> None:
         """Make the core's flags and the background writer match the state."""
+        # Stack sampling runs while the state is 'run' (paused: it idles).  It
+        # stops before anything else changes and starts after everything
+        # else, so that no sample catches the calling thread in this work.
+        sampling = self.config.sample_rate if self.state == "run" else 0.0
+        if not sampling:
+            _sampler.apply(0.0)
         recording = self.state == "run" and not self.paused
         want = (
             (FLAG_RECORD if recording else 0)
@@ -338,10 +343,6 @@ class Session:
         every = FLAG_RECORD | FLAG_TRACE | FLAG_AGGREGATE | FLAG_MEMORY | FLAG_MEMORY_EVENTS
         every |= FLAG_NVTX
         _native.flags_update(want, every & ~want)
-        # Stack sampling runs while the state is 'run' (paused: it idles).
-        _sampler.apply(
-            self.config.sample_rate if self.state == "run" else 0.0, self.config.sample_mode
-        )
         if self.config.max_events != self.applied_max_events:
             _native.max_events_set(self.config.max_events)
             self.applied_max_events = self.config.max_events
@@ -361,6 +362,8 @@ class Session:
                 self.mp_hooked = True
         else:
             _children.withdraw()
+        if sampling:
+            _sampler.apply(sampling, self.config.sample_mode)
 
     def begin_profile(self) -> None:
         self.close_continuation()

@@ -28,22 +28,25 @@ _started: dict[int, threading.Thread] = {}
 def watch_starts() -> None:
     """Note every thread started from now on under its OS id, so that the
     timeline the sampler makes for it can be named even after it ended
-    (idempotent).  Wraps ``threading.Thread._bootstrap_inner``, the first code
-    a new thread runs; the cost is one dict store per thread."""
-    original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
-    if getattr(original, "_mxprof", False):
-        return
+    (idempotent).  Wraps ``threading.Thread._set_native_id``, which a new
+    thread calls first, once, and returns from before it runs its target:
+    no frame of mxprof's stays on its stack.  The cost is one dict store per
+    thread."""
+    original = getattr(threading.Thread, "_set_native_id", None)
+    if original is None or getattr(original, "_mxprof", False):
+        return  # no OS thread ids here (the sampler names threads as it finds them)
 
-    def _bootstrap_inner(self: threading.Thread) -> None:
+    def _set_native_id(self: threading.Thread) -> None:
+        original(self)
         if len(_started) > 1024:  # threads that never got a timeline: let the dead go
             for k, t in list(_started.items()):
                 if not t.is_alive():
                     _started.pop(k, None)
-        _started[threading.get_native_id()] = self
-        original(self)
+        if self.native_id is not None:
+            _started[self.native_id] = self
 
-    _bootstrap_inner._mxprof = True  # type: ignore[attr-defined]
-    threading.Thread._bootstrap_inner = _bootstrap_inner  # type: ignore[attr-defined]
+    _set_native_id._mxprof = True  # type: ignore[attr-defined]
+    threading.Thread._set_native_id = _set_native_id  # type: ignore[attr-defined]
 
 
 def sync_names() -> None:

@@ -79,8 +79,8 @@ class Endpoint:
         self._pending: dict[int, _Wait] = {}
         self._lock = threading.Lock()
         self._jobs: queue.Queue[tuple[Any, Header, bytes] | None] = queue.Queue()
-        self._executor = threading.Thread(
-            target=self._own_run, name="mxprof-dist-exec", daemon=True
+        self._executor = own_thread(  # not the program's: never sampled
+            threading.Thread(target=self._run, name="mxprof-dist-exec", daemon=True)
         )
         self._executor.start()
         transport.start(self.deliver)
@@ -125,10 +125,6 @@ class Endpoint:
             )
         with contextlib.suppress(PeerGone):  # it asked and left
             self.send(src, reply, out)
-
-    def _own_run(self) -> None:
-        with own_thread():  # the control channel is not the program: never sampled
-            self._run()
 
     def _run(self) -> None:
         while True:

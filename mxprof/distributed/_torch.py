@@ -94,17 +94,15 @@ class StoreTransport:
 
     def start(self, deliver: Callable[[Any, list[bytes]], None]) -> None:
         self._deliver = deliver
-        self._thread = threading.Thread(target=self._own_loop, name="mxprof-dist-io", daemon=True)
+        self._thread = own_thread(
+            threading.Thread(target=self._loop, name="mxprof-dist-io", daemon=True)
+        )
         self._thread.start()
 
     def send(self, dest: Any, frames: list[bytes]) -> None:
         target = 0 if dest is None else int(dest)
         with self._out_lock:
             self._out.queue_push(_box(target), pack(self.rank, frames))
-
-    def _own_loop(self) -> None:
-        with own_thread():  # the transport is not the program: never sampled
-            self._loop()
 
     def _loop(self) -> None:
         box = _box(self.rank)

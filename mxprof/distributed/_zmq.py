@@ -84,7 +84,9 @@ class ZmqTransport:
 
     def start(self, deliver: Callable[[Any, list[bytes]], None]) -> None:
         self._deliver = deliver
-        self._thread = threading.Thread(target=self._own_loop, name="mxprof-dist-io", daemon=True)
+        self._thread = own_thread(
+            threading.Thread(target=self._loop, name="mxprof-dist-io", daemon=True)
+        )
         self._thread.start()
 
     def send(self, dest: Any, frames: list[bytes]) -> None:
@@ -119,10 +121,6 @@ class ZmqTransport:
             else:
                 item.error = PeerGone(f"cannot send: {e}")
         item.done.set()
-
-    def _own_loop(self) -> None:
-        with own_thread():  # the transport is not the program: never sampled
-            self._loop()
 
     def _loop(self) -> None:
         zmq = self._zmq

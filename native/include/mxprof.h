@@ -616,8 +616,11 @@ int mxp_sampler_task(uint64_t key, uint32_t track);
  * above them.  At most 16 codes; MXP_E_FULL past that. */
 int mxp_sampler_cut(uint64_t code);
 
-/* OS thread os_tid is the profiler's own (skip != 0: never sampled; 0: it
- * is again).  At most 64 threads; MXP_E_FULL past that. */
+/* OS thread os_tid is the profiler's own (skip != 0: never sampled), or is
+ * ending (0: it stays unsampled until its thread state leaves the
+ * interpreter, then the mark is forgotten).  A mark belongs to the first
+ * thread state seen with that id: a later one with the same id (the OS
+ * reused it) is sampled.  At most 64 threads; MXP_E_FULL past that. */
 int mxp_sampler_skip(int64_t os_tid, int skip);
 
 /* What the sampler did since the process started (or mxp_reset). */

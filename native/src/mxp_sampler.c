@@ -57,6 +57,14 @@
 
 enum { GONE = -1, BLOCKED = 0, RUNNING = 1 };
 
+/* One of the profiler's own threads (mxp_sampler_skip). */
+typedef struct skip {
+    int64_t os_tid;
+    uint64_t tstate; /* its thread state, once seen (0: not yet) */
+    uint32_t gen;    /* the last tick it was seen in */
+    bool ending;     /* unmarked: forgotten once its thread state is gone */
+} skip;
+
 /* One sampled OS thread: its /proc stat file, kept open. */
 typedef struct seen {
     int64_t os_tid; /* 0: empty slot */
@@ -74,7 +82,7 @@ static struct {
     int mode;
     uint64_t rng;
     /* The profiler's own threads (under mxpi_py_lock). */
-    int64_t skip[SKIPS];
+    skip skip[SKIPS];
     uint32_t nskip;
     /* Used by the sampling thread only (under mxpi_py_lock). */
     seen *seen;
@@ -175,10 +183,34 @@ static int os_state(seen *e) {
 
 /* ---- one thread's sample ---- */
 
-static bool skipped(int64_t os_tid) {
-    for (uint32_t i = 0; i < S.nskip; i++)
-        if (S.skip[i] == os_tid) return true;
+/* Whether thread state t is one of the profiler's own threads.  An entry
+ * belongs to the first thread state seen with its OS id: another one with
+ * that id (the OS reused it) is a thread of the program's. */
+static bool skipped(const mxpi_pythread *t) {
+    for (uint32_t i = 0; i < S.nskip; i++) {
+        skip *k = &S.skip[i];
+        if (k->os_tid != t->os_tid) continue;
+        if (k->tstate == 0) k->tstate = t->addr;
+        if (k->tstate != t->addr) {
+            S.skip[i] = S.skip[--S.nskip];
+            return false;
+        }
+        k->gen = S.gen;
+        return true;
+    }
     return false;
+}
+
+/* Entries whose thread is gone: an ending one as soon as its thread state
+ * is not in the list, any other after a while (a thread that never said). */
+static void skips_expire(void) {
+    for (uint32_t i = 0; i < S.nskip;) {
+        skip *k = &S.skip[i];
+        if (k->gen != S.gen && k->tstate != 0 && (k->ending || S.gen - k->gen > 1000))
+            S.skip[i] = S.skip[--S.nskip];
+        else
+            i++;
+    }
 }
 
 /* The node id of the stack read into S.frames[0 .. n) (innermost first),
@@ -238,9 +270,10 @@ static void tick(mxpi_thread *self, int64_t own) {
             break;
         }
         a = t.next;
-        if (t.frame == 0 || t.os_tid <= 0 || t.os_tid == own || skipped(t.os_tid)) continue;
+        if (t.os_tid <= 0 || t.os_tid == own || skipped(&t) || t.frame == 0) continue;
         sample_thread(self, &t, f);
     }
+    if (a == 0) skips_expire(); /* the whole list was read */
     /* Now and then, let go of the files of threads no longer sampled. */
     if ((S.gen & 63u) == 0)
         for (uint32_t i = 0; i < S.seen_cap; i++)
@@ -360,19 +393,21 @@ int mxp_sampler_stop(void) {
     return MXP_OK;
 }
 
-int mxp_sampler_skip(int64_t os_tid, int skip) {
+int mxp_sampler_skip(int64_t os_tid, int skip_it) {
     if (os_tid <= 0) return MXP_E_INVALID;
     int rc = MXP_OK;
     mxpi_py_lock();
     uint32_t i = 0;
-    while (i < S.nskip && S.skip[i] != os_tid) i++;
-    if (skip && i == S.nskip) {
-        if (S.nskip < SKIPS)
-            S.skip[S.nskip++] = os_tid;
+    while (i < S.nskip && S.skip[i].os_tid != os_tid) i++;
+    if (skip_it) {
+        if (i < S.nskip)
+            S.skip[i] = (skip){os_tid, 0, S.gen, false}; /* a new thread with that id */
+        else if (S.nskip < SKIPS)
+            S.skip[S.nskip++] = (skip){os_tid, 0, S.gen, false};
         else
             rc = MXP_E_FULL;
-    } else if (!skip && i < S.nskip) {
-        S.skip[i] = S.skip[--S.nskip];
+    } else if (i < S.nskip) {
+        S.skip[i].ending = true; /* still skipped while its frames unwind */
     }
     mxpi_py_unlock();
     return rc;
