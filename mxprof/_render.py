@@ -1,9 +1,10 @@
 """Text rendering shared by ``dumps()``, ``KeyAverages`` tables and trace analysis.
 
 Cells of a terminal table (names shown escaped, padded by display width),
-durations with a readable unit, the category a range is listed under, and
-the keys statistics sort by.  Pure Python: the offline tier (``mxprof.trace``,
-``mxprof.averages``) renders with it without loading the compiled core.
+durations with a readable unit, the category a range is listed under, which
+ranges are the profiler's own (``is_own``), and the keys statistics sort by.
+Pure Python: the offline tier (``mxprof.trace``, ``mxprof.averages``)
+renders with it without loading the compiled core.
 """
 
 from __future__ import annotations
@@ -22,6 +23,18 @@ TORCH_SORT_KEYS = {"cpu_time_total": "total", "self_cpu_time_total": "self", "cp
 
 # Every sort_by a statistics row takes, mapped to the row attribute it sorts on.
 ROW_SORT_KEYS = {**{key: key for key in SORT_KEYS}, **TORCH_SORT_KEYS}
+
+# Column widths of dumps()'s table: MXNet's minimum name width (longer names
+# widen the column) and its value width.
+NAME_WIDTH = 25
+COL_WIDTH = 16
+
+# The domain of the profiler's own ranges: the writer's ``flush`` task, and the
+# ``run <script>`` range older versions of ``mxprof run`` opened around a script.
+OWN_DOMAIN = "mxprof"
+# The name the core gives ranges past its registry's capacity, in OWN_DOMAIN:
+# they are the user's work, lumped together, so they are shown.
+OVERFLOW = "<overflow>"
 
 
 def sort_key(sort_by: object) -> str:
@@ -53,6 +66,21 @@ def category(domain: str, *, frame: bool = False, event: bool = False) -> str:
     if frame:
         return f"{domain},frame"
     return domain
+
+
+def is_own(category: str, name: str) -> bool:
+    """Whether a range (its category and name) is the profiler's own work.
+
+    The one rule for what users are not shown: tables, diffs, the report and
+    sample summaries leave these ranges out, and samples taken inside one count
+    as samples in no range.  Trace files keep them, and ``dumps()``'s table of
+    ranges (MXNet's layout) shows them.
+
+    Example:
+        >>> is_own("mxprof", "flush"), is_own("train", "flush"), is_own("mxprof", "<overflow>")
+        (True, False, False)
+    """
+    return category == OWN_DOMAIN and name != OVERFLOW
 
 
 def display(name: str) -> str:
