@@ -28,7 +28,7 @@ from .errors import ProfilerError, TraceFormatError
 from .report import ReportUnavailable, report
 from .report.diff import DiffError, diff
 from .report.ranks import analyze
-from .trace import load
+from .trace import Trace, load, samples
 from .trace.gpu import gpu_json, gpu_rows, gpu_table
 from .trace.merge import merge, parse_ranks, parse_window
 from .trace.repair import repair
@@ -173,7 +173,8 @@ def _print_table(rows: KeyAverages, sort_by: str, top: int | None) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    """Print per-name statistics of any loadable trace."""
+    """Print per-name statistics of any loadable trace, and the top functions of
+    its stack samples when it has any; the profiler's own ranges are left out."""
     try:
         trace = load(args.trace)
     except (TraceFormatError, OSError) as e:  # TraceReadError names the path and cause
@@ -184,12 +185,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
             f"{len(trace)} events before the cut",
             file=sys.stderr,
         )
-    rows = trace.key_averages()
+    rows = trace.key_averages().without_own()
     gpu = gpu_rows(trace)  # GPU work by launching range (imported NVIDIA databases)
+    sampled = _samples_block(trace, args.top)
     if args.format == "table":
         print(rows.table(sort_by=args.sort, row_limit=args.top), end="")
         if gpu:
             print("\n" + gpu_table(gpu, row_limit=args.top), end="")
+        if sampled is not None:
+            top = args.top if args.top is not None else samples.TABLE_TOP
+            print("\n" + "\n".join(samples.render_table(sampled, top)), end="")
         return 0
     fields = ("count", "total", "self", "avg", "min", "max", "p50", "p90", "p99")
     top = rows.sorted(args.sort)[: args.top] if args.top is not None else rows.sorted(args.sort)
@@ -204,8 +209,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
     }
     if gpu:
         doc["GPU"] = gpu_json(gpu[: args.top] if args.top is not None else gpu)
+    if sampled is not None:
+        doc["Samples"] = sampled
     print(json.dumps(doc, indent=2, ensure_ascii=False))
     return 0
+
+
+def _samples_block(trace: Trace, top: int | None) -> dict[str, Any] | None:
+    """The ``Samples`` block ``dumps()`` would have shown for the run (its
+    ``Rate``, and ``Mode`` when the file says), or None when the trace has no
+    samples and says sampling was off."""
+    how = samples.settings(trace.metadata)
+    if not trace.samples and how["Rate"] is None:
+        return None
+    return {**trace.samples.summary(top if top is not None else samples.TOP), **how}
 
 
 def cmd_merge(args: argparse.Namespace) -> int:

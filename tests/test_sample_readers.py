@@ -5,6 +5,7 @@ import json
 import time
 
 import mxprof
+from mxprof import _testing
 from mxprof._render import is_own
 from mxprof.trace.samples import Sample, Samples, render_table, settings, summary
 
@@ -20,12 +21,32 @@ def spin(seconds):
         pass
 
 
+# Each spins in its own body, so that it holds its samples' innermost frame.
 def hot_a(seconds):
-    spin(seconds)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def hot_b(seconds):
-    spin(seconds)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def own_and_work(path, own_s=0.08, work_s=0.08):
+    """A trace where hot_a runs in an own range (as the writer's flush would)
+    and hot_b in the user's range app::work."""
+    own = mxprof.Domain("mxprof").new_task("flush")
+    work = mxprof.Domain("app").new_task("work")
+
+    def body():
+        with own:
+            hot_a(own_s)
+        with work:
+            hot_b(work_s)
+
+    return record(path, body)
 
 
 def record(path, body, rate=1000):
@@ -110,17 +131,7 @@ def test_settings_come_from_the_recorded_configuration():
 
 
 def test_live_and_loaded_summaries_leave_own_ranges_out_alike(tmp_path):
-    path = tmp_path / "t.json"
-    own = mxprof.Domain("mxprof").new_task("flush")  # what the writer's own range looks like
-    work = mxprof.Domain("app").new_task("work")
-
-    def body():
-        with own:
-            hot_a(0.08)
-        with work:
-            hot_b(0.08)
-
-    record(path, body)
+    path = own_and_work(tmp_path / "t.json")
     live = dumps_samples()
     assert list(live["Ranges"]) == ["app"] and live["Count"] >= 60
     loaded = mxprof.load(path)
@@ -129,3 +140,57 @@ def test_live_and_loaded_summaries_leave_own_ranges_out_alike(tmp_path):
     assert ("mxprof", "flush") in {s.range for s in loaded.samples.samples}  # the file keeps it
     # dumps()'s table of ranges keeps MXNet's layout: the own range is listed there.
     assert "flush" in mxprof.dumps()
+
+
+# -- mxprof stats -----------------------------------------------------------------
+
+
+def inclusive(trace, function):
+    return sum(any(f[0] == function for f in s.stack) for s in trace.samples.samples)
+
+
+def test_stats_prints_the_sampled_functions_and_no_own_range(tmp_path):
+    path = own_and_work(tmp_path / "t.json")
+    trace = mxprof.load(path)
+    out = _testing.cli("stats", path, cwd=tmp_path, check=True).stdout
+    assert "flush" not in out and "mxprof" not in out
+    lines = out.splitlines()
+    ranges = lines[3 : lines.index(lines[0], 3)]  # between the rules after the heads
+    assert [ln.split()[0] for ln in ranges] == ["work"]
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("Samples ("))
+    assert lines[start].startswith(f"Samples (1000 Hz wall, {len(trace.samples)} samples;")
+    program = {ln.split()[0]: ln.split() for ln in lines[start + 5 : start + 7]}
+    assert set(program) == {"hot_a", "hot_b"}  # the innermost frames: most self samples
+    for name in ("hot_a", "hot_b"):
+        assert int(program[name][2]) == int(program[name][4]) == inclusive(trace, name) >= 40
+    # hot_a ran in the own range: its samples are in no range, so app::work is the only block.
+    blocks = [ln.split(" (")[0] for ln in lines[start + 4 :] if ln and not ln.startswith(" ")]
+    assert blocks == ["<program>", "app::work"]
+    work = lines[lines.index(next(ln for ln in lines if ln.startswith("app::work"))) + 1]
+    assert work.split()[0] == "hot_b"
+
+
+def test_stats_json_has_the_samples_block_dumps_has(tmp_path):
+    path = own_and_work(tmp_path / "t.json")
+    live = json.loads(mxprof.dumps(format="json"))["Samples"]
+    proc = _testing.cli("stats", "--format", "json", path, cwd=tmp_path, check=True)
+    doc = json.loads(proc.stdout)
+    assert [r["name"] for r in doc["rows"]] == ["work"]
+    assert doc["Samples"].pop("Mode") == "wall"  # the file's config; dumps() has the rate only
+    assert doc["Samples"] == live
+    top = json.loads(
+        _testing.cli("stats", "--format", "json", "--top", "1", path, cwd=tmp_path).stdout
+    )
+    assert len(top["Samples"]["Program"]) == 1 and top["Samples"]["Program"][0]["Self"] > 0
+
+
+def test_stats_of_a_trace_without_samples_has_no_samples_block(tmp_path):
+    path = tmp_path / "t.json"
+    _testing.start(path)
+    with mxprof.Domain("app").new_task("work"):
+        pass
+    _testing.finish(path)
+    out = _testing.cli("stats", path, cwd=tmp_path, check=True).stdout
+    assert "work" in out and "Samples" not in out
+    doc = json.loads(_testing.cli("stats", "--format", "json", path, cwd=tmp_path).stdout)
+    assert "Samples" not in doc
