@@ -10,6 +10,7 @@ renders with it without loading the compiled core.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Sequence
 
 from .errors import ConfigError
 
@@ -115,6 +116,65 @@ def pad(text: str, columns: int) -> str:
         '数据  |'
     """
     return text + " " * max(0, columns - width(text))
+
+
+def grouped_table(
+    first: str,
+    labels: Sequence[str],
+    heads: Sequence[tuple[str, str]],
+    cells: Sequence[Sequence[str]],
+) -> list[str]:
+    """A text table whose value columns sit under group titles: a rule, the
+    titles, the heads, a rule, one line per row, a rule.  Labels are padded by
+    display width; a group's last column widens when its title is wider than
+    its columns.
+
+    Args:
+        first: the head of the label column.
+        labels: each row's label (already ``display``-ed).
+        heads: per value column, (group title, head); equal titles next to
+            each other form one group ("" for none).
+        cells: per row, its value cells, right-aligned.
+
+    Example:
+        >>> heads = [("Avg", "base"), ("Avg", "new")]
+        >>> for line in grouped_table("Name", ["a"], heads, [["1", "2"]]):
+        ...     print(line)
+        -----------------
+                      Avg
+        Name    base  new
+        -----------------
+        a          1    2
+        -----------------
+    """
+    nwidth = max([len(first)] + [width(n) for n in labels]) + 2
+    widths = [
+        max([len(head)] + [len(row[i]) for row in cells]) + 2 for i, (_, head) in enumerate(heads)
+    ]
+    groups: list[tuple[str, list[int]]] = []
+    for i, (group, _) in enumerate(heads):
+        if groups and groups[-1][0] == group:
+            groups[-1][1].append(i)
+        else:
+            groups.append((group, [i]))
+    for group, columns in groups:
+        short = len(group) + 2 - sum(widths[i] for i in columns)
+        if short > 0:
+            widths[columns[-1]] += short
+    rule = "-" * (nwidth + sum(widths))
+    titles = " " * nwidth + "".join(
+        f"{group:>{sum(widths[i] for i in columns)}}" for group, columns in groups
+    )
+    lines = [
+        rule,
+        titles.rstrip(),
+        f"{first:<{nwidth}}" + "".join(f"{h:>{w}}" for (_, h), w in zip(heads, widths)),
+        rule,
+    ]
+    for label, row in zip(labels, cells):
+        lines.append(pad(label, nwidth) + "".join(f"{c:>{w}}" for c, w in zip(row, widths)))
+    lines.append(rule)
+    return lines
 
 
 def format_ns(ns: float | None) -> str:

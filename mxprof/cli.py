@@ -272,7 +272,9 @@ def cmd_repair(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """Compare two profiles; 1 with --fail-on-regression when a regression is
-    flagged, 2 when they cannot be compared (1 would read as a regression)."""
+    flagged (a range slower: function shares are relative, so they are shown
+    and flagged but never fail), 2 when they cannot be compared (1 would read
+    as a regression)."""
     try:
         result = diff(args.base, args.new, threshold=args.threshold)
     except (TraceFormatError, OSError, DiffError) as e:  # each names its file(s)
@@ -436,13 +438,19 @@ def parser() -> argparse.ArgumentParser:
 
     df = sub.add_parser(
         "diff",
-        help="compare two profiles name by name",
+        help="compare two profiles name by name (and function by function, when sampled)",
         description="Per range name: count, total, avg, P50, P99 of both sides and the change. "
         "A row is flagged when its average moved by more than --threshold percent and a "
         "two-sided Mann-Whitney U test on the durations puts the change beyond the noise "
-        "(p < 0.01).",
-        epilog="Exit status: 0; 1 with --fail-on-regression when a regression is flagged; "
-        "2 when the inputs cannot be read or have no range name in common.",
+        "(p < 0.01). When both sides have stack samples, a second section compares each "
+        "function's inclusive and self share of the samples: flagged when it moved by more "
+        "than --threshold percentage points and a two-sided two-proportion z test on the "
+        "sample counts puts the change beyond the noise (p < 0.01). The profiler's own "
+        "ranges are left out.",
+        epilog="Exit status: 0; 1 with --fail-on-regression when a regression (a range "
+        "slower) is flagged; 2 when the inputs cannot be read, or have no range name in "
+        "common and not both have stack samples. A flagged function share never gives 1: "
+        "shares are relative (one function growing makes the others shrink).",
     )
     df.add_argument("base", help="the trace to compare against")
     df.add_argument("new", help="the trace to compare")
@@ -452,12 +460,14 @@ def parser() -> argparse.ArgumentParser:
         type=_percent,
         metavar="PCT",
         default=5.0,
-        help="percent the average must change by to be flagged (5)",
+        help="percent the average must change by to be flagged, and percentage points a "
+        "function's share must (5)",
     )
     df.add_argument(
         "--fail-on-regression",
         action="store_true",
-        help="exit with status 1 when a regression (slower) is flagged",
+        help="exit with status 1 when a regression (a range slower) is flagged; "
+        "function shares never fail",
     )
     df.set_defaults(func=cmd_diff)
 
