@@ -1,4 +1,4 @@
-"""The ``mxprof`` command: run, stats, merge, repair, diff, report, ranks.
+"""The ``mxprof`` command: run, stats, merge, repair, diff, report, ranks, export.
 
 Each subcommand is one small function taking the parsed arguments and
 returning an exit status.  Profiler output goes to stderr, so a profiled
@@ -6,8 +6,8 @@ script's own stdout stays as it was.
 
 Only ``run`` loads the live profiler (the compiled core and the session with
 its exit, fork and signal hooks); ``stats``, ``merge``, ``repair``,
-``diff`` and ``ranks`` read files with the offline tier (``mxprof.trace``,
-``mxprof.report``) alone.
+``diff``, ``ranks`` and ``export`` read files with the offline tier
+(``mxprof.trace``, ``mxprof.report``) alone.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .errors import ProfilerError, TraceFormatError
 from .report import ReportUnavailable, report
 from .report.diff import DiffError, diff
 from .report.ranks import analyze
-from .trace import Trace, load, samples
+from .trace import Trace, export, load, samples
 from .trace.gpu import gpu_json, gpu_rows, gpu_table
 from .trace.merge import merge, parse_ranks, parse_window
 from .trace.repair import repair
@@ -309,6 +309,32 @@ def cmd_ranks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write a trace's stack samples in another tool's format (-o -: to stdout);
+    status 2 for every failure, a trace without samples included."""
+    if args.threads and args.format != "collapsed":
+        print("mxprof export: --threads is for --format collapsed", file=sys.stderr)
+        return 2
+    try:
+        trace = load(args.trace)
+        if args.output == "-":
+            sys.stdout.write(export.render(trace, args.format, threads=args.threads))
+        else:
+            export.export(trace, args.output, args.format, threads=args.threads)
+    except (TraceFormatError, OSError, export.ExportError) as e:  # each names its file
+        print(f"mxprof export: {e}", file=sys.stderr)
+        return 2
+    cut = " (cut short: the samples before the cut)" if trace.truncated else ""
+    threads = len({(s.pid, s.tid) for s in trace.samples.samples})
+    where = "stdout" if args.output == "-" else args.output
+    print(
+        f"mxprof export: {len(trace.samples)} samples of {threads} thread(s) from "
+        f"{args.trace}{cut} written to {where} ({args.format})",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _number(text: str) -> float:
     try:
         return float(text)
@@ -479,6 +505,27 @@ def parser() -> argparse.ArgumentParser:
     rk.add_argument("--top", type=_count, default=10, help="rows of the spread table (10)")
     rk.add_argument("--steps", type=_count, default=None, help="rows of the last N steps only")
     rk.set_defaults(func=cmd_ranks)
+
+    ex = sub.add_parser(
+        "export",
+        help="write a trace's stack samples for another tool (speedscope, flame graphs)",
+        description="speedscope: speedscope's JSON file format, one sampled profile per "
+        "thread, each sample weighing 1/sample_rate seconds (weight 1, unit none, when the "
+        "trace does not record its rate). collapsed: folded stacks (flamegraph.pl, inferno, "
+        "speedscope), one line 'frame;...;frame COUNT' per distinct stack, outermost frame "
+        "first, frames 'function (file:line)', all threads folded together unless --threads.",
+        epilog="Exit status: 0; 2 when the trace cannot be read, holds no stack samples, "
+        "or the output cannot be written.",
+    )
+    ex.add_argument("trace", help="a trace with stack samples (recorded with sample_rate)")
+    ex.add_argument("--format", required=True, choices=export.FORMATS, help="what to write")
+    ex.add_argument("-o", "--output", required=True, help="the file to write (-: stdout)")
+    ex.add_argument(
+        "--threads",
+        action="store_true",
+        help="collapsed: start each stack with a frame naming its thread",
+    )
+    ex.set_defaults(func=cmd_export)
     return p
 
 

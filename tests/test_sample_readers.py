@@ -2,11 +2,16 @@
 mxprof stats, the profiler's own ranges left out, and the exports."""
 
 import json
+import threading
 import time
+
+import pytest
 
 import mxprof
 from mxprof import _testing
 from mxprof._render import is_own
+from mxprof.trace import Trace
+from mxprof.trace.export import ExportError, export, to_collapsed, to_speedscope
 from mxprof.trace.samples import Sample, Samples, render_table, settings, summary
 
 MAIN = ("<module>", "app.py", 1)
@@ -194,3 +199,146 @@ def test_stats_of_a_trace_without_samples_has_no_samples_block(tmp_path):
     assert "work" in out and "Samples" not in out
     doc = json.loads(_testing.cli("stats", "--format", "json", path, cwd=tmp_path).stdout)
     assert "Samples" not in doc
+
+
+# -- mxprof export ----------------------------------------------------------------
+
+
+def two_threads(path):
+    """Samples on two threads: MainThread in hot_a, "worker" in hot_b."""
+
+    def body():
+        worker = threading.Thread(target=hot_b, args=(0.1,), name="worker")
+        worker.start()
+        hot_a(0.1)
+        worker.join()
+
+    return record(path, body)
+
+
+def per_thread(trace):
+    found = {}
+    for s in sorted(trace.samples.samples, key=lambda s: s.ts):
+        found.setdefault(trace.thread_names[(s.pid, s.tid)], []).append(s.stack)
+    return found
+
+
+def check_speedscope(doc):
+    """The file format's shape (speedscope's file-format-spec), checked by hand."""
+    assert doc["$schema"] == "https://www.speedscope.app/file-format-schema.json"
+    frames = doc["shared"]["frames"]
+    assert all(isinstance(f["name"], str) and set(f) <= {"name", "file", "line"} for f in frames)
+    assert isinstance(doc["name"], str) and doc["exporter"].startswith("mxprof ")
+    assert 0 <= doc["activeProfileIndex"] < len(doc["profiles"])
+    for p in doc["profiles"]:
+        assert set(p) == {"type", "name", "unit", "startValue", "endValue", "samples", "weights"}
+        assert p["type"] == "sampled" and len(p["samples"]) == len(p["weights"])
+        assert all(0 <= i < len(frames) for stack in p["samples"] for i in stack)
+        assert p["startValue"] == 0 and p["endValue"] == pytest.approx(sum(p["weights"]))
+
+
+def test_speedscope_has_a_sampled_profile_per_thread_weighing_the_sample_period(tmp_path):
+    path = two_threads(tmp_path / "t.json")
+    trace = mxprof.load(path)
+    out = tmp_path / "t.speedscope.json"
+    proc = _testing.cli("export", "--format", "speedscope", path, "-o", out, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "", proc.stderr
+    assert f"{len(trace.samples)} samples of " in proc.stderr and str(out) in proc.stderr
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    check_speedscope(doc)
+    frames = doc["shared"]["frames"]
+    want = per_thread(trace)
+    got = {}
+    for p in doc["profiles"]:
+        assert p["unit"] == "seconds" and set(p["weights"]) == {0.001}  # 1 / 1000 Hz
+        thread = p["name"].split(" (pid ")[0]
+        got[thread] = [tuple(frames[i]["name"] for i in stack) for stack in p["samples"]]
+        assert p["endValue"] == pytest.approx(len(want[thread]) / 1000)
+    assert got == {t: [tuple(f[0] for f in st) for st in stacks] for t, stacks in want.items()}
+    assert any(st[-1] == "hot_b" for st in got["worker"])  # outermost first, innermost last
+    busiest = max(doc["profiles"], key=lambda p: len(p["samples"]))
+    assert len(doc["profiles"][doc["activeProfileIndex"]]["samples"]) == len(busiest["samples"])
+    assert {"name": "hot_a", "file": __file__, "line": hot_a.__code__.co_firstlineno} in frames
+
+
+def test_speedscope_weights_are_counts_when_the_rate_is_unknown(tmp_path):
+    path = record(tmp_path / "t.pftrace", lambda: hot_a(0.05))  # Perfetto: no config in it
+    trace = mxprof.load(path)
+    doc = to_speedscope(trace)
+    check_speedscope(doc)
+    (profile,) = [p for p in doc["profiles"] if p["name"].startswith("MainThread")]
+    assert profile["unit"] == "none" and set(profile["weights"]) == {1}
+    assert sum(len(p["samples"]) for p in doc["profiles"]) == len(trace.samples)
+
+
+def test_collapsed_lines_count_every_sample_once(tmp_path):
+    path = two_threads(tmp_path / "t.json")
+    trace = mxprof.load(path)
+    out = tmp_path / "t.folded"
+    _testing.cli("export", "--format", "collapsed", path, "-o", out, cwd=tmp_path, check=True)
+    lines = out.read_text(encoding="utf-8").splitlines()
+    counts = {ln.rpartition(" ")[0]: int(ln.rpartition(" ")[2]) for ln in lines}
+    assert len(counts) == len(lines)  # one line per distinct stack
+    assert len(lines) == len({s.stack for s in trace.samples.samples})
+    assert sum(counts.values()) == len(trace.samples)
+    a = f"hot_a ({__file__}:{hot_a.__code__.co_firstlineno})"
+    assert sum(n for stack, n in counts.items() if stack.endswith(a)) == sum(
+        s.stack[-1][0] == "hot_a" for s in trace.samples.samples
+    )
+    # One root frame per thread with --threads, to stdout with -o -.
+    proc = _testing.cli(
+        "export", "--format", "collapsed", "--threads", path, "-o", "-", cwd=tmp_path, check=True
+    )
+    by_thread = {}
+    for ln in proc.stdout.splitlines():
+        stack, _, n = ln.rpartition(" ")
+        thread = stack.split(";")[0].split(" (pid ")[0]
+        by_thread[thread] = by_thread.get(thread, 0) + int(n)
+    assert by_thread == {t: len(stacks) for t, stacks in per_thread(trace).items()}
+
+
+def test_collapsed_keeps_waiting_as_the_leaf_and_folds_names_safely():
+    trace = Trace([], thread_names={(1, 1): "MainThread", (1, 2): "io"})
+    odd = ("weird;name", "/a b/c.py", 3)
+    trace.samples = Samples(
+        [Sample(1, 1, i, (MAIN, STEP), ("app", "train")) for i in range(3)]
+        + [Sample(1, 2, i, (MAIN, LOAD, WAITING), None) for i in range(2)]
+        + [Sample(1, 2, 9, (MAIN, odd), ("mxprof", "flush"))]
+    )
+    assert to_collapsed(trace).splitlines() == [
+        "<module> (app.py:1);load (app.py:20);<waiting> 2",
+        "<module> (app.py:1);step (app.py:10) 3",
+        "<module> (app.py:1);weird:name (/a b/c.py:3) 1",
+    ]
+    threaded = to_collapsed(trace, threads=True).splitlines()
+    assert threaded[0] == "MainThread (pid 1 tid 1);<module> (app.py:1);step (app.py:10) 3"
+    assert sum(int(ln.rpartition(" ")[2]) for ln in threaded) == 6
+
+
+def test_export_errors_are_status_2_and_write_nothing(tmp_path):
+    plain = tmp_path / "plain.json"
+    _testing.start(plain)
+    with mxprof.Domain("app").new_task("work"):
+        pass
+    _testing.finish(plain)
+    out = tmp_path / "out.txt"
+    cases = {
+        ("--format", "collapsed", plain): "plain.json: no stack samples to export",
+        ("--format", "speedscope", "missing.json"): "missing.json: cannot read",
+        ("--format", "flame", plain): "invalid choice: 'flame'",
+        ("--format", "speedscope", "--threads", plain): "--threads is for --format collapsed",
+    }
+    for args, message in cases.items():
+        proc = _testing.cli("export", *args, "-o", out, cwd=tmp_path)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 or "usage:" in proc.stderr
+        assert not out.exists()
+    assert "required" in _testing.cli("export", plain, "-o", out, cwd=tmp_path).stderr
+    with pytest.raises(ExportError, match="no stack samples"):
+        export(plain, out, "collapsed")
+    with pytest.raises(ValueError, match="format must be one of speedscope, collapsed"):
+        export(plain, out, "parquet")
+    sampled = record(tmp_path / "s.json", lambda: hot_a(0.02))
+    proc = _testing.cli("export", "--format", "collapsed", sampled, "-o", tmp_path, cwd=tmp_path)
+    assert proc.returncode == 2 and "cannot write" in proc.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".mxprof-export-")] == []
