@@ -471,8 +471,8 @@ def parser() -> argparse.ArgumentParser:
         "(p < 0.01). When both sides have stack samples, a second section compares each "
         "function's inclusive and self share of the samples: flagged when it moved by more "
         "than --threshold percentage points and a two-sided two-proportion z test on the "
-        "sample counts puts the change beyond the noise (p < 0.01). The profiler's own "
-        "ranges are left out.",
+        "sample counts puts the change beyond the noise (p < 0.01 over the number of "
+        "functions, Bonferroni). The profiler's own ranges are left out.",
         epilog="Exit status: 0; 1 with --fail-on-regression when a regression (a range "
         "slower) is flagged; 2 when the inputs cannot be read, or have no range name in "
         "common and not both have stack samples. A flagged function share never gives 1: "

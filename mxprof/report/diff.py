@@ -37,9 +37,10 @@ profiler's own ranges (``_render.is_own``: its writer's flush) are left out.
 When both sides hold stack samples (``sample_rate``), functions are compared
 too, by their share of the samples (``Diff.shares``; the rule is in
 ``mxprof.report._shares``): inclusive and self share, base and new, the
-change in percentage points, a two-proportion z test at ``ALPHA`` and the
-threshold read as points.  Shares are relative (one function growing makes
-the others shrink), so a flagged share is reported but is never a regression:
+change in percentage points, a two-proportion z test at ``ALPHA`` over the
+number of functions (Bonferroni) and the threshold read as points.  Shares
+are relative (one function growing makes the others shrink), so a flagged
+share is reported but is never a regression:
 ``regressions`` (what ``--fail-on-regression`` gates on) holds time rows only.
 Two sides with samples but no range name in common compare shares alone.
 
@@ -61,7 +62,8 @@ Two sides with samples but no range name in common compare shares alone.
      "only_new": [...], "regressions": [names], "improvements": [names],
      "shares": null | {           # null unless both sides have stack samples
          "base_samples", "new_samples", "unit": "percent of samples",
-         "threshold_pts", "test": {"name": "two-proportion-z", "alternative", "alpha"},
+         "threshold_pts", "test": {"name": "two-proportion-z", "alternative", "alpha",
+                                   "correction": "bonferroni", "alpha_per_function"},
          "matched_by": "function and file name",
          "rows": [{"function", "file", "line",
                    "inclusive": {"base", "new", "base_pct", "new_pct", "delta_pts", "p_value"},
