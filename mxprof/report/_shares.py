@@ -63,21 +63,21 @@ class Tally:
     and where each function was seen (the frame a row names)."""
 
     total: int = 0
-    self: Counter[Key] = field(default_factory=Counter)
+    innermost: Counter[Key] = field(default_factory=Counter)  # self samples
     inclusive: Counter[Key] = field(default_factory=Counter)
     frames: dict[Key, Frame] = field(default_factory=dict)
 
     def add(self, samples: Iterable[Sample]) -> None:
-        """Count samples in."""
-        for sample in samples:
-            self.total += 1
-            keys = [key_of(frame) for frame in sample.stack]
+        """Count samples in (each distinct stack's frames are looked at once)."""
+        for stack, n in Counter(sample.stack for sample in samples).items():
+            self.total += n
+            keys = [key_of(frame) for frame in stack]
             if keys:
-                self.self[keys[-1]] += 1
-            for key, frame in zip(keys, sample.stack):
+                self.innermost[keys[-1]] += n
+            for key, frame in zip(keys, stack):
                 self.frames.setdefault(key, frame)
             for key in set(keys):
-                self.inclusive[key] += 1
+                self.inclusive[key] += n
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ def compare(base: Tally, new: Tally, threshold: float, alpha: float) -> Shares:
     alpha_row = alpha / max(len(keys), 1)
     for key in keys:
         incl = ShareChange.of(base.inclusive[key], base.total, new.inclusive[key], new.total)
-        own = ShareChange.of(base.self[key], base.total, new.self[key], new.total)
+        own = ShareChange.of(base.innermost[key], base.total, new.innermost[key], new.total)
         flagged, direction, why = _judge(incl, own, threshold, alpha_row)
         line = (new.frames.get(key) or base.frames[key])[2]
         rows.append(ShareRow(key[0], key[1], line, incl, own, flagged, direction, why))
