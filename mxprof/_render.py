@@ -1,14 +1,16 @@
 """Text rendering shared by ``dumps()``, ``KeyAverages`` tables and trace analysis.
 
 Cells of a terminal table (names shown escaped, padded by display width),
-durations with a readable unit, the category a range is listed under, and
-the keys statistics sort by.  Pure Python: the offline tier (``mxprof.trace``,
-``mxprof.averages``) renders with it without loading the compiled core.
+durations with a readable unit, the category a range is listed under, which
+ranges are the profiler's own (``is_own``), and the keys statistics sort by.
+Pure Python: the offline tier (``mxprof.trace``, ``mxprof.averages``)
+renders with it without loading the compiled core.
 """
 
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Sequence
 
 from .errors import ConfigError
 
@@ -22,6 +24,18 @@ TORCH_SORT_KEYS = {"cpu_time_total": "total", "self_cpu_time_total": "self", "cp
 
 # Every sort_by a statistics row takes, mapped to the row attribute it sorts on.
 ROW_SORT_KEYS = {**{key: key for key in SORT_KEYS}, **TORCH_SORT_KEYS}
+
+# Column widths of dumps()'s table: MXNet's minimum name width (longer names
+# widen the column) and its value width.
+NAME_WIDTH = 25
+COL_WIDTH = 16
+
+# The domain of the profiler's own ranges: the writer's ``flush`` task, and the
+# ``run <script>`` range older versions of ``mxprof run`` opened around a script.
+OWN_DOMAIN = "mxprof"
+# The name the core gives ranges past its registry's capacity, in OWN_DOMAIN:
+# they are the user's work, lumped together, so they are shown.
+OVERFLOW = "<overflow>"
 
 
 def sort_key(sort_by: object) -> str:
@@ -53,6 +67,21 @@ def category(domain: str, *, frame: bool = False, event: bool = False) -> str:
     if frame:
         return f"{domain},frame"
     return domain
+
+
+def is_own(category: str, name: str) -> bool:
+    """Whether a range (its category and name) is the profiler's own work.
+
+    The one rule for what users are not shown: tables, diffs, the report and
+    sample summaries leave these ranges out, and samples taken inside one count
+    as samples in no range.  Trace files keep them, and ``dumps()``'s table of
+    ranges (MXNet's layout) shows them.
+
+    Example:
+        >>> is_own("mxprof", "flush"), is_own("train", "flush"), is_own("mxprof", "<overflow>")
+        (True, False, False)
+    """
+    return category == OWN_DOMAIN and name != OVERFLOW
 
 
 def display(name: str) -> str:
@@ -87,6 +116,65 @@ def pad(text: str, columns: int) -> str:
         '数据  |'
     """
     return text + " " * max(0, columns - width(text))
+
+
+def grouped_table(
+    first: str,
+    labels: Sequence[str],
+    heads: Sequence[tuple[str, str]],
+    cells: Sequence[Sequence[str]],
+) -> list[str]:
+    """A text table whose value columns sit under group titles: a rule, the
+    titles, the heads, a rule, one line per row, a rule.  Labels are padded by
+    display width; a group's last column widens when its title is wider than
+    its columns.
+
+    Args:
+        first: the head of the label column.
+        labels: each row's label (already ``display``-ed).
+        heads: per value column, (group title, head); equal titles next to
+            each other form one group ("" for none).
+        cells: per row, its value cells, right-aligned.
+
+    Example:
+        >>> heads = [("Avg", "base"), ("Avg", "new")]
+        >>> for line in grouped_table("Name", ["a"], heads, [["1", "2"]]):
+        ...     print(line)
+        -----------------
+                      Avg
+        Name    base  new
+        -----------------
+        a          1    2
+        -----------------
+    """
+    nwidth = max([len(first)] + [width(n) for n in labels]) + 2
+    widths = [
+        max([len(head)] + [len(row[i]) for row in cells]) + 2 for i, (_, head) in enumerate(heads)
+    ]
+    groups: list[tuple[str, list[int]]] = []
+    for i, (group, _) in enumerate(heads):
+        if groups and groups[-1][0] == group:
+            groups[-1][1].append(i)
+        else:
+            groups.append((group, [i]))
+    for group, columns in groups:
+        short = len(group) + 2 - sum(widths[i] for i in columns)
+        if short > 0:
+            widths[columns[-1]] += short
+    rule = "-" * (nwidth + sum(widths))
+    titles = " " * nwidth + "".join(
+        f"{group:>{sum(widths[i] for i in columns)}}" for group, columns in groups
+    )
+    lines = [
+        rule,
+        titles.rstrip(),
+        f"{first:<{nwidth}}" + "".join(f"{h:>{w}}" for (_, h), w in zip(heads, widths)),
+        rule,
+    ]
+    for label, row in zip(labels, cells):
+        lines.append(pad(label, nwidth) + "".join(f"{c:>{w}}" for c, w in zip(row, widths)))
+    lines.append(rule)
+    return lines
 
 
 def format_ns(ns: float | None) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ._render import display, format_ns, pad, sort_key, width
+from ._render import display, format_ns, is_own, pad, sort_key, width
 from .errors import ConfigError
 
 
@@ -93,6 +93,18 @@ class KeyAverages(list[Row]):
             return (sign * (v if v is not None else float("-inf")), r.name)
 
         return KeyAverages(sorted(self, key=value))
+
+    def without_own(self) -> KeyAverages:
+        """The rows users are shown: the profiler's own ranges (``_render.is_own``:
+        the writer's flush ...) left out, the order kept.
+
+        Example:
+            >>> rows = KeyAverages([Row("flush", "mxprof", 1, 5, 5, 5, 5)])
+            >>> rows.append(Row("step", "app", 1, 9, 9, 9, 9))
+            >>> [r.name for r in rows.without_own()]
+            ['step']
+        """
+        return KeyAverages(r for r in self if not is_own(r.category, r.name))
 
     def table(self, sort_by: str = "total", row_limit: int | None = 100) -> str:
         """The rows as a text table, sorted, at most row_limit rows (None: all).

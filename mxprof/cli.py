@@ -1,4 +1,4 @@
-"""The ``mxprof`` command: run, stats, merge, repair, diff, report, ranks.
+"""The ``mxprof`` command: run, stats, merge, repair, diff, report, ranks, export.
 
 Each subcommand is one small function taking the parsed arguments and
 returning an exit status.  Profiler output goes to stderr, so a profiled
@@ -6,8 +6,8 @@ script's own stdout stays as it was.
 
 Only ``run`` loads the live profiler (the compiled core and the session with
 its exit, fork and signal hooks); ``stats``, ``merge``, ``repair``,
-``diff`` and ``ranks`` read files with the offline tier (``mxprof.trace``,
-``mxprof.report``) alone.
+``diff``, ``ranks`` and ``export`` read files with the offline tier
+(``mxprof.trace``, ``mxprof.report``) alone.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .errors import ProfilerError, TraceFormatError
 from .report import ReportUnavailable, report
 from .report.diff import DiffError, diff
 from .report.ranks import analyze
-from .trace import load
+from .trace import Trace, export, load, samples
 from .trace.gpu import gpu_json, gpu_rows, gpu_table
 from .trace.merge import merge, parse_ranks, parse_window
 from .trace.repair import repair
@@ -174,7 +174,8 @@ def _print_table(rows: KeyAverages, sort_by: str, top: int | None) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    """Print per-name statistics of any loadable trace."""
+    """Print per-name statistics of any loadable trace, and the top functions of
+    its stack samples when it has any; the profiler's own ranges are left out."""
     try:
         trace = load(args.trace)
     except (TraceFormatError, OSError) as e:  # TraceReadError names the path and cause
@@ -185,12 +186,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
             f"{len(trace)} events before the cut",
             file=sys.stderr,
         )
-    rows = trace.key_averages()
+    rows = trace.key_averages().without_own()
     gpu = gpu_rows(trace)  # GPU work by launching range (imported NVIDIA databases)
+    sampled = _samples_block(trace, args.top)
     if args.format == "table":
         print(rows.table(sort_by=args.sort, row_limit=args.top), end="")
         if gpu:
             print("\n" + gpu_table(gpu, row_limit=args.top), end="")
+        if sampled is not None:
+            top = args.top if args.top is not None else samples.TABLE_TOP
+            print("\n" + "\n".join(samples.render_table(sampled, top)), end="")
         return 0
     fields = ("count", "total", "self", "avg", "min", "max", "p50", "p90", "p99")
     top = rows.sorted(args.sort)[: args.top] if args.top is not None else rows.sorted(args.sort)
@@ -205,8 +210,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
     }
     if gpu:
         doc["GPU"] = gpu_json(gpu[: args.top] if args.top is not None else gpu)
+    if sampled is not None:
+        doc["Samples"] = sampled
     print(json.dumps(doc, indent=2, ensure_ascii=False))
     return 0
+
+
+def _samples_block(trace: Trace, top: int | None) -> dict[str, Any] | None:
+    """The ``Samples`` block ``dumps()`` would have shown for the run (its
+    ``Rate``, and ``Mode`` when the file says), or None when the trace has no
+    samples and says sampling was off."""
+    how = samples.settings(trace.metadata)
+    if not trace.samples and how["Rate"] is None:
+        return None
+    return {**trace.samples.summary(top if top is not None else samples.TOP), **how}
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -256,7 +273,9 @@ def cmd_repair(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """Compare two profiles; 1 with --fail-on-regression when a regression is
-    flagged, 2 when they cannot be compared (1 would read as a regression)."""
+    flagged (a range slower: function shares are relative, so they are shown
+    and flagged but never fail), 2 when they cannot be compared (1 would read
+    as a regression)."""
     try:
         result = diff(args.base, args.new, threshold=args.threshold)
     except (TraceFormatError, OSError, DiffError) as e:  # each names its file(s)
@@ -288,6 +307,32 @@ def cmd_ranks(args: argparse.Namespace) -> int:
         print(f"mxprof ranks: {e}", file=sys.stderr)
         return 2
     print(result.to_json() if args.format == "json" else result.table(args.top, args.steps))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write a trace's stack samples in another tool's format (-o -: to stdout);
+    status 2 for every failure, a trace without samples included."""
+    if args.threads and args.format != "collapsed":
+        print("mxprof export: --threads is for --format collapsed", file=sys.stderr)
+        return 2
+    try:
+        trace = load(args.trace)
+        if args.output == "-":
+            sys.stdout.write(export.render(trace, args.format, threads=args.threads))
+        else:
+            export.export(trace, args.output, args.format, threads=args.threads)
+    except (TraceFormatError, OSError, export.ExportError) as e:  # each names its file
+        print(f"mxprof export: {e}", file=sys.stderr)
+        return 2
+    cut = " (cut short: the samples before the cut)" if trace.truncated else ""
+    threads = len({(s.pid, s.tid) for s in trace.samples.samples})
+    where = "stdout" if args.output == "-" else args.output
+    print(
+        f"mxprof export: {len(trace.samples)} samples of {threads} thread(s) from "
+        f"{args.trace}{cut} written to {where} ({args.format})",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -428,13 +473,19 @@ def parser() -> argparse.ArgumentParser:
 
     df = sub.add_parser(
         "diff",
-        help="compare two profiles name by name",
+        help="compare two profiles name by name (and function by function, when sampled)",
         description="Per range name: count, total, avg, P50, P99 of both sides and the change. "
         "A row is flagged when its average moved by more than --threshold percent and a "
         "two-sided Mann-Whitney U test on the durations puts the change beyond the noise "
-        "(p < 0.01).",
-        epilog="Exit status: 0; 1 with --fail-on-regression when a regression is flagged; "
-        "2 when the inputs cannot be read or have no range name in common.",
+        "(p < 0.01). When both sides have stack samples, a second section compares each "
+        "function's inclusive and self share of the samples: flagged when it moved by more "
+        "than --threshold percentage points and a two-sided two-proportion z test on the "
+        "sample counts puts the change beyond the noise (p < 0.01 over the number of "
+        "functions, Bonferroni). The profiler's own ranges are left out.",
+        epilog="Exit status: 0; 1 with --fail-on-regression when a regression (a range "
+        "slower) is flagged; 2 when the inputs cannot be read, or have no range name in "
+        "common and not both have stack samples. A flagged function share never gives 1: "
+        "shares are relative (one function growing makes the others shrink).",
     )
     df.add_argument("base", help="the trace to compare against")
     df.add_argument("new", help="the trace to compare")
@@ -444,12 +495,14 @@ def parser() -> argparse.ArgumentParser:
         type=_percent,
         metavar="PCT",
         default=5.0,
-        help="percent the average must change by to be flagged (5)",
+        help="percent the average must change by to be flagged, and percentage points a "
+        "function's share must (5)",
     )
     df.add_argument(
         "--fail-on-regression",
         action="store_true",
-        help="exit with status 1 when a regression (slower) is flagged",
+        help="exit with status 1 when a regression (a range slower) is flagged; "
+        "function shares never fail",
     )
     df.set_defaults(func=cmd_diff)
 
@@ -461,6 +514,27 @@ def parser() -> argparse.ArgumentParser:
     rk.add_argument("--top", type=_count, default=10, help="rows of the spread table (10)")
     rk.add_argument("--steps", type=_count, default=None, help="rows of the last N steps only")
     rk.set_defaults(func=cmd_ranks)
+
+    ex = sub.add_parser(
+        "export",
+        help="write a trace's stack samples for another tool (speedscope, flame graphs)",
+        description="speedscope: speedscope's JSON file format, one sampled profile per "
+        "thread, each sample weighing 1/sample_rate seconds (weight 1, unit none, when the "
+        "trace does not record its rate). collapsed: folded stacks (flamegraph.pl, inferno, "
+        "speedscope), one line 'frame;...;frame COUNT' per distinct stack, outermost frame "
+        "first, frames 'function (file:line)', all threads folded together unless --threads.",
+        epilog="Exit status: 0; 2 when the trace cannot be read, holds no stack samples, "
+        "or the output cannot be written.",
+    )
+    ex.add_argument("trace", help="a trace with stack samples (recorded with sample_rate)")
+    ex.add_argument("--format", required=True, choices=export.FORMATS, help="what to write")
+    ex.add_argument("-o", "--output", required=True, help="the file to write (-: stdout)")
+    ex.add_argument(
+        "--threads",
+        action="store_true",
+        help="collapsed: start each stack with a frame naming its thread",
+    )
+    ex.set_defaults(func=cmd_export)
     return p
 
 

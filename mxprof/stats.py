@@ -35,7 +35,6 @@ from __future__ import annotations
 import functools
 import json
 import json.encoder
-import os
 from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
@@ -50,7 +49,7 @@ from ._native import (
     KIND_TASK,
     Stat,
 )
-from ._render import SORT_KEYS
+from ._render import COL_WIDTH, NAME_WIDTH, SORT_KEYS
 from ._session import SESSION, warn
 from .config import check_bool
 from .errors import ConfigError
@@ -59,8 +58,6 @@ from .trace import samples as _samples
 
 FORMATS = ("table", "json")
 
-NAME_WIDTH = 25  # MXNet's minimum; longer names widen the column
-COL_WIDTH = 16
 
 # A row: (name, count, values), values in display units, in the order of its
 # section's FIELDS (a Time row has a GPU value only when some range has one;
@@ -168,39 +165,9 @@ def sample_summary(reset: bool = False, top: int = _samples.TOP) -> dict[str, An
     return out
 
 
-def render_samples_table(summary: dict[str, Any], top: int = 10) -> list[str]:
-    """The ``Samples`` block of the table: per range, its top functions."""
-    rate = summary.get("Rate") or 0
-    blocks: list[tuple[str, dict[str, Any]]] = [
-        (_samples.PROGRAM, {"Count": summary["Count"], "Functions": summary["Program"]})
-    ]
-    for cat, names in summary["Ranges"].items():
-        blocks += [(f"{cat}::{name}", body) for name, body in names.items()]
-    rows = [
-        (f"{f['Function']} ({os.path.basename(f['File'])}:{f['Line']})", f)
-        for _, body in blocks
-        for f in body["Functions"][:top]
-    ]
-    width = max([NAME_WIDTH] + [len(t) + 2 for t, _ in rows] + [len(b) + 2 for b, _ in blocks])
-    lines = [
-        f"Samples ({rate:g} Hz, {summary['Count']} samples; top {top} functions per range)",
-        "=" * 17,
-        _render.pad("Name", width)
-        + "".join(f"{h:>{COL_WIDTH}}" for h in ("Self", "Self %", "Inclusive %")),
-        _render.pad("----", width)
-        + "".join(f"{'-' * len(h):>{COL_WIDTH}}" for h in ("Self", "Self %", "Inclusive %")),
-    ]
-    for title, body in blocks:
-        lines.append(_render.pad(f"{title} ({body['Count']} samples)", width))
-        for f in body["Functions"][:top]:
-            name = f"  {f['Function']} ({os.path.basename(f['File'])}:{f['Line']})"
-            lines.append(
-                _render.pad(name, width)
-                + f"{f['Self']:>{COL_WIDTH}}{f['Self %']:>{COL_WIDTH}.2f}"
-                + f"{f['Inclusive %']:>{COL_WIDTH}.2f}"
-            )
-    lines.append("")
-    return lines
+# The Samples block of the table: the offline tier's renderer, which ``mxprof
+# stats`` uses too (``mxprof run`` imports it from here).
+render_samples_table = _samples.render_table
 
 
 def collect(stats: list[Stat], wall_ns: int, peaks: dict[int, int]) -> Sections:

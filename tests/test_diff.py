@@ -9,6 +9,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -304,8 +305,9 @@ def test_json_keys_are_the_documented_ones(tmp_path):
     json.dumps(doc, allow_nan=False)  # plain, finite JSON
     assert set(doc) == {
         "base", "new", "unit", "threshold_pct", "test", "truncated", "rows", "only_base",
-        "only_new", "regressions", "improvements",
+        "only_new", "regressions", "improvements", "shares",
     }  # fmt: skip
+    assert doc["shares"] is None  # no stack samples
     assert doc["base"] == [str(base)] and doc["new"] == [str(new)] and doc["unit"] == "ns"
     assert doc["test"] == {"name": "mann-whitney-u", "alternative": "two-sided",
                            "alpha": 0.01, "exact_max": 20}  # fmt: skip
@@ -479,3 +481,140 @@ def test_two_runs_of_memory_scopes_diff(tmp_path):
     proc = _testing.cli("diff", "first.json", "memory_trace.json", cwd=tmp_path, check=True)
     step = next(ln.split() for ln in proc.stdout.splitlines() if ln.startswith("step "))
     assert step[1:3] == ["5", "5"]  # its five steps, frames on both sides
+
+
+# -- function shares of stack samples -------------------------------------------
+
+
+# Each spins in its own body, so that it holds its samples' innermost frame.
+def share_a(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def share_b(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def sampled_run(path, a_s, b_s, rounds=10):
+    """A trace with stack samples: share_a for a_s and share_b for b_s seconds in
+    all, inside the range app::work.  They take turns, so that a burst of load
+    on the machine (which costs the sampler samples) hits both alike."""
+    mxprof.set_config(filename=str(path), sample_rate=1000)
+    work = mxprof.Domain("app").new_task("work")
+    mxprof.set_state("run")
+    try:
+        with work:
+            for _ in range(rounds):
+                share_a(a_s / rounds)
+                share_b(b_s / rounds)
+    finally:
+        mxprof.set_state("stop")
+    mxprof.dump()
+    _testing.reset()
+    return path
+
+
+def share_rows(d):
+    return {r.function: r for r in d.shares.rows}
+
+
+def test_two_runs_of_the_same_code_flag_no_share(tmp_path):
+    # Long enough that what set_state("run") itself costs on a loaded machine (the
+    # sampler sees it starting the writer's thread) stays a few points of the samples.
+    base = sampled_run(tmp_path / "base.json", 0.4, 0.4)
+    new = sampled_run(tmp_path / "new.json", 0.4, 0.4)
+    d = diff(base, new)
+    assert d.shares is not None and d.shares.base_samples > 0 < d.shares.new_samples
+    rows = share_rows(d)
+    for name in ("share_a", "share_b"):
+        assert rows[name].file == "test_diff.py" and rows[name].inclusive.base > 0
+    assert [r.label for r in d.shares.rows if r.flagged] == []
+    assert d.shares.grew == d.shares.shrank == []
+
+
+def test_a_planted_share_change_is_flagged_but_never_fails_the_gate(tmp_path, cli):
+    base = sampled_run(tmp_path / "base.json", 0.1, 0.3)  # share_a about 25 %
+    new = sampled_run(tmp_path / "new.json", 0.3, 0.1)  # about 75 %
+    d = diff(base, new)
+    rows = share_rows(d)
+    a, b = rows["share_a"], rows["share_b"]
+    assert a.flagged and a.direction == "grew" and a.inclusive.delta_pts > 25
+    assert b.flagged and b.direction == "shrank" and b.self.delta_pts < -25
+    assert a.inclusive.p_value < d.shares.alpha_row < ALPHA  # Bonferroni: over every function
+    assert d.shares.alpha_row == pytest.approx(ALPHA / len(d.shares.rows))
+    assert a.why.startswith("inclusive +") and "beyond 5 pts and the noise (p < " in a.why
+    # Counts are samples: each side's shares are its counts over its total.
+    assert a.inclusive.base_pct == pytest.approx(100 * a.inclusive.base / d.shares.base_samples)
+    assert [r.name for r in d.regressions] == []  # shares are relative: not regressions
+    proc = cli("diff", base, new, "--fail-on-regression", check=0)
+    lines = proc.stdout.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("Function shares"))
+    shown = {ln.split()[0]: ln.split() for ln in lines[start + 5 :] if "(test_diff.py:" in ln}
+    assert shown["share_a"][-1] == "GREW" and shown["share_b"][-1] == "SHRANK"
+    assert shown["share_a"][2:4] == [str(a.inclusive.base), str(a.inclusive.new)]
+    assert any(ln.startswith("1 grew, 1 shrank beyond 5 points") for ln in lines)
+    doc = json.loads(cli("diff", "--format", "json", base, new, check=0).stdout)
+    shares = doc["shares"]
+    assert set(shares) == {
+        "base_samples", "new_samples", "unit", "threshold_pts", "test", "matched_by", "rows",
+        "grew", "shrank",
+    }  # fmt: skip
+    assert shares["test"] == {"name": "two-proportion-z", "alternative": "two-sided",
+                              "alpha": ALPHA, "correction": "bonferroni",
+                              "alpha_per_function": d.shares.alpha_row}  # fmt: skip
+    by_name = {r["function"]: r for r in shares["rows"]}
+    assert by_name["share_a"]["inclusive"]["base"] == a.inclusive.base
+    assert by_name["share_a"]["flagged"] and by_name["share_a"]["direction"] == "grew"
+    assert [label.split(" (")[0] for label in shares["grew"]] == ["share_a"]
+    assert doc["regressions"] == []
+    # A higher threshold in points is a higher bar.
+    assert not share_rows(diff(base, new, threshold=80))["share_a"].flagged
+
+
+def test_shares_alone_when_no_range_name_is_on_both_sides(tmp_path):
+    base = sampled_run(tmp_path / "base.json", 0.05, 0.05)
+    events = json.loads(base.read_text())
+    for e in events["traceEvents"]:
+        if e.get("name") == "work" and e.get("ph") == "X":
+            e["name"] = "other"
+    renamed = tmp_path / "renamed.json"
+    renamed.write_text(json.dumps(events))
+    d = diff(base, renamed)
+    assert d.rows == [] and d.only_base == ["work"] and d.only_new == ["other"]
+    assert d.shares is not None and not any(r.flagged for r in d.shares.rows)
+    table = d.to_table()
+    assert "no range name on both sides; function shares only" in table
+    assert "Function shares of stack samples" in table
+    # Samples on one side only: the ranges decide, as before, and the table says why.
+    plain = write_trace(tmp_path / "plain.json", {"work": [1000]})
+    one = diff(base, plain)
+    assert one.shares is None and one.sampled["new"] == 0 < one.sampled["base"]
+    assert "function shares not compared: stack samples in base only" in one.to_table()
+    with pytest.raises(DiffError, match="no range name in common"):
+        diff(renamed, plain)
+
+
+def test_the_profilers_own_ranges_are_not_compared(tmp_path):
+    own = {"step": [1000] * 3}
+    base = write_trace(tmp_path / "base.json", own)
+    new = write_trace(tmp_path / "new.json", own)
+    for path, flush in ((base, [10, 20]), (new, [5000, 9000])):
+        doc = json.loads(path.read_text())
+        doc["traceEvents"] += [
+            {"name": "flush", "cat": "mxprof", "ph": "X", "ts": 10 + i, "dur": d / 1e3,
+             "pid": 1, "tid": 2}
+            for i, d in enumerate(flush)
+        ] + [{"name": "run app.py", "cat": "mxprof", "ph": "X", "ts": 0, "dur": 100,
+              "pid": 1, "tid": 1}]  # fmt: skip
+        path.write_text(json.dumps(doc))
+    d = diff(base, new)
+    assert [r.name for r in d.rows] == ["step"] and d.only_base == d.only_new == []
+    table = d.to_table()
+    assert "flush" not in table and "run app.py" not in table
+    only_own = write_trace(tmp_path / "own.json", {"flush": [1000]}, category="mxprof")
+    with pytest.raises(DiffError, match=r"own\.json: no ranges to compare"):
+        diff(base, only_own)

@@ -34,6 +34,7 @@ OFFLINE = {
     "mxprof.report._parallel",
     "mxprof.report._sections",
     "mxprof.report._series",
+    "mxprof.report._shares",
 }
 
 PUBLIC = [

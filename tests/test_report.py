@@ -431,6 +431,29 @@ def test_flame_graphs_hold_the_samples_of_the_program_and_of_each_range(tmp_path
     assert "window.mxprofFlame(row.getAttribute" in script
 
 
+def test_the_profilers_own_ranges_are_not_shown_and_their_samples_are_in_no_range(tmp_path):
+    # An old `mxprof run` wrapper around everything, the writer's flush, and the user's phase.
+    ranges = [("run app.py", "mxprof", 0, 5000), ("flush", "mxprof", 100, 400),
+              ("phase", "d", 1000, 1000)]  # fmt: skip
+    samples = (
+        [(150 + i, ["main", "wait"], 1) for i in range(3)]  # in the flush
+        + [(1010 + i, ["main", "train", "forward"], 2) for i in range(4)]  # in the phase
+        + [(3000 + i, ["main", "load"], 0) for i in range(2)]  # in the wrapper only
+    )
+    page, trace = make_report(tmp_path, sampled(samples, ranges))
+    assert list(page.table()) == ["phase"]
+    flames = page_flames(page)
+    assert flames["program"]["total"] == 9  # every sample is the program's
+    (key,) = flames["ranges"]  # one range flame graph: the phase's
+    assert flames["ranges"][key]["total"] == 4
+    assert flame_paths(flames, flames["ranges"][key]) == {
+        ("main",): 4, ("main", "train"): 4, ("main", "train", "forward"): 4
+    }  # fmt: skip
+    s = _sections.build([str(trace)], [mxprof.load(trace)])
+    assert [r.name for r in s.rows] == ["phase"] and set(s.processes[0].totals) == {"phase"}
+    assert {e.name for e in mxprof.load(trace)} >= {"flush", "run app.py"}  # the file keeps them
+
+
 def test_flame_graphs_keep_the_heaviest_nodes_a_parent_before_its_children(monkeypatch):
     monkeypatch.setattr(_sections, "FLAME_NODES", 4)
     frame = lambda name: (name, "f.py", 1)  # noqa: E731

@@ -360,7 +360,8 @@ def _flames(s: Sections) -> str:
         '<h3 id="flame-title">Samples in the selected range</h3>',
         f'<p class="muted">Ranges keep at most {FLAME_RANGE_NODES} call paths each; the '
         f"{FLAME_RANGES} ranges with the most samples have theirs. A sample counts in the "
-        "range innermost on its thread when it was taken.</p>",
+        "range innermost on its thread when it was taken; the profiler's own ranges (its "
+        "writer's flush) are not listed, and samples taken in them count in no range.</p>",
         plot("flame-range", [], {"margin": {"l": 10, "r": 10, "t": 10, "b": 10}}),
     ]
     data = {

@@ -16,6 +16,7 @@ from typing import Any
 
 from msgspec.structs import replace
 
+from .._render import is_own
 from .._tallies import TALLIES
 from ..averages import Row
 from ..trace import Event, Trace
@@ -173,7 +174,7 @@ def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
     lasts = [span[1] for t in tallied for span in t.spans.values()]
     start, end = min(firsts, default=0), max(lasts, default=0)
     wall = max(end - start, 0)
-    every_row = list(combined.key_averages())
+    every_row = list(combined.key_averages().without_own())  # no profiler's own ranges
     rows = every_row[:TABLE_ROWS]
     phases: Counter[str] = Counter()
     for t in tallied:
@@ -266,7 +267,8 @@ def _flame(stacks: dict[Stack, int], cap: int, frame_index: dict[Any, int]) -> F
 
 def _flames(traces: Sequence[Trace], rows: Sequence[Row]) -> Flames | None:
     """Flame graphs of every input's samples: the whole program, and per range of the
-    table (the ``FLAME_RANGES`` with the most samples)."""
+    table (the ``FLAME_RANGES`` with the most samples).  A sample taken in one of
+    the profiler's own ranges is in the program's only (``Samples.counts``)."""
     program: dict[Stack, int] = {}
     per: dict[tuple[str, str], dict[Stack, int]] = {}
     for trace in traces:
@@ -356,11 +358,11 @@ def _processes(
         totals: dict[tuple[Any, str], int] = {}
         ranged = [pid for pid, span in t.spans.items() if span[2]]
         if len(ranged) == 1:  # one process: its totals by name are the trace's
-            for r in trace.key_averages():
+            for r in trace.key_averages().without_own():
                 totals[(ranged[0], r.name)] = totals.get((ranged[0], r.name), 0) + int(r.total)
         else:
             for e in trace:
-                if e.dur is not None:
+                if e.dur is not None and not is_own(e.category, e.name):
                     key = (e.pid, e.name)
                     totals[key] = totals.get(key, 0) + e.dur
         data = other_data(trace)

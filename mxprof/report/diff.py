@@ -31,7 +31,18 @@ from one quiet machine, or raise it.
 
 Names are the unit, as in "names only in one side": a name recorded under
 several categories (two domains) is one row, its durations pooled.  Several
-traces per side (``diff([a1, a2], [b1, b2])``) pool the same way.
+traces per side (``diff([a1, a2], [b1, b2])``) pool the same way.  The
+profiler's own ranges (``_render.is_own``: its writer's flush) are left out.
+
+When both sides hold stack samples (``sample_rate``), functions are compared
+too, by their share of the samples (``Diff.shares``; the rule is in
+``mxprof.report._shares``): inclusive and self share, base and new, the
+change in percentage points, a two-proportion z test at ``ALPHA`` over the
+number of functions (Bonferroni) and the threshold read as points.  Shares
+are relative (one function growing makes the others shrink), so a flagged
+share is reported but is never a regression:
+``regressions`` (what ``--fail-on-regression`` gates on) holds time rows only.
+Two sides with samples but no range name in common compare shares alone.
 
 ``Diff.to_json()`` (``mxprof diff --format json``) returns::
 
@@ -48,7 +59,17 @@ traces per side (``diff([a1, a2], [b1, b2])``) pool the same way.
                "direction": "slower" | "faster" | "same",   # of the average
                "flagged": bool, "why": str}],
      "only_base": [{"name", "categories", "count", "total", "avg", "p50", "p99"}],
-     "only_new": [...], "regressions": [names], "improvements": [names]}
+     "only_new": [...], "regressions": [names], "improvements": [names],
+     "shares": null | {           # null unless both sides have stack samples
+         "base_samples", "new_samples", "unit": "percent of samples",
+         "threshold_pts", "test": {"name": "two-proportion-z", "alternative", "alpha",
+                                   "correction": "bonferroni", "alpha_per_function"},
+         "matched_by": "function and file name",
+         "rows": [{"function", "file", "line",
+                   "inclusive": {"base", "new", "base_pct", "new_pct", "delta_pts", "p_value"},
+                   "self": {...}, "direction": "grew" | "shrank" | "same",
+                   "flagged": bool, "why": str}],
+         "grew": [labels], "shrank": [labels]}}
 
 Example:
     >>> from mxprof.report.diff import diff
@@ -65,9 +86,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-from .._render import display, format_ns, pad, width
+from .._render import display, format_ns, grouped_table, is_own
 from ..errors import ConfigError, ProfilerError
 from ..trace import Trace, load
+from ._shares import Shares, Tally, compare
 
 # The test's significance level: a row is beyond the noise when p < ALPHA.
 ALPHA = 0.01
@@ -83,7 +105,8 @@ Inputs = Union[Source, Sequence[Source]]
 
 
 class DiffError(ProfilerError, ValueError):
-    """Two profiles cannot be compared: a side has no ranges, or no name is on both.
+    """Two profiles cannot be compared: a side has no ranges, or no name is on
+    both, and not both sides have stack samples.
 
     The message names the files.
 
@@ -201,6 +224,9 @@ class Diff:
             are in ``base_stats`` / ``new_stats``.
         base_stats, new_stats: every name's ``Stats`` on each side.
         truncated: per side, whether a file was cut short.
+        shares: the function shares of the stack samples (``_shares.Shares``),
+            or None unless both sides have samples.
+        sampled: per side, its number of stack samples.
 
     Example:
         >>> d = diff("base.json", "new.json")  # doctest: +SKIP
@@ -228,10 +254,15 @@ class Diff:
             rows.append(DiffRow(name, categories, b, n, test, flagged, why))
         rows.sort(key=lambda r: (-abs(r.delta("total")), r.name))
         self.rows = rows
+        self.sampled = {"base": base.samples.total, "new": new.samples.total}
+        self.shares: Shares | None = None
+        if base.samples.total and new.samples.total:
+            self.shares = compare(base.samples, new.samples, threshold, ALPHA)
 
     @property
     def regressions(self) -> list[DiffRow]:
-        """Flagged rows whose average got slower, in ``rows`` order."""
+        """Flagged rows whose average got slower, in ``rows`` order (never a
+        function share: they are relative, see the module docstring)."""
         return [r for r in self.rows if r.flagged and r.direction == "slower"]
 
     @property
@@ -285,6 +316,7 @@ class Diff:
             "only_new": [one_side(n, self.new_stats[n]) for n in self.only_new],
             "regressions": [r.name for r in self.regressions],
             "improvements": [r.name for r in self.improvements],
+            "shares": self.shares.to_json() if self.shares is not None else None,
         }
 
     def to_table(self) -> str:
@@ -293,7 +325,9 @@ class Diff:
         Columns: per statistic base, new, the change (``diff``, for total and
         avg) and the change in percent (``%``); ``p`` is the test's p-value;
         ``flag`` is SLOWER or FASTER for a flagged row, ``noise`` for an
-        average that moved past the threshold within the noise.
+        average that moved past the threshold within the noise.  When both
+        sides have stack samples, a section of function shares follows
+        (flag GREW or SHRANK).
 
         Example:
             >>> print(diff("base.json", "new.json", threshold=10).to_table())  # doctest: +SKIP
@@ -310,7 +344,8 @@ def diff(base: Inputs, new: Inputs, *, threshold: float = 5.0) -> Diff:
             whose ranges are pooled.
         new: the profile to compare, in the same forms.
         threshold: percent (>= 0) the average duration must change by for a
-            row to be flagged.
+            row to be flagged; for function shares, the percentage points a
+            share must move by.
 
     Returns:
         A ``Diff``.
@@ -319,7 +354,8 @@ def diff(base: Inputs, new: Inputs, *, threshold: float = 5.0) -> Diff:
         ConfigError: threshold is not a number >= 0, or a side is an empty sequence.
         TraceReadError, TraceFormatError: a file cannot be read or is not a
             trace (the message names it).
-        DiffError: a side has no ranges, or no name is on both sides.
+        DiffError: a side has no ranges, or no name is on both sides, and
+            not both sides have stack samples to compare.
 
     Example:
         >>> d = diff("base.json", "new.json", threshold=10)  # doctest: +SKIP
@@ -334,6 +370,8 @@ def diff(base: Inputs, new: Inputs, *, threshold: float = 5.0) -> Diff:
     ):
         raise ConfigError(f"threshold must be a finite number of percent >= 0, got {threshold!r}")
     sides = _Side(base, "base"), _Side(new, "new")
+    if sides[0].samples.total and sides[1].samples.total:
+        return Diff(*sides, float(threshold))  # shares compare whatever the ranges
     for side in sides:
         if not side.durations:
             raise DiffError(
@@ -382,7 +420,7 @@ def mann_whitney_u(base: Sequence[float], new: Sequence[float]) -> RankTest:
 
 
 class _Side:
-    """One side's durations per name, pooled over its traces."""
+    """One side's durations per name and its stack samples, pooled over its traces."""
 
     def __init__(self, inputs: Inputs, which: str) -> None:
         single = (str, os.PathLike, Trace)
@@ -393,12 +431,14 @@ class _Side:
         self.durations: dict[str, list[int]] = {}
         self.categories: dict[str, set[str]] = {}
         self.truncated = False
+        self.samples = Tally()
         for source in sources:
             trace = source if isinstance(source, Trace) else load(source)
             self.labels.append(trace.path if trace.path is not None else "<Trace>")
             self.truncated |= trace.truncated
+            self.samples.add(trace.samples.samples)
             for event in trace:
-                if event.dur is not None:
+                if event.dur is not None and not is_own(event.category, event.name):
                     self.durations.setdefault(event.name, []).append(event.dur)
                     self.categories.setdefault(event.name, set()).add(event.category)
         for durations in self.durations.values():
@@ -506,39 +546,17 @@ def _flag(row: DiffRow) -> str:
 
 
 def _table(d: Diff) -> str:
-    names = [display(r.name) for r in d.rows]
-    nwidth = max([len("Name")] + [width(n) for n in names]) + 2
-    cells = [[cell(r) for _, _, cell in _COLUMNS] for r in d.rows]
-    widths = [
-        max([len(c)] + [len(row[i]) for row in cells]) + 2 for i, (_, c, _) in enumerate(_COLUMNS)
-    ]
-    # Widen a group's last column when its title is wider than its columns.
-    groups: list[tuple[str, list[int]]] = []
-    for i, (group, _, _) in enumerate(_COLUMNS):
-        if groups and groups[-1][0] == group:
-            groups[-1][1].append(i)
-        else:
-            groups.append((group, [i]))
-    for group, columns in groups:
-        short = len(group) + 2 - sum(widths[i] for i in columns)
-        if short > 0:
-            widths[columns[-1]] += short
-    rule = "-" * (nwidth + sum(widths))
-    titles = " " * nwidth + "".join(
-        f"{group:>{sum(widths[i] for i in columns)}}" for group, columns in groups
-    )
-    heads = f"{'Name':<{nwidth}}" + "".join(f"{c:>{w}}" for (_, c, _), w in zip(_COLUMNS, widths))
-    lines = [
-        f"mxprof diff: {_label(d.base)} -> {_label(d.new)} (threshold {d.threshold:g}%, "
-        f"two-sided Mann-Whitney U at alpha {ALPHA:g})",
-        rule,
-        titles.rstrip(),
-        heads,
-        rule,
-    ]
-    for name, row in zip(names, cells):
-        lines.append(pad(name, nwidth) + "".join(f"{c:>{w}}" for c, w in zip(row, widths)))
-    lines.append(rule)
+    head = f"mxprof diff: {_label(d.base)} -> {_label(d.new)}"
+    if d.rows or d.shares is None:
+        names = [display(r.name) for r in d.rows]
+        cells = [[cell(r) for _, _, cell in _COLUMNS] for r in d.rows]
+        heads = [(group, column) for group, column, _ in _COLUMNS]
+        lines = [
+            f"{head} (threshold {d.threshold:g}%, two-sided Mann-Whitney U at alpha {ALPHA:g})",
+            *grouped_table("Name", names, heads, cells),
+        ]
+    else:  # samples on both sides, no range name in common: shares only
+        lines = [f"{head}: no range name on both sides; function shares only"]
     for which, only, stats in (
         (d.base, d.only_base, d.base_stats),
         (d.new, d.only_new, d.new_stats),
@@ -548,11 +566,17 @@ def _table(d: Diff) -> str:
                 f"{display(n)} ({stats[n].count} x {format_ns(stats[n].avg)})" for n in only
             )
             lines.append(f"only in {_label(which)}: {listed}")
-    slower, faster = len(d.regressions), len(d.improvements)
-    lines.append(
-        f"{slower} slower, {faster} faster beyond {d.threshold:g}% and the noise"
-        f" ({len(d.rows)} compared)"
-    )
+    if d.rows or d.shares is None:
+        slower, faster = len(d.regressions), len(d.improvements)
+        lines.append(
+            f"{slower} slower, {faster} faster beyond {d.threshold:g}% and the noise"
+            f" ({len(d.rows)} compared)"
+        )
+    if d.shares is not None:
+        lines += ["", *d.shares.table()]
+    elif d.sampled["base"] or d.sampled["new"]:
+        side = "base" if d.sampled["base"] else "new"
+        lines.append(f"function shares not compared: stack samples in {side} only")
     return "\n".join(lines) + "\n"
 
 

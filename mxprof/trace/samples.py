@@ -13,15 +13,21 @@ writer records PerfSample packets with interned frames and callstacks;
 (section ``Samples``) and a loaded trace gives (``Trace.samples.summary()``):
 per range (and for the whole program) the functions with the most samples,
 by self samples (the function was innermost) and inclusive ones (it was on
-the stack; a recursive function counts once per sample).
+the stack; a recursive function counts once per sample).  A sample taken in
+one of the profiler's own ranges (``_render.is_own``) counts as in no range.
+:func:`render_table` is the one text rendering of a summary, for ``dumps()``,
+``mxprof run`` and ``mxprof stats``.
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from .._render import COL_WIDTH, NAME_WIDTH, display, is_own, pad, width
 
 RawEvent = dict[str, Any]
 
@@ -29,6 +35,8 @@ CATEGORY = "mxprof.sample"
 DEFINITIONS = ("mxprof_frame", "mxprof_stack", "mxprof_range")
 TOP = 20  # functions listed per range
 PROGRAM = "<program>"  # summary key of the whole program
+TABLE_TOP = 10  # functions per range in the text table
+MODES = ("wall", "cpu")  # sample_mode: every thread at each tick, or only those on a CPU
 
 Frame = tuple[str, str, int]  # function, file, line
 RangeKey = tuple[str, str]  # category, name ("", "") for samples in no range
@@ -56,8 +64,8 @@ class Samples:
         return len(self.samples)
 
     def counts(self) -> Counter[tuple[RangeKey | None, tuple[Frame, ...]]]:
-        """Samples per (range, stack)."""
-        return Counter((s.range, s.stack) for s in self.samples)
+        """Samples per (range, stack); the range by :func:`attributed`."""
+        return Counter((attributed(s.range), s.stack) for s in self.samples)
 
     def summary(self, top: int = TOP) -> dict[str, Any]:
         """The statistics ``dumps(format="json")`` has under ``Samples``.
@@ -67,6 +75,38 @@ class Samples:
             0
         """
         return summary(self.counts(), top)
+
+
+def attributed(key: RangeKey | None) -> RangeKey | None:
+    """The range a sample counts in for the user: its own, or None when it was
+    taken in no range or in one of the profiler's own (``_render.is_own``).
+
+    Example:
+        >>> attributed(("train", "step")), attributed(("mxprof", "flush"))
+        (('train', 'step'), None)
+    """
+    return None if key is None or is_own(*key) else key
+
+
+def settings(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """How a trace's samples were taken, for the ``Samples`` block: ``Rate``
+    (samples per second, None when the file does not say) and, when it does,
+    ``Mode`` (``sample_mode``; traces written before it existed sampled wall
+    time).  Read from ``otherData.config``, where mxprof records its settings;
+    Perfetto and merged files carry none.
+
+    Example:
+        >>> settings({"otherData": {"config": {"sample_rate": 1000.0}}})
+        {'Rate': 1000.0, 'Mode': 'wall'}
+    """
+    other = metadata.get("otherData")
+    config = other.get("config") if isinstance(other, dict) else None
+    rate = config.get("sample_rate") if isinstance(config, dict) else None
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+        return {"Rate": None}
+    assert isinstance(config, dict)
+    mode = config.get("sample_mode", "wall")
+    return {"Rate": float(rate), "Mode": mode if mode in MODES else "wall"}
 
 
 def _row(frame: Frame, self_n: int, incl: int, total: int) -> dict[str, Any]:
@@ -102,7 +142,8 @@ def summary(
     counts: Mapping[tuple[RangeKey | None, tuple[Frame, ...]], int], top: int = TOP
 ) -> dict[str, Any]:
     """Top functions of the whole program and of each range, from sample counts
-    per (range (category, name) or None, stack outermost first).
+    per (range (category, name) or None, stack outermost first).  Samples in
+    one of the profiler's own ranges count in the program only (:func:`attributed`).
 
     Example:
         >>> s = summary({(("d", "phase"), (("main", "a.py", 1), ("f", "a.py", 5))): 3})
@@ -111,13 +152,71 @@ def summary(
     """
     program = _top(((stack, n) for (_, stack), n in counts.items()), top)
     per: dict[RangeKey, list[tuple[tuple[Frame, ...], int]]] = {}
-    for (key, stack), n in counts.items():
+    for (given, stack), n in counts.items():
+        key = attributed(given)
         if key is not None:
             per.setdefault(key, []).append((stack, n))
     ranges: dict[str, dict[str, Any]] = {}
     for cat, name in sorted(per):
         ranges.setdefault(cat, {})[name] = _top(per[(cat, name)], top)
     return {"Count": program["Count"], "Program": program["Functions"], "Ranges": ranges}
+
+
+def _label(function: dict[str, Any]) -> str:
+    return display(
+        f"{function['Function']} ({os.path.basename(function['File'])}:{function['Line']})"
+    )
+
+
+def render_table(summary: Mapping[str, Any], top: int = TABLE_TOP) -> list[str]:
+    """The ``Samples`` block of a statistics table: per range (the whole program
+    first), its top functions by self samples, with self and inclusive counts
+    and shares.  The title gives ``Rate`` and ``Mode`` when the summary has them.
+
+    Args:
+        summary: a :func:`summary`, with ``Rate`` (and ``Mode``) added by its
+            caller (``dumps()``: the session's; ``mxprof stats``: :func:`settings`).
+        top: functions listed per range.
+
+    Returns:
+        The lines, the last one empty.
+
+    Example:
+        >>> s = summary({(("d", "step"), (("main", "a.py", 1), ("f", "a.py", 5))): 3})
+        >>> lines = render_table({**s, "Rate": 100.0, "Mode": "wall"}, top=1)
+        >>> lines[0]
+        'Samples (100 Hz wall, 3 samples; top 1 functions per range)'
+        >>> lines[5].split()
+        ['f', '(a.py:5)', '3', '100.00', '3', '100.00']
+    """
+    rate = summary.get("Rate")
+    mode = summary.get("Mode")
+    how = f"{rate:g} Hz{f' {mode}' if mode else ''}, " if rate else ""
+    blocks: list[tuple[str, Mapping[str, Any]]] = [
+        (PROGRAM, {"Count": summary["Count"], "Functions": summary["Program"]})
+    ]
+    for cat, names in summary["Ranges"].items():
+        blocks += [(display(f"{cat}::{name}"), body) for name, body in names.items()]
+    titles = [f"{title} ({body['Count']} samples)" for title, body in blocks]
+    labels = [_label(f) for _, body in blocks for f in body["Functions"][:top]]
+    columns = max([NAME_WIDTH] + [width(t) + 4 for t in labels] + [width(t) + 2 for t in titles])
+    heads = ("Self", "Self %", "Inclusive", "Inclusive %")
+    lines = [
+        f"Samples ({how}{summary['Count']} samples; top {top} functions per range)",
+        "=" * 17,
+        pad("Name", columns) + "".join(f"{h:>{COL_WIDTH}}" for h in heads),
+        pad("----", columns) + "".join(f"{'-' * len(h):>{COL_WIDTH}}" for h in heads),
+    ]
+    for title, (_, body) in zip(titles, blocks):
+        lines.append(title)
+        for f in body["Functions"][:top]:
+            lines.append(
+                pad(f"  {_label(f)}", columns)
+                + f"{f['Self']:>{COL_WIDTH}}{f['Self %']:>{COL_WIDTH}.2f}"
+                + f"{f['Inclusive']:>{COL_WIDTH}}{f['Inclusive %']:>{COL_WIDTH}.2f}"
+            )
+    lines.append("")
+    return lines
 
 
 # ---- Chrome JSON (and Perfetto, converted) ----
