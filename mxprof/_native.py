@@ -611,7 +611,7 @@ def sampler_cut(code: Any) -> None:
 
 def sampler_skip(os_tid: int, skip: bool) -> int:
     """Mark OS thread os_tid as the profiler's own (not sampled), or not any
-    more; the core's code as is (MXP_E_FULL past 64 threads)."""
+    more; the core's code as is (MXP_E_FULL past 256 threads)."""
     return int(lib.mxp_sampler_skip(os_tid, 1 if skip else 0))
 
 

@@ -87,7 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.report and written:
             _write_report(written)
         if args.stats:
-            _print_table(current_averages(), args.sort, args.top)
+            _print_table(current_averages().without_own(), args.sort, args.top)
             _print_samples(args.top)
     if code is None:
         return 0

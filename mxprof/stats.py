@@ -162,6 +162,7 @@ def sample_summary(reset: bool = False, top: int = _samples.TOP) -> dict[str, An
         merged[key] = merged.get(key, 0) + n
     out = _samples.summary(merged, top)
     out["Rate"] = rate
+    out["Mode"] = SESSION.config.sample_mode
     return out
 
 

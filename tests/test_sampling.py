@@ -73,6 +73,7 @@ def dumps_samples():
     doc = json.loads(mxprof.dumps(format="json"))
     samples = doc["Samples"]
     samples.pop("Rate")
+    samples.pop("Mode")
     return samples
 
 

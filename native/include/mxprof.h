@@ -620,7 +620,7 @@ int mxp_sampler_cut(uint64_t code);
  * ending (0: it stays unsampled until its thread state leaves the
  * interpreter, then the mark is forgotten).  A mark belongs to the first
  * thread state seen with that id: a later one with the same id (the OS
- * reused it) is sampled.  At most 64 threads; MXP_E_FULL past that. */
+ * reused it) is sampled.  At most 256 threads; MXP_E_FULL past that. */
 int mxp_sampler_skip(int64_t os_tid, int skip);
 
 /* What the sampler did since the process started (or mxp_reset). */

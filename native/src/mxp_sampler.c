@@ -52,7 +52,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SKIPS 64u
+#define SKIPS 256u
 #define TRIES 4 /* reads of one thread's sample before it is given up */
 
 enum { GONE = -1, BLOCKED = 0, RUNNING = 1 };
@@ -95,6 +95,7 @@ static struct {
 };
 
 static _Atomic uint64_t n_ticks, n_samples, n_late, n_retried, n_lost;
+static _Atomic bool sampling; /* the thread runs (S.running, readable without S.ctl) */
 static _Atomic int64_t n_busy;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -327,6 +328,7 @@ static void fork_child(void) {
     pthread_mutex_init(&S.lock, NULL);
     wake_init();
     S.running = S.stopping = false;
+    atomic_store_explicit(&sampling, false, MXPI_RELAXED);
     for (uint32_t i = 0; i < S.seen_cap; i++)
         if (S.seen[i].os_tid != 0 && S.seen[i].fd >= 0) close(S.seen[i].fd);
     if (S.seen != NULL) memset(S.seen, 0, S.seen_cap * sizeof *S.seen);
@@ -347,6 +349,7 @@ static void stop_locked(void) {
     pthread_mutex_unlock(&S.lock);
     pthread_join(S.thread, NULL);
     S.running = false;
+    atomic_store_explicit(&sampling, false, MXPI_RELAXED);
     /* The timelines made for threads that never recorded end with it: a
      * thread sampled again later gets a new one (its OS id may be another
      * thread's by then). */
@@ -380,6 +383,7 @@ int mxp_sampler_start(double hz, int mode, uint64_t seed) {
         rc = pthread_create(&S.thread, NULL, run, NULL) == 0 ? MXP_OK : MXP_E_NOMEM;
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         S.running = rc == MXP_OK;
+        atomic_store_explicit(&sampling, S.running, MXPI_RELAXED);
     }
     pthread_mutex_unlock(&S.ctl);
     return rc;
@@ -397,6 +401,14 @@ int mxp_sampler_skip(int64_t os_tid, int skip_it) {
     if (os_tid <= 0) return MXP_E_INVALID;
     int rc = MXP_OK;
     mxpi_py_lock();
+    if (skip_it && S.nskip == SKIPS) { /* full: ending threads' marks go first */
+        for (uint32_t k = 0; k < S.nskip;) {
+            if (S.skip[k].ending)
+                S.skip[k] = S.skip[--S.nskip];
+            else
+                k++;
+        }
+    }
     uint32_t i = 0;
     while (i < S.nskip && S.skip[i].os_tid != os_tid) i++;
     if (skip_it) {
@@ -407,7 +419,10 @@ int mxp_sampler_skip(int64_t os_tid, int skip_it) {
         else
             rc = MXP_E_FULL;
     } else if (i < S.nskip) {
-        S.skip[i].ending = true; /* still skipped while its frames unwind */
+        if (atomic_load_explicit(&sampling, MXPI_RELAXED))
+            S.skip[i].ending = true; /* still skipped while its frames unwind */
+        else
+            S.skip[i] = S.skip[--S.nskip]; /* no sampler to see it unwind */
     }
     mxpi_py_unlock();
     return rc;
