@@ -127,6 +127,51 @@ def test_asyncio_tasks_samples_go_to_their_own_tracks_and_ranges(tmp_path):
     assert len(tracks["in_task_a"]) == 1 and tracks["in_task_a"] != tracks["in_task_b"]
 
 
+def wait_in_a():
+    time.sleep(0.003)
+
+
+def wait_in_b():
+    time.sleep(0.003)
+
+
+def test_a_thread_that_blocks_in_turn_at_two_places_is_sampled_where_it_blocks(tmp_path):
+    # A blocked thread that has not run since its last sample is sampled as
+    # it was, without reading its stack again: one that ran in between (if
+    # only for microseconds, to block elsewhere) must be read again.
+    d = mxprof.Domain("d")
+    a, b = d.new_task("blocked_a"), d.new_task("blocked_b")
+
+    def alternate():
+        end = time.perf_counter() + 1.0
+        while time.perf_counter() < end:
+            with a:
+                wait_in_a()
+            with b:
+                wait_in_b()
+
+    def body():
+        t = threading.Thread(target=alternate, name="alternate")
+        t.start()
+        t.join()
+
+    trace = record(str(tmp_path / "t.json"), body, rate=2000)
+    where = collections.Counter()
+    for s in trace.samples.samples:
+        fns = names(s)
+        for fn in ("wait_in_a", "wait_in_b"):
+            if fn in fns:
+                where[(fn, s.range[1] if s.range else None, fns[-1] == _sampler.WAITING)] += 1
+    assert where[("wait_in_a", "blocked_a", True)] >= 200
+    assert where[("wait_in_b", "blocked_b", True)] >= 200
+    wrong = {
+        k: n
+        for k, n in where.items()
+        if k[1] != {"wait_in_a": "blocked_a", "wait_in_b": "blocked_b"}[k[0]]
+    }
+    assert wrong == {}
+
+
 def test_cpu_mode_samples_only_running_threads(tmp_path):
     def sleeper():
         time.sleep(0.4)

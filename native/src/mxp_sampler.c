@@ -65,11 +65,16 @@ typedef struct skip {
     bool ending;     /* unmarked: forgotten once its thread state is gone */
 } skip;
 
-/* One sampled OS thread: its /proc stat file, kept open. */
+/* One sampled OS thread: its /proc stat file, kept open, and its last
+ * sample while it was blocked (repeated while it stays blocked and idle). */
 typedef struct seen {
     int64_t os_tid; /* 0: empty slot */
     int fd;         /* -1: not open */
     uint32_t gen;   /* the last tick it was sampled in */
+    int64_t cpu_ns; /* its CPU time at its last blocked sample (-1: none) */
+    uint64_t tstate;
+    uint32_t node, range, tid; /* that sample */
+    mxpi_pin pin;
 } seen;
 
 static struct {
@@ -140,7 +145,7 @@ static seen *seen_get(int64_t os_tid) {
     }
     seen *e = &S.seen[slot_of(os_tid)];
     if (e->os_tid == 0) {
-        *e = (seen){os_tid, -1, 0};
+        *e = (seen){.os_tid = os_tid, .fd = -1, .cpu_ns = -1};
         S.seen_n++;
     }
     return e;
@@ -180,6 +185,33 @@ static int os_state(seen *e) {
     if (state == 'R') return RUNNING;
     if (state == 'Z' || state == 'X' || state == 'x') return GONE;
     return BLOCKED;
+}
+
+/* The CPU time of OS thread os_tid of this process (-1: not known), from
+ * its CPU clock: Linux numbers a thread's clock after its id (as glibc's
+ * pthread_getcpuclockid does). */
+static int64_t cpu_time(int64_t os_tid) {
+    clockid_t clock = (clockid_t)((~(unsigned)os_tid << 3) | 6u); /* CPUCLOCK_SCHED, per thread */
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) != 0) return -1;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A thread blocked at its last sample and at this one, that has not run
+ * since (its CPU time stood still) and whose ranges did not change (no
+ * other thread closed one): its stack and range are what they were, and
+ * its last sample is taken again without reading them.  Most threads of a
+ * program are such threads most of the time. */
+static bool repeat(mxpi_thread *self, seen *e, const mxpi_pythread *t, uint32_t f, int64_t cpu) {
+    if (cpu < 0 || cpu != e->cpu_ns || e->tstate != t->addr) return false;
+    int64_t ts = mxpi_ticks();
+    mxpi_pin pin;
+    if (!mxpi_sample_pin(t->os_tid, &pin) || pin.t != e->pin.t || pin.edits != e->pin.edits ||
+        pin.moves != e->pin.moves)
+        return false;
+    mxpi_sample_put(self, f, ts, e->tid, e->range, e->node);
+    count(&n_samples);
+    return true;
 }
 
 /* ---- one thread's sample ---- */
@@ -236,6 +268,11 @@ static void sample_thread(mxpi_thread *self, mxpi_pythread *t, uint32_t f) {
             return;
         }
         if (state == BLOCKED && S.mode == MXP_SAMPLE_CPU) return;
+        /* Its CPU time before its stack is read: if it runs meanwhile, the
+         * next sample sees the time moved and reads the stack again. */
+        int64_t cpu = state == BLOCKED && S.mode == MXP_SAMPLE_WALL ? cpu_time(t->os_tid) : -1;
+        if (attempt == 0 && repeat(self, e, t, f, cpu)) return;
+        e->cpu_ns = -1;
         int64_t ts = mxpi_ticks();
         mxpi_pin pin;
         if (!mxpi_sample_pin(t->os_tid, &pin)) continue;
@@ -253,6 +290,14 @@ static void sample_thread(mxpi_thread *self, mxpi_pythread *t, uint32_t f) {
         if (tid == 0 && (tid = mxpi_sample_timeline(t->os_tid)) == 0) break;
         mxpi_sample_put(self, f, ts, tid, range, node);
         count(&n_samples);
+        if (cpu >= 0) { /* blocked: to be taken again while it stays so */
+            e->cpu_ns = cpu;
+            e->tstate = t->addr;
+            e->node = node;
+            e->range = range;
+            e->tid = tid;
+            e->pin = pin;
+        }
         return;
     }
     count(&n_lost);
