@@ -27,9 +27,11 @@ What a sample is, either way:
   task's track it runs) at that instant;
 - ``sample_mode="wall"``: a thread the OS has blocked at the instant
   (sleeping, waiting for a lock, I/O or the GIL) gets a last frame
-  ``<waiting>`` under the function that waits; ``"cpu"``: such a thread is
-  not sampled, so shares are of CPU time (a thread ready to run but not given
-  a CPU counts as running, as in py-spy);
+  ``<waiting>`` under the function that waits (a thread ready to run but not
+  given a CPU is running, as in py-spy); ``"cpu"``: only threads on a CPU
+  are sampled, so shares are of CPU time (the native sampler tells one ready
+  to run but not given a CPU by its CPU clock standing still since its last
+  look; the fallback counts it);
 - frames of a launcher (``mxprof run``'s ``runpy``, see :func:`cut`) and
   everything above them are left off, so stacks begin at the program;
 - the instants are a random walk: the gap to the next one is uniform in

@@ -415,7 +415,7 @@ def parser() -> argparse.ArgumentParser:
         choices=("wall", "cpu"),
         default="wall",
         help="wall: every thread at every instant, a blocked one as <waiting> under the "
-        "function that waits (shares of elapsed time); cpu: only running threads "
+        "function that waits (shares of elapsed time); cpu: only threads on a CPU "
         "(shares of CPU time) (wall)",
     )
     run.add_argument(

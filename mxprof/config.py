@@ -276,7 +276,7 @@ class Config:
         _mode,
         "mxprof: what samples count: 'wall' (every thread at every instant; one blocked "
         "then is sampled as <waiting> under the function that waits, so shares are of "
-        "elapsed time) or 'cpu' (only threads running or ready to run: shares of CPU time)",
+        "elapsed time) or 'cpu' (only threads on a CPU at the instant: shares of CPU time)",
     )
 
     def with_(self, **changes: Any) -> Config:

@@ -190,6 +190,43 @@ def test_cpu_mode_samples_only_running_threads(tmp_path):
     assert json.loads(mxprof.dumps(format="json"))["Samples"]["Count"] == len(trace.samples)
 
 
+def spin_pinned(cpu, seconds, out):
+    os.sched_setaffinity(0, {cpu})  # this thread only
+    start_cpu, start = time.thread_time(), time.perf_counter()
+    spin(seconds)
+    out[threading.current_thread().name] = (time.thread_time() - start_cpu) / (
+        time.perf_counter() - start
+    )
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_cpu_mode_counts_a_thread_only_while_it_has_a_cpu(tmp_path):
+    # Two spinning threads share one CPU: each is ready to run all the time
+    # but on the CPU about half of it.  CPU mode counts the half (its own
+    # CPU clock says how much); "ready to run" would count both in full.
+    cpu = min(os.sched_getaffinity(0))
+    truth = {}
+
+    def body():
+        ts = [
+            threading.Thread(target=spin_pinned, args=(cpu, 1.0, truth), name=f"pinned-{i}")
+            for i in range(2)
+        ]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    before = _native.sampler_stats().ticks
+    trace = record(str(tmp_path / "t.json"), body, mode="cpu")
+    ticks = _native.sampler_stats().ticks - before
+    per = collections.Counter(trace.thread_names.get((s.pid, s.tid)) for s in trace.samples.samples)
+    assert ticks >= 300
+    for name, on_cpu in truth.items():
+        assert on_cpu < 0.8  # they did share the CPU
+        assert abs(per[name] / ticks - on_cpu) < 0.15, (name, per[name], ticks, on_cpu)
+
+
 def test_wall_mode_samples_a_blocked_thread_as_waiting_where_it_waits(tmp_path):
     def sleeper():
         time.sleep(0.4)

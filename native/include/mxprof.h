@@ -536,7 +536,7 @@ int mxp_sample_counts(mxp_sample_count *out, uint32_t cap, uint32_t *n_out, int 
  * The core links no Python and calls none. */
 
 #define MXP_SAMPLE_WALL 0 /* every thread; one blocked at the instant as <waiting> */
-#define MXP_SAMPLE_CPU 1  /* only threads the OS has running or ready to run */
+#define MXP_SAMPLE_CPU 1  /* only threads on a CPU: running or ready to run, and ran since the last look */
 
 /* Where the sampler finds things in the interpreter's memory: addresses, and
  * byte offsets of fields (-1: the field does not exist in this version). */

@@ -14,7 +14,9 @@
  * Per instant and thread:
  *   1. the OS state, read now: running or ready to run ('R'), or blocked;
  *      in wall mode a blocked thread's sample ends in a frame "<waiting>"
- *      under the function that blocks, in CPU mode it is not taken;
+ *      under the function that blocks; in CPU mode only a thread on a CPU is
+ *      sampled: 'R' now and its CPU clock moved since the last look (one
+ *      ready to run but not given a CPU has not run);
  *   2. the thread's range stacks pinned (mxpi_sample_pin), its Python stack
  *      read, the innermost open range read and the pin checked
  *      (mxpi_sample_settle): a thread that began or ended a range meanwhile
@@ -72,6 +74,7 @@ typedef struct seen {
     int fd;         /* -1: not open */
     uint32_t gen;   /* the last tick it was sampled in */
     int64_t cpu_ns; /* its CPU time at its last blocked sample (-1: none) */
+    int64_t cpu_last; /* cpu mode: its CPU time when last looked at (-1: never) */
     uint64_t tstate;
     uint32_t node, range, tid; /* that sample */
     mxpi_pin pin;
@@ -145,7 +148,7 @@ static seen *seen_get(int64_t os_tid) {
     }
     seen *e = &S.seen[slot_of(os_tid)];
     if (e->os_tid == 0) {
-        *e = (seen){.os_tid = os_tid, .fd = -1, .cpu_ns = -1};
+        *e = (seen){.os_tid = os_tid, .fd = -1, .cpu_ns = -1, .cpu_last = -1};
         S.seen_n++;
     }
     return e;
@@ -267,7 +270,14 @@ static void sample_thread(mxpi_thread *self, mxpi_pythread *t, uint32_t f) {
             seen_drop(e);
             return;
         }
-        if (state == BLOCKED && S.mode == MXP_SAMPLE_CPU) return;
+        if (S.mode == MXP_SAMPLE_CPU && attempt == 0) {
+            /* On a CPU: running or ready to run now, and its CPU time moved
+             * since the last look (a thread woken but not given a CPU yet,
+             * or pushed off one by other work, has not run: not counted). */
+            int64_t was = e->cpu_last;
+            e->cpu_last = cpu_time(t->os_tid);
+            if (state == BLOCKED || (was >= 0 && e->cpu_last == was)) return;
+        }
         /* Its CPU time before its stack is read: if it runs meanwhile, the
          * next sample sees the time moved and reads the stack again. */
         int64_t cpu = state == BLOCKED && S.mode == MXP_SAMPLE_WALL ? cpu_time(t->os_tid) : -1;
