@@ -29,7 +29,9 @@
  * Instants: the gap to the next one is drawn uniformly from [0.5, 1.5) of
  * the period, so work that repeats at the sampling rate is not always caught
  * at the same point of its cycle; a sampler that falls behind takes the next
- * instant from now on (no bursts) and counts it late.
+ * instant from now on (no bursts) and counts it late, and one whose instants
+ * take long (many threads at a high rate) waits as long as each took, so it
+ * never takes more than half a CPU.
  *
  * Signals are blocked in this thread (the process's handlers run elsewhere),
  * and it asks the kernel for a 1 us timer slack, so its instants are where
@@ -359,7 +361,12 @@ static void *run(void *arg) {
         }
         if (self != NULL) tick(self, own);
         count(&n_ticks);
-        atomic_fetch_add_explicit(&n_busy, mono_ns() - start, MXPI_RELAXED);
+        int64_t end = mono_ns();
+        atomic_fetch_add_explicit(&n_busy, end - start, MXPI_RELAXED);
+        /* At most half a CPU, however many threads at whatever rate: after an
+         * instant that took t, the next is t later at least. */
+        int64_t floor = end + (end - start) - (int64_t)(S.period_ns * 0.5); /* gaps are >= half */
+        if (due < floor) due = floor;
         pthread_mutex_lock(&S.lock);
     }
     pthread_mutex_unlock(&S.lock);
