@@ -53,52 +53,43 @@ _FRAME_OBJECTS = {
 # Interpreter frames (3.11 on) live in a per-thread stack of chunks, or inside
 # their generator; owner 1 is a generator's, owners from owner_skip on are the
 # interpreter's own (entry and shim frames).  gen_frame: where a generator's
-# frame lies in the generator object (gi_iframe).
+# frame lies in the generator object (gi_iframe).  Each version after 3.11 is
+# written as what changed since the one before.
+_V311 = {
+    "interp_threads": 16, "tstate_next": 8, "tstate_interp": 16, "tstate_native_id": 160,
+    "tstate_thread_id": 152, "tstate_frame": 56, "cframe_frame": 8, "tstate_chunk": 296,
+    "tstate_top": 304, "chunk_data": 24, "frame_code": 32, "frame_previous": 48,
+    "frame_owner": 69, "frame_size": 72, "owner_generator": 1, "owner_skip": 3,
+    "gen_frame": 80, "code_name": 128, "code_filename": 112, "code_firstlineno": 72,
+    "str_ascii_data": 48, "str_compact_data": 72, "code_mask": _ALL,
+}  # fmt: skip
+_V312 = {
+    **_V311, "interp_threads": 72, "tstate_native_id": 144, "tstate_thread_id": 136,
+    "cframe_frame": 0, "tstate_chunk": 232, "tstate_top": 240, "frame_code": 0,
+    "frame_previous": 8, "frame_owner": 70, "gen_frame": 72, "code_firstlineno": 68,
+    "str_ascii_data": 40, "str_compact_data": 56,
+}  # fmt: skip
+# 3.13: no _PyCFrame any more; the thread state holds the innermost frame.
+_V313 = {
+    **_V312, "interp_threads": 7344, "tstate_native_id": 160, "tstate_thread_id": 152,
+    "tstate_frame": 72, "cframe_frame": -1,
+}  # fmt: skip
+# 3.14: the frame's code is a tagged stack reference (its low bits are flags).
+_V314 = {**_V313, "frame_owner": 74, "frame_size": 80, "code_mask": _ALL ^ 7}
+_V315 = {
+    **_V314, "interp_threads": 7336, "tstate_native_id": 184, "tstate_thread_id": 176,
+    "tstate_chunk": 256, "tstate_top": 264,
+}  # fmt: skip
+
 LAYOUTS: dict[tuple[int, int], dict[str, int]] = {
     (3, 9): _FRAME_OBJECTS,
     (3, 10): _FRAME_OBJECTS,
-    (3, 11): {
-        "interp_threads": 16, "tstate_next": 8, "tstate_interp": 16, "tstate_native_id": 160,
-        "tstate_thread_id": 152, "tstate_frame": 56, "cframe_frame": 8, "tstate_chunk": 296,
-        "tstate_top": 304, "chunk_data": 24, "frame_code": 32, "frame_previous": 48,
-        "frame_owner": 69, "frame_size": 72, "owner_generator": 1, "owner_skip": 3,
-        "gen_frame": 80, "code_name": 128, "code_filename": 112, "code_firstlineno": 72,
-        "str_ascii_data": 48, "str_compact_data": 72, "code_mask": _ALL,
-    },
-    (3, 12): {
-        "interp_threads": 72, "tstate_next": 8, "tstate_interp": 16, "tstate_native_id": 144,
-        "tstate_thread_id": 136, "tstate_frame": 56, "cframe_frame": 0, "tstate_chunk": 232,
-        "tstate_top": 240, "chunk_data": 24, "frame_code": 0, "frame_previous": 8,
-        "frame_owner": 70, "frame_size": 72, "owner_generator": 1, "owner_skip": 3,
-        "gen_frame": 72, "code_name": 128, "code_filename": 112, "code_firstlineno": 68,
-        "str_ascii_data": 40, "str_compact_data": 56, "code_mask": _ALL,
-    },
-    (3, 13): {
-        "interp_threads": 7344, "tstate_next": 8, "tstate_interp": 16, "tstate_native_id": 160,
-        "tstate_thread_id": 152, "tstate_frame": 72, "cframe_frame": -1, "tstate_chunk": 232,
-        "tstate_top": 240, "chunk_data": 24, "frame_code": 0, "frame_previous": 8,
-        "frame_owner": 70, "frame_size": 72, "owner_generator": 1, "owner_skip": 3,
-        "gen_frame": 72, "code_name": 128, "code_filename": 112, "code_firstlineno": 68,
-        "str_ascii_data": 40, "str_compact_data": 56, "code_mask": _ALL,
-    },
-    # 3.14: the frame's code is a tagged stack reference (low bits are flags).
-    (3, 14): {
-        "interp_threads": 7344, "tstate_next": 8, "tstate_interp": 16, "tstate_native_id": 160,
-        "tstate_thread_id": 152, "tstate_frame": 72, "cframe_frame": -1, "tstate_chunk": 232,
-        "tstate_top": 240, "chunk_data": 24, "frame_code": 0, "frame_previous": 8,
-        "frame_owner": 74, "frame_size": 80, "owner_generator": 1, "owner_skip": 3,
-        "gen_frame": 72, "code_name": 128, "code_filename": 112, "code_firstlineno": 68,
-        "str_ascii_data": 40, "str_compact_data": 56, "code_mask": _ALL ^ 7,
-    },
-    (3, 15): {
-        "interp_threads": 7336, "tstate_next": 8, "tstate_interp": 16, "tstate_native_id": 184,
-        "tstate_thread_id": 176, "tstate_frame": 72, "cframe_frame": -1, "tstate_chunk": 256,
-        "tstate_top": 264, "chunk_data": 24, "frame_code": 0, "frame_previous": 8,
-        "frame_owner": 74, "frame_size": 80, "owner_generator": 1, "owner_skip": 3,
-        "gen_frame": 72, "code_name": 128, "code_filename": 112, "code_firstlineno": 68,
-        "str_ascii_data": 40, "str_compact_data": 56, "code_mask": _ALL ^ 7,
-    },
-}  # fmt: skip
+    (3, 11): _V311,
+    (3, 12): _V312,
+    (3, 13): _V313,
+    (3, 14): _V314,
+    (3, 15): _V315,
+}
 
 
 class Unsupported(Exception):

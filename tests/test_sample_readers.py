@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from _samples import dumps_samples, record
 
 import mxprof
 from mxprof import _testing
@@ -18,12 +19,6 @@ MAIN = ("<module>", "app.py", 1)
 STEP = ("step", "app.py", 10)
 LOAD = ("load", "app.py", 20)
 WAITING = ("<waiting>", "", 0)
-
-
-def spin(seconds):
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
 
 
 # Each spins in its own body, so that it holds its samples' innermost frame.
@@ -52,26 +47,6 @@ def own_and_work(path, own_s=0.15, work_s=0.15):
             hot_b(work_s)
 
     return record(path, body)
-
-
-def record(path, body, rate=1000):
-    """A trace with samples, as tests/test_sampling.py records one."""
-    mxprof.set_config(filename=str(path), aggregate_stats=True, sample_rate=rate)
-    mxprof.set_state("run")
-    try:
-        body()
-    finally:
-        mxprof.set_state("stop")  # joins the sampler: its counts are final
-    mxprof.dump()
-    return path
-
-
-def dumps_samples():
-    doc = json.loads(mxprof.dumps(format="json"))
-    block = doc["Samples"]
-    block.pop("Rate")
-    block.pop("Mode")
-    return block
 
 
 def names(block):

@@ -17,7 +17,9 @@ import threading
 import time
 import warnings
 
+import _samples
 import pytest
+from _samples import names, placed, spin
 
 import mxprof
 from mxprof import _native, _pylayout, _sampler
@@ -26,28 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(mxprof.__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def spin(seconds):
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
 def record(path, body, rate=1000, mode="wall"):
-    mxprof.set_config(filename=path, aggregate_stats=True, sample_rate=rate, sample_mode=mode)
-    mxprof.set_state("run")
-    try:
-        assert _sampler.kind() == "native"
-        body()
-    finally:
-        mxprof.set_state("stop")
-    mxprof.dump()
-    return mxprof.load(path)
-
-
-def names(sample):
-    """The functions on a sample's stack, outermost first, by their own name
-    (a qualified name's last part: a test's local functions are qualified)."""
-    return [f[0].rsplit(".", 1)[-1] for f in sample.stack]
+    """A trace recorded by the native sampler (tests/_samples.py), loaded."""
+    return mxprof.load(_samples.record(path, body, rate, mode, kind="native"))
 
 
 @pytest.mark.parametrize("value", ["", "CPU", "wallclock", 1, None, True])
@@ -80,11 +63,8 @@ def test_two_phases_switching_fast_never_swap_their_samples(tmp_path):
 
     trace = record(str(tmp_path / "t.json"), body, rate=5000)
     where = collections.Counter()
-    for s in trace.samples.samples:
-        fns = names(s)
-        for fn in ("only_in_a", "only_in_b"):
-            if fn in fns:
-                where[(fn, s.range[1] if s.range else None)] += 1
+    for (fn, in_range, _), n in placed(trace, ("only_in_a", "only_in_b")).items():
+        where[(fn, in_range)] += n
     assert where[("only_in_a", "phase_a")] >= 200 and where[("only_in_b", "phase_b")] >= 200
     wrong = {
         k: n
@@ -156,12 +136,7 @@ def test_a_thread_that_blocks_in_turn_at_two_places_is_sampled_where_it_blocks(t
         t.join()
 
     trace = record(str(tmp_path / "t.json"), body, rate=2000)
-    where = collections.Counter()
-    for s in trace.samples.samples:
-        fns = names(s)
-        for fn in ("wait_in_a", "wait_in_b"):
-            if fn in fns:
-                where[(fn, s.range[1] if s.range else None, fns[-1] == _sampler.WAITING)] += 1
+    where = placed(trace, ("wait_in_a", "wait_in_b"))
     assert where[("wait_in_a", "blocked_a", True)] >= 200
     assert where[("wait_in_b", "blocked_b", True)] >= 200
     wrong = {

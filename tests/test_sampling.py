@@ -18,6 +18,7 @@ from mxprof import _sampler
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _perfetto_engine  # noqa: E402
+from _samples import dumps_samples, record, spin  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Where this process found mxprof (an installed copy, or a built tree): the
@@ -41,12 +42,6 @@ def sampler(monkeypatch):
     return choose
 
 
-def spin(seconds):
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
 def in_a(seconds):
     spin(seconds)
 
@@ -55,26 +50,8 @@ def in_b(seconds):
     spin(seconds)
 
 
-def record(path, body, rate=1000):
-    mxprof.set_config(filename=path, aggregate_stats=True, sample_rate=rate)
-    mxprof.set_state("run")
-    try:
-        body()
-    finally:
-        mxprof.set_state("stop")  # joins the sampler: its counts are final
-    mxprof.dump()
-
-
 def functions(block):
     return {f["Function"]: f for f in block["Functions"]}
-
-
-def dumps_samples():
-    doc = json.loads(mxprof.dumps(format="json"))
-    samples = doc["Samples"]
-    samples.pop("Rate")
-    samples.pop("Mode")
-    return samples
 
 
 @pytest.mark.parametrize(
@@ -273,11 +250,16 @@ def test_fork_while_sampling_does_not_deadlock(tmp_path):
             end = time.perf_counter() + s
             while time.perf_counter() < end:
                 pass
+        from mxprof import _native
         kids = []
         for _ in range(5):
             pid = os.fork()
             if pid == 0:
-                spin(0.1)
+                # Until its own sampler has 20 samples (a busy machine may keep
+                # it off a CPU for a while), 10 s at most.
+                give_up = time.perf_counter() + 10
+                while _native.sampler_stats().samples < 20 and time.perf_counter() < give_up:
+                    spin(0.01)
                 sys.exit(0)  # a normal exit: the child's trace is written
             kids.append(pid)
             spin(0.02)

@@ -623,7 +623,8 @@ int mxp_sampler_cut(uint64_t code);
  * reused it) is sampled.  At most 256 threads; MXP_E_FULL past that. */
 int mxp_sampler_skip(int64_t os_tid, int skip);
 
-/* What the sampler did since the process started (or mxp_reset). */
+/* What the sampler did since the process started (a forked child starts
+ * from zero), or since mxp_reset. */
 typedef struct mxp_sampler_stats {
     uint64_t ticks;   /* sampling instants */
     uint64_t samples; /* thread samples recorded */

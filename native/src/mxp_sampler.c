@@ -396,6 +396,7 @@ static void fork_child(void) {
     if (S.seen != NULL) memset(S.seen, 0, S.seen_cap * sizeof *S.seen);
     S.seen_n = 0;
     S.nskip = 0; /* the parent's threads */
+    mxpi_sampler_reset(); /* a new process: its own tallies */
 }
 
 static void init_once(void) {

@@ -7,6 +7,8 @@
 #include "mxpi_agg.h"
 #include "mxpi_json.h"
 
+#include "check.h"
+
 #include "../../mxprof/include/mxprof_capi.h"
 
 #include <errno.h>
@@ -21,27 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int failures;
 static char tmpdir[256];
-
-#define CHECK(cond)                                                                     \
-    do {                                                                                \
-        if (!(cond)) {                                                                  \
-            fprintf(stderr, "%s:%d: %s: CHECK failed: %s\n", __FILE__, __LINE__, __func__, \
-                    #cond);                                                             \
-            failures++;                                                                 \
-        }                                                                               \
-    } while (0)
-
-#define CHECK_EQ(a, b)                                                                   \
-    do {                                                                                 \
-        long long va_ = (long long)(a), vb_ = (long long)(b);                            \
-        if (va_ != vb_) {                                                                \
-            fprintf(stderr, "%s:%d: %s: %s == %lld, expected %s == %lld\n", __FILE__,     \
-                    __LINE__, __func__, #a, va_, #b, vb_);                               \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
 
 static uint32_t reg(int kind, const char *domain, const char *name) {
     uint32_t id = 0;

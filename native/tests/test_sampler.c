@@ -16,6 +16,8 @@
  */
 #include "mxpi_base.h"
 
+#include "check.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,16 +26,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-
-#define CHECK(cond)                                                                         \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            fprintf(stderr, "%s:%d: %s: CHECK failed: %s\n", __FILE__, __LINE__, __func__, \
-                    #cond);                                                                 \
-            failures++;                                                                     \
-        }                                                                                   \
-    } while (0)
 
 /* ---- the synthetic interpreter ---- */
 
