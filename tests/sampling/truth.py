@@ -1,8 +1,8 @@
 """Workloads that clock themselves: the ground truth a stack sampler's shares are checked against.
 
-    python truth.py WORKLOAD [--seconds S] [--burst-ms B] [--profiler mxprof|none]
+    python truth.py WORKLOAD [--seconds S] [--burst-ms B] [--profiler mxprof|oracle|none]
                     [--rate HZ] [--mode wall|cpu] [--out trace.json] [--result result.json]
-                    [--cycles N] [--work IPM:NPM]
+                    [--cycles N] [--work IPM:NPM] [--oracle-policy fifo|other]
 
 Each workload runs named functions on named threads and measures, with
 ``time.perf_counter`` (wall) and ``time.thread_time`` (CPU) read on entry and
@@ -10,9 +10,11 @@ exit, the seconds each function spent; that is the ground truth. Under
 ``--profiler mxprof`` it records itself (``set_config(filename=OUT,
 sample_rate=HZ)``, plus ``sample_mode=MODE`` only when ``--mode`` is given)
 and the result holds the shares read back from the trace too. Under
-``--profiler none`` it runs bare: for a profiler outside the process (py-spy),
-whose stacks :func:`shares` turns into the same figures (the benchmark does
-that), or for timing the workload alone.
+``--profiler oracle`` an ideal periodic sampler (:class:`_Oracle`; wall
+mode only) samples it instead: what it misses, the machine's timing alone
+costs. Under ``--profiler none`` it runs bare: for a profiler outside the
+process (py-spy), whose stacks :func:`shares` turns into the same figures
+(the benchmark does that), or for timing the workload alone.
 
 Definitions (one for every profiler):
 
@@ -82,6 +84,7 @@ import json
 import os
 import queue
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -100,23 +103,109 @@ _cpu = time.thread_time
 
 
 class _timed:
-    """Adds the wall and CPU seconds of its block to TRUTH[name]."""
+    """Adds the wall and CPU seconds of its block to TRUTH[name]; under the
+    oracle, also shows the function in the thread's slot while it runs."""
 
-    __slots__ = ("name", "wall", "cpu")
+    __slots__ = ("name", "wall", "cpu", "slot")
 
     def __init__(self, name: str) -> None:
         self.name = name
 
     def __enter__(self) -> None:
+        if ORACLE.map is not None:
+            self.slot = ORACLE.enter(self.name)
         self.wall = _now()
         self.cpu = _cpu()
 
     def __exit__(self, *exc: object) -> None:
         wall, cpu = _now() - self.wall, _cpu() - self.cpu
+        if ORACLE.map is not None:
+            ORACLE.map[self.slot] = 0
         t = TRUTH.setdefault(self.name, [0.0, 0.0, 0])
         t[0] += wall
         t[1] += cpu
         t[2] += 1
+
+
+class _Oracle:
+    """The ideal periodic sampler (``--profiler oracle``): every timed block
+    writes its function's number into its thread's byte of a shared map, and
+    a process of its own (``_oracle_sampler``) reads the bytes HZ times a
+    second, with SCHED_FIFO priority where permitted, so that the OS runs it
+    on time. What it misses is what the machine's timing costs any periodic
+    sampler; it reads no stacks, so it has nothing else to get wrong."""
+
+    SIZE = 4096  # 64 thread slots; at the end, the ready and stop bytes
+    READY, STOP = SIZE - 2, SIZE - 1
+
+    def __init__(self) -> None:
+        self.map: Any = None
+        self.ids: dict[str, int] = {}
+        self.slots: dict[int, int] = {}
+
+    def enter(self, name: str) -> int:
+        fid = self.ids.get(name)
+        if fid is None:
+            fid = self.ids[name] = len(self.ids) + 1
+        me = threading.get_ident()
+        slot = self.slots.get(me)
+        if slot is None:
+            slot = self.slots[me] = len(self.slots)
+        self.map[slot] = fid
+        return slot
+
+    def start(self, rate: float, policy: str) -> tuple[Any, str]:
+        import mmap
+
+        fd, path = tempfile.mkstemp(suffix=".oracle")
+        os.write(fd, bytes(self.SIZE))
+        self.map = mmap.mmap(fd, self.SIZE)
+        os.close(fd)
+        cmd = [sys.executable, __file__, "oracle-sampler", path, str(rate), policy]
+        proc = subprocess.Popen(cmd)
+        while not self.map[self.READY] and proc.poll() is None:
+            time.sleep(0.001)
+        return proc, path
+
+    def stop(self, proc: Any, path: str) -> tuple[list[tuple[list[str], int]], str]:
+        self.map[self.STOP] = 1
+        proc.wait(timeout=60)
+        with open(path + ".json", encoding="utf-8") as f:
+            got = json.load(f)
+        os.remove(path + ".json")
+        os.remove(path)
+        names = {v: k for k, v in self.ids.items()}
+        return [([names[int(k)]], n) for k, n in got["counts"].items()], got["policy"]
+
+
+ORACLE = _Oracle()
+
+
+def _oracle_sampler(path: str, rate: float, policy: str) -> None:
+    import mmap
+
+    if policy == "fifo":
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except (OSError, AttributeError):
+            policy = "other (SCHED_FIFO refused)"
+    fd = os.open(path, os.O_RDWR)
+    view = mmap.mmap(fd, _Oracle.SIZE)
+    counts: dict[int, int] = {}
+    period, due = 1.0 / rate, _now()
+    view[_Oracle.READY] = 1
+    while not view[_Oracle.STOP]:
+        due += period
+        delay = due - _now()
+        if delay > 0:
+            time.sleep(delay)
+        else:
+            due = _now()  # fell behind: skip the samples missed, as mxprof does
+        for fid in view[:64]:
+            if fid:
+                counts[fid] = counts.get(fid, 0) + 1
+    with open(path + ".json", "w", encoding="utf-8") as f:
+        json.dump({"counts": counts, "policy": policy}, f)
 
 
 # ---- the work itself (helpers: never named in a group) ----
@@ -627,7 +716,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--cycles", type=int, help="run this many cycles instead of --seconds")
     p.add_argument("--burst-ms", type=float, default=None, help="mixed 3, twophase 0.5, loop 3")
-    p.add_argument("--profiler", choices=("mxprof", "none"), default="none")
+    p.add_argument("--profiler", choices=("mxprof", "oracle", "none"), default="none")
+    p.add_argument("--oracle-policy", choices=("fifo", "other"), default="fifo")
     p.add_argument("--rate", type=float, default=1000.0)
     p.add_argument("--mode", choices=("wall", "cpu"), help="passed to mxprof only when given")
     p.add_argument("--out", help="mxprof's trace (default: a temporary file)")
@@ -640,6 +730,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["oracle-sampler"]:
+        _oracle_sampler(argv[1], float(argv[2]), argv[3])
+        return
     args = parse(argv)
     mode = args.mode or "wall"
     cal = Calibration.parse(args.work) if args.work else Calibration.measure()
@@ -658,6 +752,8 @@ def main(argv: list[str] | None = None) -> None:
         domain = mxprof.Domain("truth")
         ranges = (domain.new_task("phase_a"), domain.new_task("phase_b"))
         mxprof.set_state("run")
+    elif args.profiler == "oracle":
+        oracle = ORACLE.start(args.rate, args.oracle_policy)
     run = Run(args, cal, ranges)
     start = _now()
     groups = WORKLOADS[args.workload](run)
@@ -666,7 +762,7 @@ def main(argv: list[str] | None = None) -> None:
         "workload": args.workload,
         "burst_ms": args.burst_ms,
         "profiler": args.profiler,
-        "rate": args.rate if args.profiler == "mxprof" else None,
+        "rate": args.rate if args.profiler != "none" else None,
         "mode": mode,
         "python": sys.version.split()[0],
         "work": cal.text(),
@@ -675,19 +771,23 @@ def main(argv: list[str] | None = None) -> None:
         "truth": {fn: {"wall": t[0], "cpu": t[1], "calls": t[2]} for fn, t in TRUTH.items()},
         "true_shares": true_shares(groups, TRUTH, mode),
     }
+    stacks = None
     if args.profiler == "mxprof":
         mxprof.set_state("stop")  # joins the sampler
         mxprof.dump()
         stacks, wrong = mxprof_stacks(out)
-        got = shares(groups, stacks, mode)
-        result.update(got)
-        result["total_samples"] = len(stacks)
-        result["errors"] = errors(got["shares"], result["true_shares"])
         if args.workload == "twophase":
             result["misattributed"] = wrong
         if tmp is not None:
             os.remove(out)
             os.rmdir(tmp)
+    elif args.profiler == "oracle":
+        stacks, result["oracle_policy"] = ORACLE.stop(*oracle)
+    if stacks is not None:
+        got = shares(groups, stacks, mode)
+        result.update(got)
+        result["total_samples"] = sum(n for _, n in stacks)
+        result["errors"] = errors(got["shares"], result["true_shares"])
     text = json.dumps(result, indent=1)
     if args.result:
         with open(args.result, "w", encoding="utf-8") as f:
