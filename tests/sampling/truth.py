@@ -118,7 +118,8 @@ class _timed:
         self.cpu = _cpu()
 
     def __exit__(self, *exc: object) -> None:
-        wall, cpu = _now() - self.wall, _cpu() - self.cpu
+        cpu = _cpu() - self.cpu  # first: a preemption at its syscall belongs inside
+        wall = _now() - self.wall
         if ORACLE.map is not None:
             ORACLE.map[self.slot] = 0
         t = TRUTH.setdefault(self.name, [0.0, 0.0, 0])
