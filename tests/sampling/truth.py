@@ -3,6 +3,7 @@
     python truth.py WORKLOAD [--seconds S] [--burst-ms B] [--profiler mxprof|oracle|none]
                     [--rate HZ] [--mode wall|cpu] [--out trace.json] [--result result.json]
                     [--cycles N] [--work IPM:NPM] [--oracle-policy fifo|other]
+                    [--oracle-timing jitter|fixed]
 
 Each workload runs named functions on named threads and measures, with
 ``time.perf_counter`` (wall) and ``time.thread_time`` (CPU) read on entry and
@@ -10,8 +11,8 @@ exit, the seconds each function spent; that is the ground truth. Under
 ``--profiler mxprof`` it records itself (``set_config(filename=OUT,
 sample_rate=HZ)``, plus ``sample_mode=MODE`` only when ``--mode`` is given)
 and the result holds the shares read back from the trace too. Under
-``--profiler oracle`` an ideal periodic sampler (:class:`_Oracle`; wall
-mode only) samples it instead: what it misses, the machine's timing alone
+``--profiler oracle`` an ideal sampler (:class:`_Oracle`; wall mode
+only) samples it instead: what it misses, the machine's timing alone
 costs. Under ``--profiler none`` it runs bare: for a profiler outside the
 process (py-spy), whose stacks :func:`shares` turns into the same figures
 (the benchmark does that), or for timing the workload alone.
@@ -129,12 +130,16 @@ class _timed:
 
 
 class _Oracle:
-    """The ideal periodic sampler (``--profiler oracle``): every timed block
-    writes its function's number into its thread's byte of a shared map, and
-    a process of its own (``_oracle_sampler``) reads the bytes HZ times a
-    second, with SCHED_FIFO priority where permitted, so that the OS runs it
-    on time. What it misses is what the machine's timing costs any periodic
-    sampler; it reads no stacks, so it has nothing else to get wrong."""
+    """The ideal sampler (``--profiler oracle``): every timed block writes its
+    function's number into its thread's byte of a shared map, and a process
+    of its own (``_oracle_sampler``) reads the bytes HZ times a second on
+    average, with SCHED_FIFO priority where permitted, so that the OS runs it
+    on time, and each interval drawn from 0.5 to 1.5 periods, so that it
+    cannot lock in step with a workload that wakes on timers too. It reads no
+    stacks, so what it misses is what the machine's timing costs a sampler
+    that does both. ``--oracle-policy other`` (the default priority) and
+    ``--oracle-timing fixed`` (a fixed period, as mxprof and py-spy sample)
+    show what each costs."""
 
     SIZE = 4096  # 64 thread slots; at the end, the ready and stop bytes
     READY, STOP = SIZE - 2, SIZE - 1
@@ -155,14 +160,14 @@ class _Oracle:
         self.map[slot] = fid
         return slot
 
-    def start(self, rate: float, policy: str) -> tuple[Any, str]:
+    def start(self, rate: float, policy: str, jitter: str) -> tuple[Any, str]:
         import mmap
 
         fd, path = tempfile.mkstemp(suffix=".oracle")
         os.write(fd, bytes(self.SIZE))
         self.map = mmap.mmap(fd, self.SIZE)
         os.close(fd)
-        cmd = [sys.executable, __file__, "oracle-sampler", path, str(rate), policy]
+        cmd = [sys.executable, __file__, "oracle-sampler", path, str(rate), policy, jitter]
         proc = subprocess.Popen(cmd)
         while not self.map[self.READY] and proc.poll() is None:
             time.sleep(0.001)
@@ -182,8 +187,10 @@ class _Oracle:
 ORACLE = _Oracle()
 
 
-def _oracle_sampler(path: str, rate: float, policy: str) -> None:
+def _oracle_sampler(path: str, rate: float, policy: str, jitter: bool) -> None:
+    """The oracle's sampling process: counts of each function number seen."""
     import mmap
+    import random
 
     if policy == "fifo":
         try:
@@ -196,7 +203,7 @@ def _oracle_sampler(path: str, rate: float, policy: str) -> None:
     period, due = 1.0 / rate, _now()
     view[_Oracle.READY] = 1
     while not view[_Oracle.STOP]:
-        due += period
+        due += period * (random.uniform(0.5, 1.5) if jitter else 1.0)
         delay = due - _now()
         if delay > 0:
             time.sleep(delay)
@@ -719,6 +726,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--burst-ms", type=float, default=None, help="mixed 3, twophase 0.5, loop 3")
     p.add_argument("--profiler", choices=("mxprof", "oracle", "none"), default="none")
     p.add_argument("--oracle-policy", choices=("fifo", "other"), default="fifo")
+    p.add_argument("--oracle-timing", choices=("jitter", "fixed"), default="jitter")
     p.add_argument("--rate", type=float, default=1000.0)
     p.add_argument("--mode", choices=("wall", "cpu"), help="passed to mxprof only when given")
     p.add_argument("--out", help="mxprof's trace (default: a temporary file)")
@@ -733,7 +741,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["oracle-sampler"]:
-        _oracle_sampler(argv[1], float(argv[2]), argv[3])
+        _oracle_sampler(argv[1], float(argv[2]), argv[3], argv[4] == "jitter")
         return
     args = parse(argv)
     mode = args.mode or "wall"
@@ -754,7 +762,7 @@ def main(argv: list[str] | None = None) -> None:
         ranges = (domain.new_task("phase_a"), domain.new_task("phase_b"))
         mxprof.set_state("run")
     elif args.profiler == "oracle":
-        oracle = ORACLE.start(args.rate, args.oracle_policy)
+        oracle = ORACLE.start(args.rate, args.oracle_policy, args.oracle_timing)
     run = Run(args, cal, ranges)
     start = _now()
     groups = WORKLOADS[args.workload](run)
