@@ -16,8 +16,9 @@ run's truth, in points), for each profiler; the true shares are those of
 the profiler's own runs, since a profiler changes what it measures (py-spy
 stops the process for every sample). The last column is the error of the
 ideal sampler (``truth.py --profiler oracle``: a SCHED_FIFO process reading
-which function each thread is in from shared memory, at the same rate) in
-a third run: what the machine's timing costs any periodic sampler then.
+which function each thread is in from shared memory, at the same mean rate
+with jittered intervals) in a third run: what the machine's timing costs a
+sampler that is on time and not in step with the workload.
 ``twophase`` adds the samples mxprof filed under the other phase's range or
 under none, summed over repeats.
 
@@ -281,7 +282,8 @@ def print_accuracy(rows: list[dict[str, Any]], spy_note: str) -> None:
     print()
     print("shares in %, medians of the repeats; err: the median of each run's largest")
     print("|share - truth| in points; ideal: a SCHED_FIFO process reading which function")
-    print("runs from shared memory at the same rate; samples per thread and run (median):")
+    print("runs from shared memory at the same mean rate, intervals jittered by +-50 %;")
+    print("samples per thread and run (median):")
     for row in rows:
         counts = ", ".join(
             f"{g} {m['samples']}" + (f"/{row['pyspy'][g]['samples']}" if g in row["pyspy"] else "")
