@@ -116,6 +116,33 @@ def test_benchmarks_quick_mode_runs_and_reports(tmp_path):
     assert proc.stdout.rstrip().splitlines()[-1].startswith("dumps() over them")
 
 
+@pytest.mark.slow
+def test_sampling_benchmark_quick_mode_runs_and_reports(tmp_path):
+    out = tmp_path / "sampling.json"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "sampling.py"), "--quick"]
+        + ["--json", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import json
+
+    doc = json.loads(out.read_text())
+    cases = {(row["case"], row["rate"]) for row in doc["accuracy"]}
+    assert len(cases) == 16 and ("twophase", 1000) in cases
+    for row in doc["accuracy"]:
+        for group in row["mxprof"].values():
+            assert len(group["shares"]) == len(group["truth"]) == len(group["functions"])
+    variants = {(r["workload"], r["variant"]) for r in doc["overhead"]}
+    assert ("pure-Python loop", "mxprof 1000 Hz") in variants
+    # py-spy: its rows, or the reason they are missing.
+    assert doc["machine"]["pyspy"] or "py-spy: skipped" in proc.stdout
+    assert "| mixed 0.5 ms | 100 | main: py_cpu / c_holds_gil / sleeps |" in proc.stdout
+
+
 @pytest.mark.parametrize(
     ("script", "args", "needs", "expect"),
     [
