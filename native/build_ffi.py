@@ -96,6 +96,15 @@ def preamble():
 
 
 CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden"]
+LDFLAGS = ["-pthread"]
+# MXPROF_SANITIZE=undefined (or any -fsanitize= list) builds the extension under
+# that sanitizer, failing at the first report: tests/test_sanitized.py runs the
+# Python tests of the core's entry points against such a build.
+SANITIZE = os.environ.get("MXPROF_SANITIZE", "")
+if SANITIZE:
+    CFLAGS += [f"-fsanitize={SANITIZE}", "-fno-sanitize-recover=all", "-g"]
+    CFLAGS += ["-fno-omit-frame-pointer"]
+    LDFLAGS += [f"-fsanitize={SANITIZE}"]
 
 
 def have_zlib():
@@ -117,7 +126,7 @@ ffibuilder.set_source(
     sources=SOURCES,
     include_dirs=[os.path.join("native", "include"), os.path.join("native", "src")],
     extra_compile_args=CFLAGS,
-    extra_link_args=["-pthread"],
+    extra_link_args=LDFLAGS,
     define_macros=[("MXPI_HAVE_ZLIB", "1")] if ZLIB else [],
     # dl: NVTX (mxp_nvtx.c) loads a tool named by NVTX_INJECTION64_PATH; glibc before
     # 2.34 keeps dlopen in libdl.

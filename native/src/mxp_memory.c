@@ -312,9 +312,11 @@ int mxp_memory_usage(mxp_memory_stat *out, uint32_t cap, uint32_t *n_out) {
     pthread_mutex_lock(&M.lock);
     uint32_t n = M.ndev + M.nscopes;
     int rc = n > cap ? MXP_E_FULL : MXP_OK;
-    if (rc == MXP_OK) {
+    /* With nothing to copy, out and M.scopes may be NULL: memcpy from NULL,
+     * and NULL + 0, are undefined even for zero bytes. */
+    if (rc == MXP_OK && n) {
         for (uint32_t i = 0; i < M.ndev; i++) out[i] = M.dev[i].stat;
-        memcpy(out + M.ndev, M.scopes, M.nscopes * sizeof *out);
+        if (M.nscopes) memcpy(out + M.ndev, M.scopes, M.nscopes * sizeof *out);
     }
     pthread_mutex_unlock(&M.lock);
     *n_out = n;
