@@ -170,6 +170,46 @@ def test_an_ipc_endpoint_and_its_secret_are_this_users_only(job, tmp_path):
     assert wait_for(lambda: [m.pid for m in distributed.members()] == [server.pid], 60)
 
 
+def test_a_peer_started_first_waits_for_the_secret_and_skips_a_stale_one(job, tmp_path):
+    # A crashed rank-0 worker's secret is still there for this address.
+    stale = _secret.publish(job.address, _secret.generate())
+    server = job.start("server", 0, 1, 1, timeout=60.0)
+    time.sleep(1.5)  # it reads the stale secret, and its open goes unanswered
+    distributed.init("worker", 0, 1, 1, address=job.address, timeout=20)
+    assert _secret.read(job.address) == hub().endpoint.key  # replaced
+    assert wait_for(lambda: [m.pid for m in distributed.members()] == [server.pid], 60)
+    assert not (tmp_path / "server0.error").exists()
+    distributed.shutdown()
+    assert not os.path.exists(stale)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "getuid") or os.getuid() != 0, reason="needs root to act as another user"
+)
+def test_another_user_cannot_read_the_secret(job):
+    import subprocess
+
+    distributed.init("worker", 0, 1, 1, address=job.address, timeout=5)
+    _, path = secret_file(job.address)
+    probe = (
+        f"import sys\ntry:\n    open({path!r}).read()\nexcept PermissionError:\n    sys.exit(3)\n"
+    )
+    python = "/usr/bin/python3"  # one that user may run (a venv under /root is not)
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"no {python} to run as another user")
+    done = subprocess.run(
+        [python, "-c", probe],
+        user=65534,  # nobody
+        capture_output=True,
+        timeout=60,
+        cwd="/",
+        env={"PATH": os.environ.get("PATH", "")},
+    )
+    if done.returncode not in (0, 3):  # this interpreter does not start as nobody here
+        pytest.skip(f"cannot run Python as another user: {done.stderr[-200:]!r}")
+    assert done.returncode == 3
+
+
 # ---- strangers ----
 
 
