@@ -6,7 +6,8 @@ those that left earlier gave theirs as they left (a deposit).  A process
 that is dead, frozen or unreachable does not stop the others: the merged
 file is written with everything that came, plus the dead process's last
 flushed file where the rank-0 worker can read it (same host, or shared
-storage) and the file says it is that process's, and the missing processes
+storage), found by the identity the file carries whatever it is called
+(``_last_file``), and the missing processes
 are named with the reason in the result, in the merged file's
 ``distributedInfo["missing"]`` and in a warning (or, with ``strict``, an
 error raised after the file is written).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -252,9 +254,11 @@ def _last_file(known: _Known) -> tuple[str | None, str]:
     for path in named:  # a named file is looked at even where its folder cannot be listed
         if path not in found:
             try:
-                found[path] = os.stat(path).st_mtime
+                st = os.stat(path)
             except OSError:
                 continue
+            if stat.S_ISREG(st.st_mode):  # never a FIFO or a device: reading could block
+                found[path] = st.st_mtime
     newest = sorted(found, key=lambda p: -found[p])
     others = set([p for p in newest if p not in named][:LOOK_AT])
     for path in (p for p in newest if p in others or p in named):

@@ -658,8 +658,6 @@ class Hub(Node):
                 f"{limit} bytes at most (MXPROF_MAX_TRACE_BYTES)"
             )
         slot = (member.role, member.rank)
-        if self._deposit_dir is None:
-            self._deposit_dir = tempfile.mkdtemp(prefix="mxprof-deposits-")
         if offset + len(body) > size or (eof and offset + len(body) != size):
             self._incoming.pop(channel, None)
             raise DistributedError(
@@ -668,6 +666,8 @@ class Hub(Node):
         incoming = self._incoming.get(channel)
         if offset == 0:
             name = trace_name(name)
+            if self._deposit_dir is None:
+                self._deposit_dir = tempfile.mkdtemp(prefix="mxprof-deposits-")
             folder = os.path.join(self._deposit_dir, f"{member.role}{member.rank}")
             with self.reg.lock:  # its earlier deposit goes: one a process, on disk
                 self.reg.deposits.pop(slot, None)
