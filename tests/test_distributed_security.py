@@ -120,6 +120,8 @@ def found_ports():
             ours.add(link[8:-1])
     ports = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):  # no IPv6 here
+            continue
         with open(table) as f:
             for line in f.readlines()[1:]:
                 cols = line.split()
@@ -242,9 +244,13 @@ def test_a_stranger_cannot_take_a_free_slot(job, tmp_path):
     identity = {"role": "server", "rank": 0, "host": socket.gethostname(), "pid": os.getpid()}
     for p in found_ports():
         assert stranger_tries_everything(f"tcp://127.0.0.1:{p}", identity) == []
+
+    def dropped():
+        t = distributed.tally()
+        return t["bad_mac"] + t["malformed"] + t["unknown_peer"]
+
+    assert wait_for(lambda: dropped() >= 5, 30), distributed.tally()  # all five were seen
     assert distributed.members() == []
-    dropped = distributed.tally()
-    assert dropped["bad_mac"] + dropped["malformed"] + dropped["unknown_peer"] >= 5
     # The real server is not refused ("server 0 is taken" before).
     server = job.start("server", 0, 1, 1)
     assert wait_for(lambda: [m.pid for m in distributed.members()] == [server.pid], 60)
@@ -357,10 +363,10 @@ def test_a_captured_stream_replayed_is_refused(job, tmp_path, token):
                     distributed.tally()["unknown_peer"] - before["unknown_peer"]
                     >= len(captured) - 1
                 ),
-                10,
+                30,
             ), distributed.tally()
             got = []
-            while replayer.sock.poll(300):
+            while replayer.sock.poll(10_000 if not got else 300):
                 got.append(replayer.sock.recv_multipart())
             assert [_wire.channel_of(f) for f in got] == [b""]  # the open's answer alone
             # Sent again on the server's own connection: seen before, refused.
@@ -368,7 +374,7 @@ def test_a_captured_stream_replayed_is_refused(job, tmp_path, token):
                 tap.resend.put((cid, frames))
             assert wait_for(
                 lambda: distributed.tally()["replayed"] - before["replayed"] >= len(captured) - 1,
-                10,
+                30,
             ), distributed.tally()
             # The slot is still the server's: the commands reach it.
             mxprof.set_config(filename="t.json", profile_process="server")
