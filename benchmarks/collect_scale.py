@@ -5,7 +5,8 @@
 The rank-0 worker is the real one (``distributed.init``, its ZeroMQ ROUTER,
 ``collect``); the other ranks are simulated in this process: one thread
 holds a DEALER socket per rank on loopback TCP and speaks the control
-protocol as a peer would (hello and 16 clock pings to join; at collect,
+protocol as a peer would (open a channel with the job's secret, hello and
+16 clock pings to join; at collect,
 16 pings for the sync, then the upload of its trace piece by piece).  Every
 rank serves the same synthetic trace, an mxprof JSON file of ``--events``
 ranges (about 100 bytes each).  The merge is left out (replaced by a count
@@ -36,7 +37,7 @@ import zmq
 
 import mxprof
 from mxprof import distributed
-from mxprof.distributed import _collect, _wire
+from mxprof.distributed import _collect, _secret, _wire
 from mxprof.trace import clock as _clock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -64,6 +65,9 @@ class Ranks:
     """n simulated peers, all served by one thread."""
 
     def __init__(self, address: str, n: int, trace: bytes) -> None:
+        secret = _secret.read(address)
+        assert secret is not None, "the rank-0 worker left no secret for its address"
+        self.secret = secret
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, 4 * n + 64)
         self.trace = trace
@@ -73,15 +77,19 @@ class Ranks:
         for r in range(1, n + 1):
             s = self.ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
-            s.setsockopt(zmq.IDENTITY, f"sim-{r}".encode())
             s.connect(address)
             self.socks.append(s)
             self.state[s] = {"rank": r, "pings": 0, "sync": None, "joined": False}
+            self.state[s].update(nonce=os.urandom(_wire.NONCE), channel=None)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def send(self, s: Any, header: dict[str, Any], body: bytes = b"") -> None:
-        s.send_multipart(_wire.encode(b"", header, body))
+        channel = self.state[s]["channel"]
+        if channel is None:  # the handshake, under the job's secret
+            s.send_multipart(_wire.encode(self.secret, b"", header, body))
+        else:
+            s.send_multipart(channel.seal(header, body))
 
     def request(self, s: Any, kind: str, args: dict[str, Any]) -> None:
         self.send(s, {"type": kind, "id": next(self.ids), "args": args})
@@ -97,10 +105,15 @@ class Ranks:
 
     def start(self) -> None:
         for s, st in self.state.items():
-            info = self.info(st)
-            args = {k: info[k] for k in ("role", "rank", "host", "pid")}
-            self.request(s, "hello", {**args, "version": mxprof.__version__, "file": "/nope"})
+            self.request(s, "open", {"nonce": st["nonce"].hex()})
         self.thread.start()
+
+    def hello(self, s: Any, st: dict[str, Any], answer: dict[str, Any]) -> None:
+        sid = bytes.fromhex(answer["args"]["channel"])
+        st["channel"] = _wire.Channel(sid, _wire.channel_key(self.secret, sid, st["nonce"]))
+        info = self.info(st)
+        args = {k: info[k] for k in ("role", "rank", "host", "pid")}
+        self.request(s, "hello", {**args, "version": mxprof.__version__, "file": "/nope"})
 
     def run(self) -> None:
         poller = zmq.Poller()
@@ -113,12 +126,19 @@ class Ranks:
                         frames = s.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    header, _body = _wire.decode(b"", frames)
+                    channel = self.state[s]["channel"]
+                    if channel is None:
+                        header, _body = _wire.decode(self.secret, frames)
+                    else:
+                        header, _body = channel.unseal(frames)
                     self.handle(s, header)
 
     def handle(self, s: Any, header: dict[str, Any]) -> None:
         st = self.state[s]
         kind = header["type"]
+        if st["channel"] is None:  # the answer to open
+            self.hello(s, st, header)
+            return
         if kind == "ok":  # an answer: to hello or to a ping
             if st["pings"] < PINGS:
                 st["pings"] += 1

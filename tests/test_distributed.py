@@ -44,10 +44,10 @@ def job(tmp_path):
 
 
 def test_messages_round_trip_and_bad_ones_are_rejected_with_a_reason():
-    key = b"secret"
-    frames = _wire.encode(key, {"type": "dump", "id": 7, "args": {"finished": False}}, b"\x00\xff")
-    header, body = _wire.decode(key, frames)
-    assert header == {"type": "dump", "id": 7, "args": {"finished": False}} and body == b"\x00\xff"
+    key, sid = b"secret", b"c" * _wire.CHANNEL_ID
+    header = {"type": "dump", "id": 7, "args": {"finished": False}}
+    frames = _wire.encode(key, sid, header, b"\x00\xff")
+    assert _wire.decode(key, frames) == (header, b"\x00\xff")
 
     def reason(frames, key=key):
         with pytest.raises(_wire.Rejected) as e:
@@ -55,15 +55,33 @@ def test_messages_round_trip_and_bad_ones_are_rejected_with_a_reason():
         return e.value.reason
 
     assert reason(frames, b"other") == "bad_mac"
-    assert reason([*frames[:3], b"tampered"]) == "bad_mac"
-    assert reason(frames[:3]) == "malformed"
+    assert reason([*frames[:4], b"tampered"]) == "bad_mac"
+    assert reason([frames[0], b"d" * _wire.CHANNEL_ID, *frames[2:]]) == "bad_mac"  # sid is signed
+    assert reason(frames[:4]) == "malformed"
     assert reason([b"XXXX", *frames[1:]]) == "malformed"
-    assert reason([*frames[:3], b"x" * (_wire.MAX_BODY + 1)]) == "oversized"
+    assert reason([frames[0], b"short", *frames[2:]]) == "malformed"
+    assert reason([*frames[:4], b"x" * (_wire.MAX_BODY + 1)]) == "oversized"
     for bad in (b"not json", b"[1]", b'{"type": "rm -rf", "id": 1}', b'{"type": "dump"}'):
-        mac = _wire._mac(key, bad, b"")
-        assert reason([_wire.MAGIC, mac, bad, b""]) == "malformed"
+        mac = _wire._mac(key, b"", bad, b"")
+        assert reason([_wire.MAGIC, b"", mac, bad, b""]) == "malformed"
     with pytest.raises(ValueError):
-        _wire.encode(key, {"type": "upload", "id": 1}, b"x" * (_wire.MAX_BODY + 1))
+        _wire.encode(key, b"", {"type": "upload", "id": 1}, b"x" * (_wire.MAX_BODY + 1))
+
+
+def test_a_channel_admits_each_sequence_number_once():
+    key, sid = b"k" * 32, b"s" * _wire.CHANNEL_ID
+    sender, receiver = _wire.Channel(sid, key), _wire.Channel(sid, key)
+    first, second = (sender.seal({"type": "ping", "id": i}) for i in (1, 2))
+    assert receiver.unseal(second)[0]["seq"] == 2  # overtaken: still admitted
+    assert receiver.unseal(first)[0]["seq"] == 1
+    for again in (first, second):
+        with pytest.raises(_wire.Rejected) as e:
+            receiver.unseal(again)
+        assert e.value.reason == "replayed"
+    window = _wire.Window()
+    assert window.admit(_wire.Window.SPAN + 5)
+    assert not window.admit(5)  # too old to tell: refused
+    assert [window.admit(s) for s in (0, -1, True, "7")] == [False] * 4
 
 
 def test_clock_exchange_and_the_least_delay_sample():
@@ -479,11 +497,11 @@ def test_malformed_oversized_and_unknown_messages_are_dropped_and_counted(job):
     s = raw_dealer(job.address)
     try:
         s.send_multipart([b"hello"])  # not ours
-        s.send_multipart([_wire.MAGIC, b"\x00" * 32, b"{}", b""])  # no valid MAC
-        big = _wire.encode(b"k", {"type": "upload", "id": 1}, b"")
-        s.send_multipart([*big[:3], b"x" * (_wire.MAX_BODY + 1)])  # oversized
-        # Correctly signed, but from a process that never said hello: not obeyed.
-        s.send_multipart(_wire.encode(b"k", {"type": "set_state", "id": 2, "args": {}}))
+        s.send_multipart([_wire.MAGIC, b"", b"\x00" * 32, b"{}", b""])  # no valid MAC
+        big = _wire.encode(b"k", b"", {"type": "upload", "id": 1}, b"")
+        s.send_multipart([*big[:4], b"x" * (_wire.MAX_BODY + 1)])  # oversized
+        # Correctly signed, but with no channel: not obeyed.
+        s.send_multipart(_wire.encode(b"k", b"", {"type": "set_state", "id": 2, "args": {}}))
         expected = {"malformed": 1, "bad_mac": 1, "oversized": 1, "unknown_peer": 1}
         assert wait_for(lambda: all(distributed.tally()[k] >= v for k, v in expected.items())), (
             distributed.tally()

@@ -27,7 +27,7 @@ import _dist_job  # noqa: E402
 from _dist_job import free_port, ticks, wait_for, within  # noqa: E402
 
 from mxprof import distributed  # noqa: E402
-from mxprof.distributed import _collect, _wire  # noqa: E402
+from mxprof.distributed import _collect, _secret, _wire  # noqa: E402
 
 SLACK = 20.0
 
@@ -204,13 +204,17 @@ def test_a_process_that_records_after_the_collect_still_leaves_its_trace(job, tm
 
 
 class FakeHub:
-    """A ROUTER that answers hello and nothing else, recording what arrives."""
+    """A ROUTER that answers open and hello and nothing else, recording what
+    arrives (it leaves a job secret for its address as the rank-0 worker does)."""
 
     def __init__(self, address):
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.bind(address)
+        self.secret = _secret.generate()
+        self.secret_path = _secret.publish(address, self.secret)
+        self.channels = {}
         self.kinds = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -221,10 +225,22 @@ class FakeHub:
             if not self.sock.poll(50):
                 continue
             src, *frames = self.sock.recv_multipart()
-            header, _ = _wire.decode(b"", frames)
+            sid = _wire.channel_of(frames)
+            if not sid:
+                header, _ = _wire.decode(self.secret, frames)
+                self.kinds.append(header["type"])
+                nonce = bytes.fromhex(header["args"]["nonce"])
+                sid = os.urandom(_wire.CHANNEL_ID)
+                key = _wire.channel_key(self.secret, sid, nonce)
+                self.channels[sid] = _wire.Channel(sid, key, src)
+                answer = {"type": "ok", "re": header["id"], "args": {"channel": sid.hex()}}
+                self.sock.send_multipart([src, *_wire.encode(self.secret, b"", answer)])
+                continue
+            channel = self.channels[sid]
+            header, _ = channel.unseal(frames)
             self.kinds.append(header["type"])
             if header["type"] == "hello":
-                answer = _wire.encode(b"", {"type": "ok", "re": header["id"], "args": {}})
+                answer = channel.seal({"type": "ok", "re": header["id"], "args": {}})
                 self.sock.send_multipart([src, *answer])
 
     def close(self):
@@ -232,6 +248,7 @@ class FakeHub:
         self.thread.join(5)
         self.sock.close()
         self.ctx.term()
+        _secret.withdraw(self.secret_path, self.secret)
 
 
 def test_a_failed_init_returns_within_its_timeout_and_leaves_nothing(tmp_path):
@@ -252,7 +269,7 @@ def test_a_failed_init_returns_within_its_timeout_and_leaves_nothing(tmp_path):
     finally:
         fake.close()
     assert "deposit" not in fake.kinds
-    assert fake.kinds[0] == "hello" and set(fake.kinds[1:]) == {"ping", "bye"}
+    assert fake.kinds[:2] == ["open", "hello"] and set(fake.kinds[2:]) == {"ping", "bye"}
     assert not distributed.is_initialized()
 
 

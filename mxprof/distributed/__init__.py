@@ -14,23 +14,26 @@ rank-0 worker and a DEALER on every other process, as ps-lite; or, in a
 job that already runs torch.distributed, ``backend='torch'``, which goes
 through the process group's store and never issues collectives.  The
 control channel has threads of its own; messages are JSON with an
-HMAC-SHA256 under the shared token (required off loopback).
+HMAC-SHA256 under a key only the job's processes hold: the token (required
+off loopback), or else a secret the rank-0 worker makes and hands over
+privately (``_secret``); see docs/distributed.md, "Threat model".
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import ipaddress
 import os
 import threading
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from .. import _signals
 from .._session import SESSION
 from ..control import set_config
 from ..errors import ConfigError, StateError
-from . import _launcher, _node
+from . import _launcher, _node, _secret
 from ._node import DistributedError, DistributedTimeout, Member
 
 __all__ = [
@@ -133,6 +136,12 @@ def init(
         timeout: seconds to wait for any answer (default 30): a dead or
             silent process becomes a DistributedTimeout, never a hang.
 
+    Without a token, the rank-0 worker makes the job's secret and hands it
+    to the others privately (a 0600 file of this user's for a ZeroMQ job
+    on this host; the process group's store for ``backend='torch'``).  On
+    the rank-0 worker ``MXPROF_MAX_TRACE_BYTES`` bounds what one process's
+    trace may bring (default 4 GiB).
+
     Returns:
         This process's ``distributedInfo`` (role, rank, host, pid, clock).
 
@@ -188,6 +197,8 @@ def init(
         raise ConfigError(f"timeout must be a number of seconds, got {raw_timeout!r}") from None
     if not wait > 0:
         raise ConfigError(f"timeout must be > 0 seconds, got {raw_timeout!r}")
+    raw_max = os.environ.get("MXPROF_MAX_TRACE_BYTES", _node.MAX_TRACE)
+    max_trace = _int("MXPROF_MAX_TRACE_BYTES", raw_max, 0)
     token = _env("MXPROF_TOKEN", token)
     key = token.encode() if isinstance(token, str) else (token or b"")
     address = address or DEFAULT_ADDRESS
@@ -207,6 +218,7 @@ def init(
         wait,
         launch.get("launcher"),
         launch.get("local_rank"),
+        max_trace,
     )
     with _lock:
         if _node_ref:
@@ -219,7 +231,15 @@ def init(
 def _start(job: _node.Job, address: str, key: bytes) -> _node.Node:
     # File names first: once hello is answered, commands may arrive at once.
     prefix = _node.file_prefix(job.role, job.rank)
-    SESSION.set_rename(lambda path: _node.prefixed(path, prefix))
+
+    def rename(path: str) -> str:
+        named = _node.prefixed(path, prefix)
+        node = _node_ref.get("node")
+        if isinstance(node, _node.Peer):  # the hub learns where to find it, should it die
+            node.report_file(named)
+        return named
+
+    SESSION.set_rename(rename)
     current = SESSION.config.filename
     if _node.prefixed(current, prefix) != current:
         set_config(filename=current)  # renamed on the way in
@@ -238,6 +258,8 @@ def _start(job: _node.Job, address: str, key: bytes) -> _node.Node:
 
 
 def _connect(job: _node.Job, address: str, key: bytes) -> _node.Node:
+    """The transport, the job's secret (key, or one made here), and this
+    process's role on the channel."""
     if job.backend == "torch":
         from ._torch import StoreTransport
 
@@ -245,13 +267,29 @@ def _connect(job: _node.Job, address: str, key: bytes) -> _node.Node:
     else:
         from ._zmq import ZmqTransport
 
-        ident = f"{job.role}-{job.rank}-{os.getpid()}".encode()
-        transport = ZmqTransport(address, hub=job.is_hub, identity=ident)
+        transport = ZmqTransport(address, hub=job.is_hub)
     if job.is_hub:
-        hub = _node.Hub(job, transport, key)
+        secret = key or _secret.generate()
+        withdraw: Callable[[], None] | None = None
+        try:
+            if not key and job.backend == "torch":
+                transport.publish_secret(secret)
+            elif not key:  # named after the address bound (port 0 has a number now)
+                path = _secret.publish(transport.address, secret)
+                withdraw = functools.partial(_secret.withdraw, path, secret)
+        except BaseException:
+            transport.close()
+            raise
+        hub = _node.Hub(job, transport, secret, withdraw)
         _node.install_remote(hub, None)
         return hub
-    peer = _node.Peer(job, transport, key)
+    if key:
+        source: Callable[[], bytes | None] = lambda: key  # noqa: E731
+    elif job.backend == "torch":
+        source = transport.read_secret
+    else:
+        source = lambda: _secret.read(address)  # noqa: E731
+    peer = _node.Peer(job, transport, source)
     _node.install_remote(
         None,
         f"only the rank-0 worker sends profile_process='server' calls; this is {peer.me.label}",
@@ -292,7 +330,9 @@ def members() -> list[Member]:
 
 def tally() -> dict[str, int]:
     """Messages received and sent, and those dropped by reason: ``bad_mac``
-    (another token), ``malformed``, ``oversized``, ``unknown_peer``."""
+    (another token or secret), ``malformed``, ``oversized``,
+    ``unknown_peer`` (no channel of this connection, or not allowed on it),
+    ``replayed`` (a message seen before on its channel)."""
     return _current().tally()
 
 

@@ -6,7 +6,8 @@ those that left earlier gave theirs as they left (a deposit).  A process
 that is dead, frozen or unreachable does not stop the others: the merged
 file is written with everything that came, plus the dead process's last
 flushed file where the rank-0 worker can read it (same host, or shared
-storage) and the file says it is that process's, and the missing processes
+storage), found by the identity the file carries whatever it is called
+(``_last_file``), and the missing processes
 are named with the reason in the result, in the merged file's
 ``distributedInfo["missing"]`` and in a warning (or, with ``strict``, an
 error raised after the file is written).
@@ -20,10 +21,9 @@ merge, which takes the time its inputs need.
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -31,6 +31,7 @@ from typing import Any
 
 from .. import _session
 from ..errors import TraceFormatError
+from ..trace import _scan
 from ..trace.merge import merge
 from ._endpoint import PeerGone, RemoteFailure
 from ._node import (
@@ -41,11 +42,12 @@ from ._node import (
     Member,
     _Known,
     _may_be_alive,
+    trace_name,
 )
 
 SYNC_FLOOR = 2.0  # seconds the sync answers get at least
-TAIL = 256 * 1024  # bytes at a trace file's end read to find its distributedInfo
-_INFO_KEY = b'"distributedInfo":'
+LOOK_AT = 64  # files looked at, newest first, in each folder a dead process wrote to
+TRACE_SUFFIXES = (".json", ".json.gz")  # the formats whose trailer says whose they are
 
 
 @dataclass
@@ -226,46 +228,63 @@ def _failed(
 
 
 def _last_file(known: _Known) -> tuple[str | None, str]:
-    """The process's own trace file when the hub can read it and it says it
-    is that process's (its distributedInfo names its role, rank and pid);
-    else None and why not ('' when it never said where its file is)."""
-    path = known.file
-    if not path:
+    """The process's own last trace file, found by the identity it carries.
+
+    Looked for among the files it named (at hello, at every change of its
+    file name, in answers) and the other trace files in their folders,
+    newest first: the first whose ``distributedInfo`` names this very
+    process (role, rank, host and pid) is its last file, whatever it is
+    called now.  None and why not when there is none ('' when it never said
+    where its file is).
+    """
+    if not known.files:
         return None, ""
-    name = os.path.basename(path)
-    try:
-        tail = _tail(path)
-    except OSError as e:
-        return None, f"its last file {name} cannot be read here ({e.strerror or e})"
-    info = _info_in(tail)
     m = known.member
-    if info is None:
+    named = list(reversed(known.files))  # the last named first
+    found: dict[str, float] = {}
+    for path in named:
+        folder = os.path.dirname(path)
+        try:
+            with os.scandir(folder) as entries:
+                for e in entries:
+                    if e.name.endswith(TRACE_SUFFIXES) and e.is_file():
+                        found[e.path] = e.stat().st_mtime
+        except OSError:
+            continue
+    for path in named:  # a named file is looked at even where its folder cannot be listed
+        if path not in found:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):  # never a FIFO or a device: reading could block
+                found[path] = st.st_mtime
+    newest = sorted(found, key=lambda p: -found[p])
+    others = set([p for p in newest if p not in named][:LOOK_AT])
+    for path in (p for p in newest if p in others or p in named):
+        info = _identity(path)
+        if info is not None and (
+            info.get("role"),
+            info.get("rank"),
+            info.get("host"),
+            info.get("pid"),
+        ) == (m.role, m.rank, m.host, m.pid):
+            return path, ""
+    last = named[0]
+    name = os.path.basename(last)
+    if last not in found:
+        return None, f"its last file {name} cannot be read here, nor another file of its own"
+    if _identity(last) is None:
         return None, f"its last file {name} has no readable distributedInfo (cut while written?)"
-    if (info.get("role"), info.get("rank"), info.get("pid")) != (m.role, m.rank, m.pid):
-        return None, f"its last file {name} is another process's"
-    return path, ""
+    return None, f"its last file {name} is another process's"
 
 
-def _tail(path: str) -> bytes:
-    if path.endswith(".gz"):
-        keep = b""
-        with gzip.open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                keep = (keep + chunk)[-TAIL:]
-        return keep
-    with open(path, "rb") as f:
-        f.seek(max(0, os.fstat(f.fileno()).st_size - TAIL))
-        return f.read()
-
-
-def _info_in(tail: bytes) -> dict[str, Any] | None:
-    at = tail.rfind(_INFO_KEY)
-    if at < 0:
-        return None
-    text = tail[at + len(_INFO_KEY) :].decode("utf-8", "replace")
+def _identity(path: str) -> dict[str, Any] | None:
+    """The distributedInfo in a trace file's trailer (None: none readable)."""
     try:
-        info, _ = json.JSONDecoder().raw_decode(text)
-    except ValueError:
+        with open(path, "rb") as f:
+            info = _scan.metadata(f).get("distributedInfo")
+    except (OSError, _scan.NotLines, ValueError, RecursionError):
         return None
     return info if isinstance(info, dict) else None
 
@@ -281,15 +300,19 @@ def _deposited(hub: Hub, slot: tuple[str, int]) -> tuple[Member, str] | None:
     deadline = time.monotonic() + LEAVE_TIMEOUT * 3
     with hub.reg.lock:
         while slot not in hub.reg.deposits and time.monotonic() < deadline:
-            arriving = any((i.member.role, i.member.rank) == slot for i in hub._incoming.values())
-            if not arriving:
+            if not hub.arriving(slot):
                 break
             hub.reg.lock.wait(0.05)
         return hub.reg.deposits.get(slot)
 
 
 def _download(hub: Hub, known: _Known, tmp: str) -> str | None:
-    """known's trace into tmp, piece by piece; None: it never ran."""
+    """known's trace into tmp, piece by piece; None: it never ran.
+
+    Its size (declared in the first answer, at most the job's
+    ``max_trace``) and name (a plain file name) are checked before a byte
+    is written, and every piece against them.
+    """
     m = known.member
     offset, size, dest = 0, None, None
     f = None
@@ -305,14 +328,22 @@ def _download(hub: Hub, known: _Known, tmp: str) -> str | None:
                 raise DistributedError(f"its upload failed: {e}") from None
             if args.get("missing"):
                 return None
-            if not isinstance(args.get("size"), int) or not isinstance(args.get("name"), str):
+            declared = args.get("size")
+            if not isinstance(declared, int) or not isinstance(args.get("name"), str):
                 raise DistributedError("its upload was malformed")
             if size is None:
-                size = args["size"]
-                name = os.path.basename(args["name"]) or "trace.json"
+                if not 0 <= declared <= hub.job.max_trace:
+                    raise DistributedError(
+                        f"its upload of {declared} bytes is over the limit of "
+                        f"{hub.job.max_trace} bytes a process (MXPROF_MAX_TRACE_BYTES)"
+                    )
+                size = declared
+                name = trace_name(args["name"])
                 os.makedirs(os.path.join(tmp, f"{m.role}{m.rank}"))
                 dest = os.path.join(tmp, f"{m.role}{m.rank}", name)
-                f = open(dest, "wb")  # noqa: SIM115 - closed in finally
+                f = open(dest, "xb")  # noqa: SIM115 - closed in finally
+            if declared != size or offset + len(body) > size:
+                raise DistributedError(f"its upload changed its size or overran it at {offset}")
             if not body and offset < size:
                 raise DistributedError("its upload stopped short")
             assert f is not None

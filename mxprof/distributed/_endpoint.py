@@ -3,10 +3,16 @@
 A transport moves frames between processes and calls ``deliver(src,
 frames)`` on its own thread for every message that arrives; ``src`` is
 whatever it needs to send an answer back.  The endpoint checks each
-message (``_wire.decode``), matches answers to waiting requests, answers
-the quick requests (``ping``, ``hello``) at once on the transport's thread,
-and runs the others (commands, uploads) one at a time on an executor
-thread, so a long command never delays a clock ping.
+message (on its channel, or under the job's secret for the handshake: see
+``_wire``), matches answers to waiting requests, answers the quick
+requests (``open``, ``hello``, ``ping``) at once on the transport's
+thread, and runs the others (commands, uploads) one at a time on an
+executor thread, so a long command never delays a clock ping.
+
+Channels: ``add_channel`` makes one known (a message naming it is checked
+with its key, and only when it comes from the connection it is bound to);
+``route`` says which channel requests to a destination go on.  An answer
+goes back on the channel its request came on.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ from typing import Any, Callable, Protocol
 
 from .._sampler import own_thread
 from . import _wire
-from ._wire import Header
+from ._wire import Channel, Header
 
-Handler = Callable[[Any, Header, bytes], "tuple[dict[str, Any], bytes]"]
+# handler(src, channel, header, body) -> (answer args, answer body); the
+# channel is None for the handshake.
+Handler = Callable[[Any, "Channel | None", Header, bytes], "tuple[dict[str, Any], bytes]"]
 
 
 class PeerGone(Exception):
@@ -49,9 +57,10 @@ class Transport(Protocol):
 
 
 class _Wait:
-    __slots__ = ("event", "header", "body", "error")
+    __slots__ = ("sid", "event", "header", "body", "error")
 
-    def __init__(self) -> None:
+    def __init__(self, sid: bytes) -> None:
+        self.sid = sid  # the channel the request went on: its answer must come there
         self.event = threading.Event()
         self.header: Header = {}
         self.body = b""
@@ -67,10 +76,10 @@ class Endpoint:
         key: bytes,
         handle: Handler,
         quick: dict[str, Handler] | None = None,
-        accept: Callable[[Any, Header], bool] | None = None,
+        accept: Callable[[Any, Channel | None, Header], bool] | None = None,
     ) -> None:
         self.transport = transport
-        self.key = key
+        self.key = key  # the job's secret: the handshake's key
         self.tally = _wire.Tally()
         self._handle = handle
         self._quick = quick or {}
@@ -78,7 +87,9 @@ class Endpoint:
         self._ids = itertools.count(1)
         self._pending: dict[int, _Wait] = {}
         self._lock = threading.Lock()
-        self._jobs: queue.Queue[tuple[Any, Header, bytes] | None] = queue.Queue()
+        self._channels: dict[bytes, Channel] = {}
+        self._routes: dict[Any, Channel] = {}
+        self._jobs: queue.Queue[tuple[Any, Channel | None, Header, bytes] | None] = queue.Queue()
         self._executor = own_thread(  # not the program's: never sampled
             threading.Thread(target=self._run, name="mxprof-dist-exec", daemon=True)
         )
@@ -89,30 +100,47 @@ class Endpoint:
 
     def deliver(self, src: Any, frames: list[bytes]) -> None:
         try:
-            header, body = _wire.decode(self.key, frames)
+            sid = _wire.channel_of(frames)
+            if sid:
+                with self._lock:
+                    channel = self._channels.get(sid)
+                if channel is None or channel.src != src:
+                    raise _wire.Rejected("unknown_peer", "no such channel on this connection")
+                header, body = channel.unseal(frames)
+            else:
+                channel = None
+                header, body = _wire.decode(self.key, frames)
+                if header["type"] not in _wire.ANSWERS and header["type"] != _wire.HANDSHAKE:
+                    raise _wire.Rejected("unknown_peer", f"{header['type']!r} without a channel")
         except _wire.Rejected as e:
             self.tally.add(e.reason)
             return
         self.tally.add("received")
         if header["type"] in _wire.ANSWERS:
             with self._lock:
-                wait = self._pending.pop(header["re"], None)
+                wait = self._pending.get(header["re"])
+                if wait is not None and wait.sid == sid:
+                    del self._pending[header["re"]]
+                else:
+                    wait = None
             if wait is not None:
                 wait.header, wait.body = header, body
                 wait.event.set()
             return
-        if self._accept is not None and not self._accept(src, header):
+        if self._accept is not None and not self._accept(src, channel, header):
             self.tally.add("unknown_peer")
             return
         quick = self._quick.get(header["type"])
         if quick is not None:
-            self._answer(src, header, quick)
+            self._answer(src, channel, header, quick)
         else:
-            self._jobs.put((src, header, body))
+            self._jobs.put((src, channel, header, body))
 
-    def _answer(self, src: Any, header: Header, fn: Handler, body: bytes = b"") -> None:
+    def _answer(
+        self, src: Any, channel: Channel | None, header: Header, fn: Handler, body: bytes = b""
+    ) -> None:
         try:
-            args, out = fn(src, header, body)
+            args, out = fn(src, channel, header, body)
             reply: Header = {"type": "ok", "re": header["id"], "args": args}
         except Exception as e:  # the error goes back to the requester, named
             reply, out = (
@@ -124,21 +152,56 @@ class Endpoint:
                 b"",
             )
         with contextlib.suppress(PeerGone):  # it asked and left
-            self.send(src, reply, out)
+            self._send(src, channel, reply, out)
 
     def _run(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
                 return
-            src, header, body = job
-            self._answer(src, header, self._handle, body)
+            src, channel, header, body = job
+            self._answer(src, channel, header, self._handle, body)
+
+    # ---- channels ----
+
+    def add_channel(self, channel: Channel) -> None:
+        """Take messages on channel (from channel.src only)."""
+        with self._lock:
+            self._channels[channel.sid] = channel
+
+    def drop_channel(self, channel: Channel) -> None:
+        """Take nothing more on channel, nor send on it."""
+        with self._lock:
+            self._channels.pop(channel.sid, None)
+            if self._routes.get(channel.src) is channel:
+                del self._routes[channel.src]
+
+    def route(self, dest: Any, channel: Channel) -> None:
+        """Send requests to dest on channel."""
+        with self._lock:
+            self._routes[dest] = channel
+
+    def channels(self) -> list[Channel]:
+        with self._lock:
+            return list(self._channels.values())
 
     # ---- sending ----
 
-    def send(self, dest: Any, header: Header, body: bytes = b"") -> None:
-        self.transport.send(dest, _wire.encode(self.key, header, body))
+    def _send(self, dest: Any, channel: Channel | None, header: Header, body: bytes) -> None:
+        if channel is None:
+            if header["type"] not in _wire.ANSWERS and header["type"] != _wire.HANDSHAKE:
+                raise PeerGone("no channel to it (it never joined, or has left)")
+            frames = _wire.encode(self.key, b"", header, body)
+        else:
+            frames = channel.seal(header, body)
+        self.transport.send(dest, frames)
         self.tally.add("sent")
+
+    def send(self, dest: Any, header: Header, body: bytes = b"") -> None:
+        """header and body to dest, on its route (without one: the handshake)."""
+        with self._lock:
+            channel = self._routes.get(dest)
+        self._send(dest, channel, header, body)
 
     def request(
         self, dest: Any, kind: str, args: dict[str, Any], timeout: float, body: bytes = b""
@@ -165,11 +228,11 @@ class Endpoint:
         out: dict[Any, Any] = {}
         for dest in dests:
             rid = next(self._ids)
-            wait = _Wait()
             with self._lock:
-                self._pending[rid] = wait
+                channel = self._routes.get(dest)
+                wait = self._pending[rid] = _Wait(b"" if channel is None else channel.sid)
             try:
-                self.send(dest, {"type": kind, "id": rid, "args": args}, body)
+                self._send(dest, channel, {"type": kind, "id": rid, "args": args}, body)
             except PeerGone as e:
                 with self._lock:
                     self._pending.pop(rid, None)

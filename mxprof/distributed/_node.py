@@ -1,21 +1,32 @@
 """What each process of a distributed job does on the control channel.
 
 The rank-0 worker is the hub: every other process (servers, other workers)
-says ``hello`` to it, measures its clock against it, and then serves its
+opens a channel to it (proving the job's secret, see ``_wire``), says
+``hello`` on it, measures its clock against it, and then serves its
 requests: MXNet's profiler commands (servers only), a second clock
-measurement and the upload of its trace (everyone, at ``collect``).
+measurement and the upload of its trace (everyone, at ``collect``).  A
+role and rank belong to the channel that said hello for it: another
+connection claiming it is refused while its holder may be alive, whatever
+host and pid it claims.
+
+What a peer sends that lands on the hub's disk (a deposit) is bounded:
+``Job.max_trace`` bytes a process, its size declared and checked before a
+byte is written, its name a plain file name, into the hub's temporary
+directory only.
 """
 
 from __future__ import annotations
 
+import collections
 import os
+import secrets
 import shutil
 import socket
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .. import _native, _session, control
 from .._session import SESSION
@@ -27,10 +38,15 @@ from ..trace import clock as _clock
 from ..trace.clock import ClockModel
 from . import _wire
 from ._endpoint import Endpoint, PeerGone, RemoteFailure, Transport
+from ._wire import Channel
 
 PING_SAMPLES = 16
 HUB = None  # a peer's only destination
 LEAVE_TIMEOUT = 2.0  # seconds a leaving process waits for the hub at most
+OPEN_RETRY = 1.0  # seconds a peer waits for its open before asking again
+MAX_OPENING = 256  # channels opened but not yet joined, the oldest dropped beyond
+MAX_TRACE = 4 << 30  # bytes of one process's trace the hub takes (MXPROF_MAX_TRACE_BYTES)
+MAX_FILES = 8  # file names kept per process (the ones it reported last)
 
 
 class DistributedError(ProfilerError):
@@ -74,6 +90,7 @@ class Job:
     timeout: float
     launcher: str | None = None  # 'torchrun' or 'dmlc' where init read its variables
     local_rank: int | None = None
+    max_trace: int = MAX_TRACE  # bytes of a process's trace the hub takes at most
 
     @property
     def world_size(self) -> int:
@@ -100,6 +117,19 @@ def file_prefix(role: str, rank: int) -> str:
     if role == "server":
         return f"rank{rank}_"
     return "" if rank == 0 else f"worker{rank}_"
+
+
+def trace_name(name: Any) -> str:
+    """name, when it is a plain file name for a trace a peer sends; else
+    DistributedError (it would land outside the folder meant for it)."""
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or any(c in name for c in "/\\\0")
+        or len(name.encode("utf-8", "replace")) > 255
+    ):
+        raise DistributedError(f"a trace's name must be a plain file name, got {name!r}")
+    return name
 
 
 def prefixed(path: str, prefix: str) -> str:
@@ -159,8 +189,10 @@ class Node:
 class Peer(Node):
     """A server or a worker other than rank 0."""
 
-    def __init__(self, job: Job, transport: Transport, key: bytes) -> None:
+    def __init__(self, job: Job, transport: Transport, secret: Callable[[], bytes | None]) -> None:
         super().__init__(job)
+        self._secret = secret  # the job's secret, or None while it is not there yet
+        self._reported: str | None = None  # the trace file the hub was told of last
         self._snapshot: str | None = None
         self._clock_lock = threading.Lock()
         self.hub_gone = False
@@ -169,40 +201,105 @@ class Peer(Node):
         # leaving process whose file is still that size has nothing new to
         # leave with the hub.
         self._uploaded: tuple[str, int] | None = None
-        self.endpoint = Endpoint(transport, key, self._handle, quick={"bye": self._hub_left})
+        # Until the secret is read, a key nobody has: nothing checks under it.
+        self.endpoint = Endpoint(
+            transport,
+            secrets.token_bytes(32),
+            self._handle,
+            quick={"bye": self._hub_left},
+            accept=lambda src, channel, header: channel is not None,  # the hub's only
+        )
 
     def _hub_left(
-        self, src: Any, header: dict[str, Any], body: bytes
+        self, src: Any, channel: Channel | None, header: dict[str, Any], body: bytes
     ) -> tuple[dict[str, Any], bytes]:
         self.hub_gone = True
         self.endpoint.fail_pending(PeerGone("the rank-0 worker has left the job"))
         return {}, b""
 
     def join(self) -> None:
-        """hello, then the first clock estimate (both within job.timeout)."""
+        """open a channel, hello on it, then the first clock estimate (all
+        within job.timeout)."""
         deadline = time.monotonic() + self.job.timeout
+        self._open(deadline)
         try:
             self.endpoint.request(
                 HUB,
                 "hello",
                 {**self.me.to_json(), "version": __version__, "file": trace_path()},
-                self.job.timeout,
+                max(0.0, deadline - time.monotonic()),
             )
         except TimeoutError:
-            raise DistributedTimeout(
-                f"no answer from the rank-0 worker at {self.endpoint.transport.description} within "
-                f"{self.job.timeout:g} s: is it running, and does it use the same token? "
-                "(messages under another token are dropped there and counted)"
-            ) from None
+            raise self._no_answer() from None
         except RemoteFailure as e:
             raise DistributedError(f"the rank-0 worker refused {self.me.label}: {e}") from None
         self.joined = True
+        self._reported = trace_path()
         try:
             self.remeasure(max(0.0, deadline - time.monotonic()))
         except (TimeoutError, PeerGone) as e:
             raise DistributedTimeout(
                 f"measuring the clock against the rank-0 worker: {e}"
             ) from None
+
+    def _open(self, deadline: float) -> None:
+        """The channel to the hub: the secret proved with a fresh nonce.
+
+        Asked again after OPEN_RETRY seconds, then twice as long each time
+        (a loaded hub still gets to answer), the secret read again each
+        time: a hub that starts later writes a new one.
+        """
+        retry = OPEN_RETRY
+        while True:
+            secret = self._secret()
+            left = deadline - time.monotonic()
+            if secret is None:
+                if left <= 0:
+                    raise DistributedTimeout(
+                        f"no secret for the job at {self.endpoint.transport.description} within "
+                        f"{self.job.timeout:g} s: is its rank-0 worker running, as this user? "
+                        "(across users or hosts, give every process the same token)"
+                    )
+                time.sleep(min(0.05, left))
+                continue
+            self.endpoint.key = secret
+            nonce = secrets.token_bytes(_wire.NONCE)
+            try:
+                args, _ = self.endpoint.request(
+                    HUB, _wire.HANDSHAKE, {"nonce": nonce.hex()}, max(0.0, min(left, retry))
+                )
+            except TimeoutError:
+                if deadline - time.monotonic() <= 0:
+                    raise self._no_answer() from None
+                retry *= 2
+                continue
+            except RemoteFailure as e:
+                raise DistributedError(f"the rank-0 worker refused {self.me.label}: {e}") from None
+            try:
+                sid = bytes.fromhex(str(args.get("channel")))
+            except ValueError:
+                sid = b""
+            if len(sid) != _wire.CHANNEL_ID:
+                raise DistributedError(f"malformed answer to open: {args!r}")
+            channel = Channel(sid, _wire.channel_key(secret, sid, nonce), HUB)
+            self.endpoint.add_channel(channel)
+            self.endpoint.route(HUB, channel)
+            return
+
+    def _no_answer(self) -> DistributedTimeout:
+        return DistributedTimeout(
+            f"no answer from the rank-0 worker at {self.endpoint.transport.description} within "
+            f"{self.job.timeout:g} s: is it running, and does it use the same token? "
+            "(messages under another token are dropped there and counted)"
+        )
+
+    def report_file(self, path: str) -> None:
+        """Tell the hub where this process's trace goes now (a set_config
+        changed it), so that it finds the file should this process die."""
+        path = os.path.abspath(path)
+        if self.joined and not self.hub_gone and path != self._reported:
+            self._reported = path
+            self.endpoint.notify(HUB, "file", {"path": path})
 
     def abandon(self) -> None:
         """Leave after a failed join: this process never became a member,
@@ -274,7 +371,7 @@ class Peer(Node):
             os.unlink(path)
 
     def _handle(
-        self, src: Any, header: dict[str, Any], body: bytes
+        self, src: Any, channel: Channel | None, header: dict[str, Any], body: bytes
     ) -> tuple[dict[str, Any], bytes]:
         kind, args = header["type"], header.get("args", {})
         if kind in ("set_config", "set_state", "pause", "resume", "dump"):
@@ -355,14 +452,20 @@ class Peer(Node):
 class _Known:
     member: Member
     src: Any
-    file: str | None = None  # its trace file's absolute path, as it last said
+    channel: Channel  # the channel that said hello for it: its only voice
+    # Its trace files' absolute paths, as it said them (hello, a file
+    # report, an answer), the last said last; at most MAX_FILES.
+    files: list[str] = field(default_factory=list)
+
+    def note_file(self, path: Any) -> None:
+        if isinstance(path, str) and 0 < len(path) <= 4096:
+            self.files = [*(f for f in self.files if f != path), path][-MAX_FILES:]
 
 
 @dataclass
 class _Registry:
     lock: threading.Condition = field(default_factory=threading.Condition)
     by_slot: dict[tuple[str, int], _Known] = field(default_factory=dict)
-    srcs: set[Any] = field(default_factory=set)
     # Traces left by processes that have gone: slot -> (member, file).
     deposits: dict[tuple[str, int], tuple[Member, str]] = field(default_factory=dict)
     # Processes that said goodbye, for collect to name them (and find their file).
@@ -373,6 +476,7 @@ class _Registry:
 class _Incoming:
     member: Member
     path: str
+    size: int  # as declared at offset 0, within Job.max_trace
     written: int
 
 
@@ -393,29 +497,75 @@ def _may_be_alive(member: Member) -> bool:
 class Hub(Node):
     """The rank-0 worker."""
 
-    def __init__(self, job: Job, transport: Transport, key: bytes) -> None:
+    def __init__(
+        self,
+        job: Job,
+        transport: Transport,
+        secret: bytes,
+        withdraw: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(job)
+        self._withdraw = withdraw  # takes the secret back where it was left, at close
         self.reg = _Registry()
         self._deposit_dir: str | None = None
-        self._incoming: dict[Any, _Incoming] = {}
+        self._incoming: dict[Channel, _Incoming] = {}
+        self._opening: collections.deque[Channel] = collections.deque()
         self.endpoint = Endpoint(
             transport,
-            key,
+            secret,
             self._handle,
-            quick={"hello": self._hello, "ping": self._ping, "bye": self._bye},
+            quick={
+                _wire.HANDSHAKE: self._open,
+                "hello": self._hello,
+                "ping": self._ping,
+                "file": self._file,
+                "bye": self._bye,
+            },
             accept=self._accept,
         )
 
     # -- requests from peers (the transport's thread) --
 
-    def _accept(self, src: Any, header: dict[str, Any]) -> bool:
-        return header["type"] == "hello" or src in self.reg.srcs
+    def _accept(self, src: Any, channel: Channel | None, header: dict[str, Any]) -> bool:
+        """The handshake without a channel; on a new channel only hello; on
+        a joined one anything but those."""
+        kind: str = header["type"]
+        if channel is None:
+            return kind == _wire.HANDSHAKE
+        if not channel.joined:
+            return kind == "hello"
+        return kind not in (_wire.HANDSHAKE, "hello")
 
-    def _ping(self, src: Any, header: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
+    def _open(
+        self, src: Any, channel: Channel | None, header: dict[str, Any], body: bytes
+    ) -> tuple[dict[str, Any], bytes]:
+        try:
+            nonce = bytes.fromhex(str(header.get("args", {}).get("nonce")))
+        except ValueError:
+            nonce = b""
+        if len(nonce) != _wire.NONCE:
+            raise DistributedError(f"open needs a nonce of {_wire.NONCE} bytes")
+        sid = secrets.token_bytes(_wire.CHANNEL_ID)
+        opened = Channel(sid, _wire.channel_key(self.endpoint.key, sid, nonce), src)
+        with self.reg.lock:
+            self._opening.append(opened)
+            while len(self._opening) > MAX_OPENING:
+                old = self._opening.popleft()
+                if not old.joined:
+                    self.endpoint.drop_channel(old)
+        self.endpoint.add_channel(opened)
+        return {"channel": sid.hex()}, b""
+
+    def _ping(
+        self, src: Any, channel: Channel | None, header: dict[str, Any], body: bytes
+    ) -> tuple[dict[str, Any], bytes]:
         t1 = wall_ns()
         return {"t1": t1, "t2": wall_ns()}, b""
 
-    def _hello(self, src: Any, header: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
+    def _hello(
+        self, src: Any, channel: Channel | None, header: dict[str, Any], body: bytes
+    ) -> tuple[dict[str, Any], bytes]:
+        assert channel is not None  # _accept: hello comes on a channel
         a = header.get("args", {})
         role, rank, host, pid = a.get("role"), a.get("rank"), a.get("host"), a.get("pid")
         if (role, rank) not in self.job.expected():
@@ -426,73 +576,130 @@ class Hub(Node):
         if not isinstance(host, str) or len(host) > 255 or not isinstance(pid, int):
             raise DistributedError("hello needs a host name and a pid")
         member = Member(role, rank, host, pid)
-        file = a.get("file") if isinstance(a.get("file"), str) else None
         with self.reg.lock:
             old = self.reg.by_slot.get((role, rank))
-            if old is not None and old.src != src and old.member != member:
-                if _may_be_alive(old.member):
+            if old is not None and old.channel is not channel:
+                # The slot is the channel's that joined it: another connection
+                # gets it only once the holder's process is gone (a restart).
+                if old.src != src and _may_be_alive(old.member):
                     raise DistributedError(
                         f"{role} {rank} is taken: {old.member.label} joined the job as "
                         f"{role} {rank} already; give each process its own rank"
                     )
-                self.reg.srcs.discard(old.src)  # a restarted process takes a dead one's slot
-            self.reg.by_slot[(role, rank)] = _Known(member, src, file)
+                old.channel.joined = False
+                self.endpoint.drop_channel(old.channel)
+            known = _Known(member, src, channel)
+            known.note_file(a.get("file"))
+            self.reg.by_slot[(role, rank)] = known
             self.reg.departed.pop((role, rank), None)
-            self.reg.srcs.add(src)
+            channel.joined = True
+            self.endpoint.route(src, channel)
             self.reg.lock.notify_all()
         return {"hub": self.me.to_json()}, b""
 
-    def _bye(self, src: Any, header: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
+    def _known(self, channel: Channel | None) -> _Known | None:
+        """The member that channel speaks for (None: none)."""
+        with self.reg.lock:
+            return next((k for k in self.reg.by_slot.values() if k.channel is channel), None)
+
+    def _file(
+        self, src: Any, channel: Channel | None, header: dict[str, Any], body: bytes
+    ) -> tuple[dict[str, Any], bytes]:
+        known = self._known(channel)
+        if known is not None:
+            with self.reg.lock:
+                known.note_file(header.get("args", {}).get("path"))
+        return {}, b""
+
+    def _bye(
+        self, src: Any, channel: Channel | None, header: dict[str, Any], body: bytes
+    ) -> tuple[dict[str, Any], bytes]:
         with self.reg.lock:
             for slot, known in list(self.reg.by_slot.items()):
-                if known.src == src:
+                if known.channel is channel:
                     self.reg.departed[slot] = self.reg.by_slot.pop(slot)
-            self.reg.srcs.discard(src)
+        if channel is not None:
+            channel.joined = False
+            self.endpoint.drop_channel(channel)
         return {}, b""
 
     def _handle(
-        self, src: Any, header: dict[str, Any], body: bytes
+        self, src: Any, channel: Channel | None, header: dict[str, Any], body: bytes
     ) -> tuple[dict[str, Any], bytes]:
         if header["type"] == "deposit":
-            self._take_deposit(src, header.get("args", {}), body)
+            self._take_deposit(channel, header.get("args", {}), body)
             return {}, b""
         raise DistributedError(f"the rank-0 worker takes no {header['type']!r} requests")
 
-    def _take_deposit(self, src: Any, args: dict[str, Any], body: bytes) -> None:
-        """One piece of a leaving process's trace (the executor thread)."""
+    def _take_deposit(self, channel: Channel | None, args: dict[str, Any], body: bytes) -> None:
+        """One piece of a leaving process's trace (the executor thread).
+
+        A process's deposit replaces its earlier one, its declared size is
+        within Job.max_trace and is checked before anything is written, and
+        it lands in this process's temporary directory under a plain name.
+        """
         offset, size, name, eof = (args.get(k) for k in ("offset", "size", "name", "eof"))
-        if not (isinstance(offset, int) and isinstance(size, int) and isinstance(name, str)):
+        if not (
+            isinstance(offset, int)
+            and isinstance(size, int)
+            and not isinstance(offset, bool)
+            and not isinstance(size, bool)
+            and isinstance(eof, bool)
+        ):
             raise DistributedError("malformed deposit")
-        with self.reg.lock:
-            member = next((k.member for k in self.reg.by_slot.values() if k.src == src), None)
-        if member is None:
+        known = self._known(channel)
+        if known is None or channel is None:
             raise DistributedError("a deposit from a process that is not in the job")
-        if self._deposit_dir is None:
-            self._deposit_dir = tempfile.mkdtemp(prefix="mxprof-deposits-")
-        incoming = self._incoming.get(src)
+        member = known.member
+        limit = self.job.max_trace
+        if not 0 <= size <= limit:
+            raise DistributedError(
+                f"a deposit of {size} bytes from {member.label}: a process's trace may have "
+                f"{limit} bytes at most (MXPROF_MAX_TRACE_BYTES)"
+            )
+        slot = (member.role, member.rank)
+        if offset + len(body) > size or (eof and offset + len(body) != size):
+            self._incoming.pop(channel, None)
+            raise DistributedError(
+                f"a deposit piece from {member.label} at {offset} does not fit its size {size}"
+            )
+        incoming = self._incoming.get(channel)
         if offset == 0:
+            name = trace_name(name)
+            if self._deposit_dir is None:
+                self._deposit_dir = tempfile.mkdtemp(prefix="mxprof-deposits-")
             folder = os.path.join(self._deposit_dir, f"{member.role}{member.rank}")
-            os.makedirs(folder, exist_ok=True)
-            path = os.path.join(folder, os.path.basename(name) or "trace.json")
-            incoming = self._incoming[src] = _Incoming(member, path, 0)
-            open(path, "wb").close()
-        if incoming is None or incoming.written != offset or offset + len(body) > size:
+            with self.reg.lock:  # its earlier deposit goes: one a process, on disk
+                self.reg.deposits.pop(slot, None)
+            shutil.rmtree(folder, ignore_errors=True)
+            os.makedirs(folder)
+            path = os.path.join(folder, name)
+            incoming = self._incoming[channel] = _Incoming(member, path, size, 0)
+            open(path, "xb").close()
+        if incoming is None or incoming.written != offset or incoming.size != size:
+            self._incoming.pop(channel, None)
             raise DistributedError(f"deposit from {member.label} out of order at {offset}")
         with open(incoming.path, "ab") as f:
             f.write(body)
         incoming.written += len(body)
         if eof:
-            del self._incoming[src]
+            del self._incoming[channel]
             with self.reg.lock:
-                self.reg.deposits[(member.role, member.rank)] = (member, incoming.path)
+                self.reg.deposits[slot] = (member, incoming.path)
                 self.reg.lock.notify_all()
+
+    def arriving(self, slot: tuple[str, int]) -> bool:
+        """Whether slot's process is in the middle of leaving its trace."""
+        return any((i.member.role, i.member.rank) == slot for i in list(self._incoming.values()))
 
     def close(self) -> None:
         with self.reg.lock:
-            srcs = list(self.reg.srcs)
+            srcs = [k.src for k in self.reg.by_slot.values()]
         for src in srcs:  # whoever still waits on the hub stops waiting
             self.endpoint.notify(src, "bye", {})
         super().close()
+        if self._withdraw is not None:
+            self._withdraw()
         if self._deposit_dir is not None:
             shutil.rmtree(self._deposit_dir, ignore_errors=True)
 
@@ -561,10 +768,11 @@ class Hub(Node):
 
     def note_files(self, known: Any, results: dict[Any, Any]) -> None:
         """Keep where each answering process says its trace file is."""
-        for k in known:
-            result = results.get(k.src)
-            if isinstance(result, tuple) and isinstance(result[0].get("file"), str):
-                k.file = result[0]["file"]
+        with self.reg.lock:
+            for k in known:
+                result = results.get(k.src)
+                if isinstance(result, tuple):
+                    k.note_file(result[0].get("file"))
 
     def statistics(self, args: dict[str, Any]) -> dict[str, str]:
         """Every process's dumps(**args), by process label, this one first."""

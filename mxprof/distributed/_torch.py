@@ -5,7 +5,9 @@ TCPStore behind the default process group) that every rank reaches.  Each
 rank gets a mailbox there, a store queue, and the control channel's
 messages go through them.  No collective or point-to-point operation is
 issued, so the channel can never interleave with the job's own
-communication or stall it (a trace upload is just store traffic).
+communication or stall it (a trace upload is just store traffic).  The
+job's secret is left in the store too (``publish_secret``), unless the
+user gave a token.
 
 The receiving thread polls its mailbox (a blocking pop would log a c10d
 warning at every timeout): every millisecond while messages flow, backing
@@ -21,6 +23,7 @@ from typing import Any, Callable
 
 from .._sampler import own_thread
 from ..errors import ConfigError, StateError
+from ._secret import store_key
 
 _MAGIC = b"MXQ1"
 _HEAD = struct.Struct(">4sIB")  # magic, source rank, frame count
@@ -78,6 +81,7 @@ class StoreTransport:
                 "torch.distributed.init_process_group first"
             )
         self.rank = dist.get_rank()
+        self._hub = hub
         if hub != (self.rank == 0):
             raise ConfigError(
                 "with backend='torch' the rank-0 worker must be torch.distributed rank 0 "
@@ -98,6 +102,18 @@ class StoreTransport:
             threading.Thread(target=self._loop, name="mxprof-dist-io", daemon=True)
         )
         self._thread.start()
+
+    def publish_secret(self, secret: bytes) -> None:
+        """Leave the job's secret in the store (the rank-0 worker)."""
+        with self._out_lock:
+            self._out.set(store_key(), secret.hex())
+
+    def read_secret(self) -> bytes | None:
+        """The job's secret from the store; None: not there yet."""
+        with self._out_lock:
+            if not self._out.check([store_key()]):
+                return None
+            return bytes.fromhex(bytes(self._out.get(store_key())).decode())
 
     def send(self, dest: Any, frames: list[bytes]) -> None:
         target = 0 if dest is None else int(dest)
@@ -122,7 +138,9 @@ class StoreTransport:
                     data = self._in.queue_pop(box, False)
                 except Exception:
                     return
-                src, frames = unpack(bytes(data))
+                rank, frames = unpack(bytes(data))
+                # A peer hears the hub only, as with ZeroMQ, where HUB is None.
+                src = rank if self._hub else (None if rank == 0 else -1)
                 try:
                     self._deliver(src, frames)
                 except Exception:  # deliver counts and drops on its own

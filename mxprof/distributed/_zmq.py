@@ -4,13 +4,19 @@ The same shape as ps-lite's ZeroMQ van.  Every socket is used by one thread
 only, the transport's own: other threads hand it frames through a queue and
 an inproc wake-up socket, and wait for the send to be done so that an
 unreachable peer (ROUTER_MANDATORY's EHOSTUNREACH) is reported to them.
+
+A DEALER's identity is random, so that no other process can guess it and
+stand in for it once it leaves; an ipc endpoint's socket file is made
+readable and writable by this user only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import queue
+import secrets
 import threading
 from typing import Any, Callable
 
@@ -46,7 +52,7 @@ class _Send:
 class ZmqTransport:
     """A ROUTER bound at address (hub=True) or a DEALER connected to it."""
 
-    def __init__(self, address: str, hub: bool, identity: bytes = b"") -> None:
+    def __init__(self, address: str, hub: bool) -> None:
         zmq = load_zmq()
         self._zmq = zmq
         self._hub = hub
@@ -65,9 +71,11 @@ class ZmqTransport:
                 self._ctx.term()
                 raise OSError(e.errno, f"cannot listen on {address}: {e}") from None
             self.address = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+            if self.address.startswith("ipc://"):
+                # Connecting to an ipc socket needs write permission on it.
+                os.chmod(self.address[len("ipc://") :], 0o600)
         else:
-            if identity:
-                sock.setsockopt(zmq.IDENTITY, identity)
+            sock.setsockopt(zmq.IDENTITY, b"mxp-" + secrets.token_hex(12).encode())
             sock.connect(address)
             self.address = address
         self.description = f"ZeroMQ {'ROUTER' if hub else 'DEALER'} {self.address}"
@@ -177,6 +185,9 @@ class ZmqTransport:
         if self._closing:
             return
         self._closing = True
+        if self._thread is None:  # never started: nobody else owns the sockets
+            self._shutdown()
+            return
         self._wake()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5.0)
