@@ -14,6 +14,7 @@ import pytest
 import mxprof
 from mxprof.errors import TraceFormatError, TraceReadError
 from mxprof.trace import load, read_raw
+from mxprof.trace.reader import salvage
 
 MS = 1_000_000
 ODD_NAME = 'q"uote \\ tab\t é ✓ 🎉 \x01'  # escapes and multi-byte characters to cut inside
@@ -182,16 +183,22 @@ def test_cut_files_load_exactly_the_events_before_the_cut(trace_file, clock, tmp
     offsets = sorted(set(range(1, len(data), 37)) | {end + 2 for end in ends})
     for n in offsets:
         cut.write_bytes(data[:n])
+        expected = full[: bisect.bisect_right(ends, n)]
+        if not any(e["ph"] != "M" for e in expected):  # cut before the first event
+            with pytest.raises(TraceFormatError, match="cut.json: .*cut short"):
+                read_raw(cut)
+            assert salvage(cut)[0] == expected, n
+            continue
         events, metadata, truncated = read_raw(cut)
         assert truncated, n
-        assert events == full[: bisect.bisect_right(ends, n)], n
+        assert events == expected, n
         assert all(metadata[k] == full_metadata[k] for k in metadata), n
         trace = load(cut)
         assert trace.truncated and len(trace) == sum(e["ph"] != "M" for e in events), n
     assert len(offsets) > 300
-    # Only complete trailer members are kept: never a number cut short.
+    # Only complete members are kept: never a number cut short.
     cut.write_bytes(data[: data.index(b'"baseTimeNanoseconds":') + 30])
-    assert "baseTimeNanoseconds" not in read_raw(cut)[1]
+    assert "baseTimeNanoseconds" not in salvage(cut)[1]
 
     # A crash can also leave never-written (zero) blocks at the end.
     cut.write_bytes(data[: ends[5] + 2] + b"\0" * 4096)
@@ -209,9 +216,15 @@ def test_cut_gzip_loads_what_decompresses(trace_file, clock, tmp_path):
     for n in range(1, len(packed), 7):
         cut.write_bytes(packed[:n])
         text_length = len(zlib.decompressobj(wbits=31).decompress(packed[:n]))
+        expected = full[: bisect.bisect_right(ends, text_length)]
+        if not any(e["ph"] != "M" for e in expected):  # cut before the first event
+            with pytest.raises(TraceFormatError, match="cut.gz: the gzip stream ends inside"):
+                read_raw(cut)
+            assert salvage(cut)[0] == expected, n
+            continue
         events, _, truncated = read_raw(cut)
         assert truncated, n
-        assert events == full[: bisect.bisect_right(ends, text_length)], n
+        assert events == expected, n
     cut.write_bytes(packed)
     assert read_raw(cut) == (full, read_raw(trace_file)[1], False)
 
