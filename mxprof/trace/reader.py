@@ -95,7 +95,8 @@ def read_raw(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], bool]:
         return events, metadata, True
     where = shown(os.fspath(path))
     if not holds_events(events):
-        raise TraceFormatError(f"{where}: {fault.what}, before its first event: nothing to read")
+        before = "before its first event" if fault.cut else "no event before the damage"
+        raise TraceFormatError(f"{where}: {fault.what}, {before}: nothing to read")
     n = len(events)
     raise TraceFormatError(
         f"{where}: {fault.what}; `mxprof repair {where} -o REPAIRED.json` writes the "

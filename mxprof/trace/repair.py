@@ -102,7 +102,7 @@ def repair(
     events, metadata, problem = salvage(source)
     if problem is not None and not holds_events(events):
         where = shown(source)
-        raise TraceFormatError(f"{where}: {problem}, before its first event: nothing to keep")
+        raise TraceFormatError(f"{where}: {problem}, with no event before it: nothing to keep")
     doc: dict[str, Any] = dict(metadata)
     doc["traceEvents"] = events
     if problem is not None:
