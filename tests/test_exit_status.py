@@ -84,11 +84,15 @@ def test_a_cut_file_of_another_writer_is_an_error_that_names_repair(tmp_path):
     assert trace.truncated and 0 < len(trace) < 20
 
 
-def test_a_core_file_cut_before_its_first_event_is_an_error(tmp_path):
+def test_a_core_file_cut_in_its_head_is_an_error_and_after_it_a_killed_process(tmp_path):
     path = tmp_path / "early.json"
-    path.write_text(core_text()[: len(CORE_HEAD) + 30])  # inside the process_name event
+    path.write_text(CORE_HEAD[:30])  # whose file, cannot be told
     with pytest.raises(mxprof.TraceFormatError, match="early.json: .*nothing to read"):
         mxprof.load(path)
+    # Killed in its first write: nothing recorded yet, and the file says so.
+    path.write_text(core_text()[: len(CORE_HEAD) + 30])  # inside the process_name event
+    trace = mxprof.load(path)
+    assert trace.truncated and len(trace) == 0
 
 
 def test_salvage_says_what_was_wrong_and_keeps_what_precedes_it(tmp_path):

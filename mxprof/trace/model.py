@@ -56,9 +56,8 @@ def load(path: PathArg) -> Trace:
             permission, a name too long, a NUL byte or lone surrogate in it);
             both a TraceFormatError and an OSError, ``errno`` says why.
         TraceFormatError: empty, not JSON, or JSON that is not a trace; a
-            damaged gzip stream; cut short by another writer than the core,
-            or before its first event (``mxprof repair`` keeps what is
-            before the cut or the damage).
+            damaged gzip stream; cut short by another writer than the core
+            (``mxprof repair`` keeps what is before the cut or the damage).
 
     Example:
         >>> trace = mxprof.load("trace.json")  # doctest: +SKIP

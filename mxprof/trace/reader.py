@@ -69,7 +69,7 @@ def read_raw(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], bool]:
         form); and whether the file ended before the trace did (then
         ``events`` holds exactly the events complete before the cut, and
         ``metadata`` the keys whose values were complete).  Only files the
-        core wrote, cut after their first event, and Perfetto files cut
+        core wrote (once their head is whole) and Perfetto files cut
         between packets are read cut short (see the module's docstring).
 
     Raises:
@@ -78,8 +78,8 @@ def read_raw(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], bool]:
             subclass of both TraceFormatError and OSError, with ``errno``.
         TraceFormatError: the file is empty, not JSON, or JSON that is not a
             trace (or a damaged Perfetto trace); a gzip stream that is
-            damaged; a file cut short that the core did not write, or cut
-            before its first event.  The message names the file and the
+            damaged; a file cut short that the core did not write (or cut
+            inside its head).  The message names the file and the
             problem, and for a cut or damage how ``mxprof repair`` keeps
             what is before it.
 
@@ -94,7 +94,7 @@ def read_raw(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], bool]:
     if fault.readable:
         return events, metadata, True
     where = shown(os.fspath(path))
-    if not holds_events(events):
+    if not any(e.get("ph") != "M" for e in events):  # names of processes, threads only
         before = "before its first event" if fault.cut else "no event before the damage"
         raise TraceFormatError(f"{where}: {fault.what}, {before}: nothing to read")
     n = len(events)
@@ -133,7 +133,8 @@ class _Fault:
     what: str  # as messages say it
     cut: bool  # the file ends early (else it is damaged)
     # Read up to the cut without asking: a cut the core's writer leaves (see
-    # the module's docstring) after at least one event.
+    # the module's docstring), even before its first event (a process killed
+    # in its first write recorded nothing yet: an empty trace, truncated).
     readable: bool = False
 
 
@@ -166,18 +167,8 @@ def _read(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], _Fault | None]
     if text_cut and fault is None:
         fault = _Fault("the text ends inside the trace: the file was cut short", True)
     if fault is not None and fault.cut and _CORE_HEAD.match(text):
-        fault = _Fault(fault.what, True, holds_events(events))
+        fault = _Fault(fault.what, True, True)
     return events, metadata, fault
-
-
-def holds_events(events: list[RawEvent]) -> bool:
-    """Whether raw events hold any but metadata (names of processes and threads).
-
-    Example:
-        >>> holds_events([{"ph": "M", "name": "process_name"}]), holds_events([{"ph": "X"}])
-        (False, True)
-    """
-    return any(e.get("ph") != "M" for e in events)
 
 
 def shown(path: str) -> str:

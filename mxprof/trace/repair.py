@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import TraceFormatError
 from .nvidia import is_database
-from .reader import holds_events, salvage, shown
+from .reader import salvage, shown
 from .writer import PERFETTO, encode, file_format
 
 
@@ -78,7 +78,8 @@ def repair(
     Raises:
         TraceReadError: the input cannot be read (no such file ...).
         TraceFormatError: the input is not a trace, even cut short, or holds
-            no complete event before its cut or damage (nothing is written).
+            nothing complete (no event, no member) before its cut or damage:
+            nothing is written.
 
     Example:
         >>> repair("crashed.json")  # doctest: +SKIP
@@ -100,9 +101,11 @@ def repair(
             "give -o to write it as a trace"
         )
     events, metadata, problem = salvage(source)
-    if problem is not None and not holds_events(events):
+    if problem is not None and not events and not metadata:
+        # Nothing readable before the damage: writing an empty trace (over
+        # the input, by default) would only lose what someone might still read.
         where = shown(source)
-        raise TraceFormatError(f"{where}: {problem}, with no event before it: nothing to keep")
+        raise TraceFormatError(f"{where}: {problem}, with nothing before it: nothing to keep")
     doc: dict[str, Any] = dict(metadata)
     doc["traceEvents"] = events
     if problem is not None:
