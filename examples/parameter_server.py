@@ -13,7 +13,9 @@ corrected to this process's.
 
 Open the merged file in https://ui.perfetto.dev: one process track per
 rank ("server 1 (host, pid ...)"), pushes on the workers lined up with the
-servers' handling of them.
+servers' handling of them.  ``mxprof ranks ps_merged.json`` splits each
+worker's steps into compute and communication (push and pull) and lists
+the servers.
 """
 
 import array
@@ -68,8 +70,10 @@ def train(rank, address, server_queues, replies, go=None):
         mxprof.set_state("run")
         go.wait()  # the servers' profilers are running
     dom = mxprof.Domain("worker")
-    step = dom.new_frame("step")
-    compute, push, pull = dom.new_task("compute"), dom.new_task("push"), dom.new_task("pull")
+    step, compute = dom.new_frame("step"), dom.new_task("compute")
+    # The "kvstore" domain marks push and pull as communication (mxprof ranks).
+    kvstore = mxprof.Domain("kvstore")
+    push, pull = kvstore.new_task("push"), kvstore.new_task("pull")
     for s in range(STEPS):
         with step:
             with compute:

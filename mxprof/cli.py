@@ -8,6 +8,14 @@ Only ``run`` loads the live profiler (the compiled core and the session with
 its exit, fork and signal hooks); ``stats``, ``merge``, ``repair``,
 ``diff``, ``ranks`` and ``export`` read files with the offline tier
 (``mxprof.trace``, ``mxprof.report``) alone.
+
+Exit status, for every command (``main`` decides it in one place): 0
+success; 1 a finding the user asked to fail on (``diff
+--fail-on-regression``; ``run`` passes on its script's own status); 2 bad
+input or usage (a file missing, empty, cut short, damaged or not a trace, an
+output that cannot be written, a bad argument).  A reader that stops reading
+(``mxprof stats --format json | head -1``) is not an error: the rest of the
+output is dropped quietly and the status stays the command's.
 """
 
 from __future__ import annotations
@@ -18,13 +26,14 @@ import os
 import runpy
 import sys
 import traceback
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TextIO, cast
 
 from ._render import ROW_SORT_KEYS
 from ._version import __version__
 from .averages import KeyAverages
-from .errors import ProfilerError, TraceFormatError
+from .errors import ConfigError, ProfilerError, TraceFormatError
 from .report import ReportUnavailable, report
 from .report.diff import DiffError, diff
 from .report.ranks import analyze
@@ -34,9 +43,8 @@ from .trace.merge import merge, parse_ranks, parse_window
 from .trace.repair import repair
 
 
-def _error(command: str, message: str) -> int:
-    print(f"mxprof {command}: {message}", file=sys.stderr)
-    return 1
+class CommandError(Exception):
+    """Bad input or usage that a command found itself (``main``: status 2)."""
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -50,7 +58,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     script = args.script
     if not os.path.isfile(script):
-        return _error("run", f"no such script: {script!r}")
+        raise CommandError(f"no such script: {script!r}")
     control.set_config(
         filename=args.output,
         aggregate_stats=args.stats,
@@ -83,9 +91,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             control.dump()
         except ProfilerError as e:
             print(f"mxprof run: {e}", file=sys.stderr)
-        written = _report_files(SESSION.trace_paths)
-        if args.report and written:
-            _write_report(written)
+        recorded = _report_files(SESSION.trace_paths)
+        if args.report and recorded:
+            _write_report(recorded)
         if args.stats:
             _print_table(current_averages().without_own(), args.sort, args.top)
             _print_samples(args.top)
@@ -118,16 +126,31 @@ def _sample_rate(text: str) -> float:
 
 
 def _report_files(paths: Sequence[str]) -> list[str]:
-    """Name the trace files this run wrote, and return them: the script may
-    have chosen its own filename (several times), and dump(finished=True)
-    while running continues in <stem>-1<ext>, so -o is not necessarily where
-    the events went."""
+    """Name the trace files this run wrote, and return those that hold events.
+
+    The script may have chosen its own filename (several times), and
+    dump(finished=True) while running continues in <stem>-1<ext>, so -o is
+    not necessarily where the events went: the -o file, completed when the
+    script switched to its own before recording anything, holds none, and
+    the report is made of the others.
+    """
     written = [p for p in paths if os.path.isfile(p)]
+    recorded = [p for p in written if _holds_events(p)]
     for path in written:
-        print(f"mxprof: trace written to {path}", file=sys.stderr)
+        empty = "" if path in recorded else " (no events: not in the report)"
+        print(f"mxprof: trace written to {path}{empty}", file=sys.stderr)
     if not written:
         print("mxprof: no trace file written", file=sys.stderr)
-    return written
+    return recorded
+
+
+def _holds_events(path: str) -> bool:
+    """Whether a trace file of this run holds any event (a file that cannot
+    be read counts as holding some: the report then says what is wrong)."""
+    try:
+        return len(load(path)) > 0
+    except TraceFormatError:
+        return True
 
 
 # What report_path strips from a trace's name: the suffixes mxprof writes.
@@ -147,9 +170,10 @@ def report_path(trace: str) -> str:
 
 
 def _write_report(traces: list[str]) -> None:
-    """The HTML report of every trace file the run wrote, named after the first
-    (the -o file, unless the script chose its own).  A failure is printed and
-    changes nothing else: the script's exit status stays its own."""
+    """The HTML report of every trace file the run wrote events to, named
+    after the first (the -o file, unless the script chose its own).  A
+    failure is printed and changes nothing else: the script's exit status
+    stays its own."""
     output = report_path(traces[0])
     try:
         written = report(traces, output)
@@ -176,10 +200,7 @@ def _print_table(rows: KeyAverages, sort_by: str, top: int | None) -> None:
 def cmd_stats(args: argparse.Namespace) -> int:
     """Print per-name statistics of any loadable trace, and the top functions of
     its stack samples when it has any; the profiler's own ranges are left out."""
-    try:
-        trace = load(args.trace)
-    except (TraceFormatError, OSError) as e:  # TraceReadError names the path and cause
-        return _error("stats", str(e))
+    trace = load(args.trace)
     if trace.truncated:
         print(
             f"mxprof stats: {args.trace} was cut short; statistics of the "
@@ -230,17 +251,13 @@ def cmd_merge(args: argparse.Namespace) -> int:
     """Merge traces onto one timeline by their baseTimeNanoseconds."""
     for path in args.traces:
         if not os.path.isfile(path):
-            return _error("merge", f"no such file: {path!r}")
+            raise CommandError(f"no such file: {path!r}")
     try:
         window = parse_window(args.window) if args.window is not None else None
         ranks = parse_ranks(args.ranks) if args.ranks is not None else None
     except ValueError as e:
-        _error("merge", str(e))
-        return 2  # a usage error
-    try:
-        summary = merge(args.traces, args.output, window=window, ranks=ranks)
-    except (TraceFormatError, OSError) as e:
-        return _error("merge", str(e))
+        raise CommandError(str(e)) from None
+    summary = merge(args.traces, args.output, window=window, ranks=ranks)
     for item in summary["inputs"]:
         cut = " (cut short)" if item["truncated"] else ""
         print(
@@ -252,18 +269,15 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
-    """Rewrite a trace cut short as valid JSON (in place, or to -o)."""
+    """Rewrite a trace cut short or damaged as a valid one (in place, or to -o)."""
     if not os.path.isfile(args.trace):
-        return _error("repair", f"no such file: {args.trace!r}")
-    try:
-        result = repair(args.trace, args.output)
-    except (TraceFormatError, OSError) as e:
-        return _error("repair", str(e))
+        raise CommandError(f"no such file: {args.trace!r}")
+    result = repair(args.trace, args.output)
     target = args.output or args.trace
     if result["truncated"]:
         print(
-            f"mxprof repair: {args.trace} was cut short; {result['events']} complete events "
-            f"written to {target}",
+            f"mxprof repair: {args.trace}: {result['problem']}; the {result['events']} "
+            f"complete events before it written to {target}",
             file=sys.stderr,
         )
     else:
@@ -300,31 +314,22 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_ranks(args: argparse.Namespace) -> int:
-    """Cross-rank analysis of one merged trace or one trace per rank (status 2: unreadable)."""
-    try:
-        result = analyze([load(path) for path in args.traces])
-    except (TraceFormatError, OSError) as e:
-        print(f"mxprof ranks: {e}", file=sys.stderr)
-        return 2
+    """Cross-rank analysis of one merged trace or one trace per rank."""
+    result = analyze([load(path) for path in args.traces])
     print(result.to_json() if args.format == "json" else result.table(args.top, args.steps))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Write a trace's stack samples in another tool's format (-o -: to stdout);
-    status 2 for every failure, a trace without samples included."""
+    a trace without samples is bad input (status 2) like any failure."""
     if args.threads and args.format != "collapsed":
-        print("mxprof export: --threads is for --format collapsed", file=sys.stderr)
-        return 2
-    try:
-        trace = load(args.trace)
-        if args.output == "-":
-            sys.stdout.write(export.render(trace, args.format, threads=args.threads))
-        else:
-            export.export(trace, args.output, args.format, threads=args.threads)
-    except (TraceFormatError, OSError, export.ExportError) as e:  # each names its file
-        print(f"mxprof export: {e}", file=sys.stderr)
-        return 2
+        raise CommandError("--threads is for --format collapsed")
+    trace = load(args.trace)
+    if args.output == "-":
+        sys.stdout.write(export.render(trace, args.format, threads=args.threads))
+    else:
+        export.export(trace, args.output, args.format, threads=args.threads)
     cut = " (cut short: the samples before the cut)" if trace.truncated else ""
     threads = len({(s.pid, s.tid) for s in trace.samples.samples})
     where = "stdout" if args.output == "-" else args.output
@@ -351,12 +356,9 @@ def _percent(text: str) -> float:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Write the HTML report of traces; every failure is a usage error (status 2)."""
-    try:
-        written = report(args.traces, args.output, baseline=args.baseline)
-    except (TraceFormatError, OSError, ReportUnavailable) as e:
-        print(f"mxprof report: {e}", file=sys.stderr)
-        return 2
+    """Write the HTML report of traces (by default beside the first: ``report_path``)."""
+    output = args.output if args.output is not None else report_path(args.traces[0])
+    written = report(args.traces, output, baseline=args.baseline)
     print(f"mxprof report: written to {written}", file=sys.stderr)
     return 0
 
@@ -460,7 +462,12 @@ def parser() -> argparse.ArgumentParser:
 
     rr = sub.add_parser("report", help="one self-contained HTML page of traces (needs plotly)")
     rr.add_argument("traces", nargs="+", help="trace files (several: side by side)")
-    rr.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    rr.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        help="the HTML file to write (<first trace's stem>.report.html, beside it)",
+    )
     rr.add_argument(
         "--baseline", action="append", metavar="BASE", help="compare with this trace (repeatable)"
     )
@@ -538,8 +545,88 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# What a command raises for bad input or usage, each naming its file or
+# argument: main prints it after the command's name and returns 2.
+_BAD_INPUT = (
+    CommandError,
+    TraceFormatError,  # TraceReadError too: a path that cannot be read
+    OSError,  # an output that cannot be written (OutputError ...)
+    ConfigError,
+    DiffError,
+    ReportUnavailable,
+    export.ExportError,
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``mxprof`` and ``python -m mxprof``; returns the exit status."""
-    args = parser().parse_args(argv)
-    status: int = args.func(args)
+    """Entry point of ``mxprof`` and ``python -m mxprof``; returns the exit
+    status (see the module's docstring).
+
+    Example:
+        >>> main(["stats", "missing.json"])  # doctest: +SKIP
+        2
+    """
+    args = parser().parse_args(argv)  # a usage error exits 2 here (argparse)
+    try:
+        # run's stdout is its script's: how the script meets a closed pipe is its own.
+        with _output_to_a_reader(guarded=args.command != "run"):
+            status: int = args.func(args)
+    except _BAD_INPUT as e:
+        print(f"mxprof {args.command}: {e}", file=sys.stderr)
+        return 2
     return status
+
+
+class _Stdout:
+    """stdout as a command writes it: once the reader has gone (a pipe closed
+    early), what follows is dropped instead of raising BrokenPipeError."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self.out.write(text)
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self.out.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def _drop(self) -> None:
+        self.gone = True
+        # What the stream still buffers would fail again when the interpreter
+        # flushes it at exit (a warning and status 120): send it nowhere.
+        try:
+            fd = self.out.fileno()
+        except (OSError, ValueError):  # not a file (a test's capture): nothing buffered
+            return
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.out, name)
+
+
+@contextmanager
+def _output_to_a_reader(guarded: bool) -> Iterator[None]:
+    """sys.stdout guarded by ``_Stdout`` for the command, flushed before it ends."""
+    if not guarded:
+        yield
+        return
+    out = sys.stdout
+    guard = _Stdout(out)
+    sys.stdout = cast(TextIO, guard)
+    try:
+        yield
+        guard.flush()
+    finally:
+        sys.stdout = out

@@ -148,7 +148,13 @@ def test_run_names_the_files_the_script_wrote(cli, tmp_path):
     ]
     # cli.json is where the run began (the core completes it at the switch, with
     # no event of the script); each of the others holds the script's events
-    assert written == ["cli.json", "own.json", "own2.json", "own2-1.json"]
+    assert written == [
+        "cli.json (no events: not in the report)",
+        "own.json",
+        "own2.json",
+        "own2-1.json",
+    ]
+    written[0] = "cli.json"
     works = {
         name: len(_testing.events(_testing.load_trace(tmp_path / name), "X", "work"))
         for name in written
@@ -190,7 +196,7 @@ def test_run_a_failing_script_still_writes_the_trace(cli, tmp_path):
 
 
 def test_run_errors(cli, tmp_path):
-    proc = cli("run", "missing.py", check=1)
+    proc = cli("run", "missing.py", check=2)
     assert "no such script" in proc.stderr and "missing.py" in proc.stderr
     proc = cli("run", "--period", "0", "x.py", check=2)
     assert "must be > 0" in proc.stderr
@@ -268,12 +274,12 @@ def test_stats_of_a_cut_file_says_so(cli, tmp_path):
 
 
 def test_stats_errors(cli, tmp_path):
-    missing = cli("stats", "nope.json", check=1).stderr
+    missing = cli("stats", "nope.json", check=2).stderr
     assert "nope.json" in missing and "No such file" in missing
     (tmp_path / "text.json").write_text("hello")
-    assert "not JSON" in cli("stats", "text.json", check=1).stderr
+    assert "not JSON" in cli("stats", "text.json", check=2).stderr
     (tmp_path / "obj.json").write_text('{"a": 1}')
-    assert "not a trace" in cli("stats", "obj.json", check=1).stderr
+    assert "not a trace" in cli("stats", "obj.json", check=2).stderr
     assert "invalid choice" in cli("stats", "obj.json", "--format", "xml", check=2).stderr
     assert "must be >= 0" in cli("stats", "obj.json", "--top", "-1", check=2).stderr
 
@@ -349,9 +355,9 @@ def test_merge_renumbers_shared_pids(cli, tmp_path):
 
 
 def test_merge_errors(cli, tmp_path):
-    assert "no such file" in cli("merge", "a.json", "-o", "m.json", check=1).stderr
+    assert "no such file" in cli("merge", "a.json", "-o", "m.json", check=2).stderr
     (tmp_path / "bad.json").write_text("[1, 2]")
-    assert "not a trace" in cli("merge", "bad.json", "-o", "m.json", check=1).stderr
+    assert "not a trace" in cli("merge", "bad.json", "-o", "m.json", check=2).stderr
     assert "required" in cli("merge", "bad.json", check=2).stderr
 
 
@@ -406,13 +412,14 @@ def test_run_writes_the_report_beside_the_trace(tmp_path):
     assert table_rows(proc.stderr) == ["work"]  # the table still follows
 
 
-def test_run_reports_every_trace_file_named_after_the_first(tmp_path):
+def test_run_reports_every_trace_file_with_events_named_after_the_first(tmp_path):
+    """The -o file holds no event when the script chose its own file first:
+    a report of it failed ("the trace holds no events") and hid the others."""
     write(tmp_path, "own.py", OWN_FILES)
     proc, calls = run_with_stub(tmp_path, "ok", "-o", "cli.json.gz", "own.py")
     assert proc.returncode == 0, proc.stderr
-    assert calls == [
-        [["cli.json.gz", "own.json", "own2.json", "own2-1.json"], "cli.report.html", None]
-    ]
+    assert calls == [[["own.json", "own2.json", "own2-1.json"], "own.report.html", None]]
+    assert "mxprof: report written to own.report.html" in proc.stderr.splitlines()
 
 
 def test_run_no_report_writes_none(tmp_path):
@@ -472,3 +479,32 @@ def test_report_path():
         "t.report.html",
         "t.trace.report.html",
     ]
+
+
+FLUSHING = """
+import os, time
+import mxprof
+mxprof.set_config(filename="own.json", dump_period=0.01)
+work = mxprof.Domain("app").new_task("work")
+give_up = time.monotonic() + 20
+while not os.path.exists("own.json") and time.monotonic() < give_up:
+    with work:
+        time.sleep(0.002)
+for _ in range(20):  # a few more background writes: each times itself as "flush"
+    with work:
+        time.sleep(0.005)
+"""
+
+
+def test_run_of_a_script_with_its_own_file_reports_its_ranges_without_the_writers(tmp_path):
+    pytest.importorskip("plotly")
+    write(tmp_path, "flushing.py", FLUSHING)
+    proc = _testing.cli("run", "flushing.py", cwd=tmp_path, check=True)
+    lines = proc.stderr.splitlines()
+    assert "mxprof: trace written to profile.json (no events: not in the report)" in lines
+    assert "mxprof: report written to own.report.html" in lines
+    own = {(r.name, r.category) for r in mxprof.load(tmp_path / "own.json").key_averages()}
+    assert ("flush", "mxprof") in own  # the writer's ranges are in the file ...
+    page = (tmp_path / "own.report.html").read_text(encoding="utf-8")
+    assert ">work<" in page and ">flush<" not in page  # ... not in what users read
+    assert table_rows(proc.stderr) == ["work"]

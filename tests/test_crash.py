@@ -302,7 +302,8 @@ def test_repair_in_place_and_of_a_complete_file(tmp_path):
     from mxprof.trace.repair import repair
 
     result = repair(path, tmp_path / "copy.json.gz")
-    assert result == {"events": len(_testing.load_trace(path)["traceEvents"]), "truncated": False}
+    events = len(_testing.load_trace(path)["traceEvents"])
+    assert result == {"events": events, "truncated": False, "problem": None}
     import gzip
 
     assert json.loads(gzip.decompress((tmp_path / "copy.json.gz").read_bytes())) == json.loads(data)
@@ -317,10 +318,10 @@ def test_repair_in_place_and_of_a_complete_file(tmp_path):
 
 def test_repair_errors(tmp_path):
     out = _testing.cli("repair", "missing.json", cwd=tmp_path)
-    assert out.returncode == 1 and "no such file" in out.stderr
+    assert out.returncode == 2 and "no such file" in out.stderr
     (tmp_path / "bad.json").write_text("not json")
     out = _testing.cli("repair", "bad.json", cwd=tmp_path)
-    assert out.returncode == 1 and "not JSON" in out.stderr
+    assert out.returncode == 2 and "not JSON" in out.stderr
 
 
 def test_kill_9_perfetto_keeps_every_written_packet(tmp_path):

@@ -430,7 +430,9 @@ def test_cli_bad_input_is_exit_status_2_naming_the_file(cli, tmp_path):
 
 
 def test_cli_says_when_a_side_was_cut_short(tmp_path):
-    path = write_trace(tmp_path / "a.json", {"step": [1000] * 40})
+    # The core's file (valid after every write: a cut is a killed process);
+    # another writer's cut file is an error (tests/test_exit_status.py).
+    path = record(tmp_path / "a.json", {"step": [1000] * 40})
     data = path.read_bytes()
     (tmp_path / "cut.json").write_bytes(data[: len(data) // 2])
     proc = _testing.cli("diff", "a.json", "cut.json", "--format", "json", cwd=tmp_path, check=True)

@@ -1,11 +1,13 @@
 """Every example runs and produces what it promises."""
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
 
+import mxprof
 from mxprof import _testing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -131,3 +133,40 @@ def test_parameter_server(tmp_path):
     ]
     for name in ("rank0_ps_trace.json", "rank1_ps_trace.json", "worker1_ps_trace.json"):
         assert _testing.load_trace(tmp_path / name)["distributedInfo"]["num_servers"] == 2
+    # mxprof ranks: push and pull (the "kvstore" domain) are each worker's
+    # communication, and the servers are listed.
+    proc = _testing.cli("ranks", "--format", "json", "ps_merged.json", cwd=tmp_path, check=True)
+    doc = json.loads(proc.stdout)
+    assert doc["ranks"] == ["worker 0", "worker 1", "server 0", "server 1"]
+    assert doc["servers"] == ["server 0", "server 1"]
+    labels = {pid: label.split(" (")[0] for pid, label in names.items()}
+    for worker in ("worker 0", "worker 1"):
+        kv = sum(
+            e["dur"] * 1000
+            for e in _testing.events(merged, "X")
+            if labels[e["pid"]] == worker and e["cat"] == "kvstore"
+        )
+        assert doc["per_rank"][worker]["communication"] * 8 == pytest.approx(kv, abs=8000)
+    for server in ("server 0", "server 1"):
+        assert doc["per_rank"][server]["compute"] > 0
+        assert doc["per_rank"][server]["communication"] == 0
+
+
+def test_quickstart_run_by_the_command_reports_the_scripts_own_file(tmp_path):
+    """The script chooses its own filename: the report and the table are of
+    its ranges, without the profiler's own (the writer's flush)."""
+    pytest.importorskip("plotly")
+    proc = _testing.cli("run", os.path.join(EXAMPLES, "quickstart.py"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert "mxprof: trace written to profile.json (no events: not in the report)" in lines
+    assert "mxprof: trace written to quickstart_trace.json" in lines
+    assert "mxprof: report written to quickstart_trace.report.html" in lines
+    page = (tmp_path / "quickstart_trace.report.html").read_text(encoding="utf-8")
+    ours = ("load_batch", "forward", "backward", "update", "step")
+    assert all(f">{name}<" in page for name in ours)
+    assert ">flush<" not in page
+    table = [ln.split()[0] for ln in lines if ln[:1].isalpha() and " " in ln]
+    assert set(ours) <= set(table) and "flush" not in table
+    trace = mxprof.load(tmp_path / "quickstart_trace.json")
+    assert {r.name for r in trace.key_averages() if r.category == "mxprof"} <= {"flush"}

@@ -65,7 +65,11 @@ def test_gzip_cut_short_loads_what_was_written(tmp_path, clock):
     counts = []
     for size in range(20, len(data), max(1, len(data) // 40)):
         cut.write_bytes(data[:size])
-        trace = mxprof.load(cut)
+        try:
+            trace = mxprof.load(cut)
+        except mxprof.TraceFormatError as e:  # only a cut before the first event
+            assert not counts and "before its first event" in str(e), size
+            continue
         assert trace.truncated
         counts.append(len(trace))
     assert counts == sorted(counts) and counts[-1] > 0  # more file, more events

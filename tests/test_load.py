@@ -14,6 +14,7 @@ import pytest
 import mxprof
 from mxprof.errors import TraceFormatError, TraceReadError
 from mxprof.trace import load, read_raw
+from mxprof.trace.reader import salvage
 
 MS = 1_000_000
 ODD_NAME = 'q"uote \\ tab\t é ✓ 🎉 \x01'  # escapes and multi-byte characters to cut inside
@@ -180,18 +181,25 @@ def test_cut_files_load_exactly_the_events_before_the_cut(trace_file, clock, tmp
     # Every 37 bytes lands inside names, numbers, escapes, UTF-8 and the trailer;
     # end + 2 is a crashed writer's file: whole event lines, no closing.
     offsets = sorted(set(range(1, len(data), 37)) | {end + 2 for end in ends})
+    head = data.index(b"\n") + 1  # the core's head: whose file it is shows once it is whole
     for n in offsets:
         cut.write_bytes(data[:n])
+        expected = full[: bisect.bisect_right(ends, n)]
+        if n < head:
+            with pytest.raises(TraceFormatError, match="cut.json: .*cut short"):
+                read_raw(cut)
+            assert salvage(cut)[0] == expected, n
+            continue
         events, metadata, truncated = read_raw(cut)
         assert truncated, n
-        assert events == full[: bisect.bisect_right(ends, n)], n
+        assert events == expected, n
         assert all(metadata[k] == full_metadata[k] for k in metadata), n
         trace = load(cut)
         assert trace.truncated and len(trace) == sum(e["ph"] != "M" for e in events), n
     assert len(offsets) > 300
-    # Only complete trailer members are kept: never a number cut short.
+    # Only complete members are kept: never a number cut short.
     cut.write_bytes(data[: data.index(b'"baseTimeNanoseconds":') + 30])
-    assert "baseTimeNanoseconds" not in read_raw(cut)[1]
+    assert "baseTimeNanoseconds" not in salvage(cut)[1]
 
     # A crash can also leave never-written (zero) blocks at the end.
     cut.write_bytes(data[: ends[5] + 2] + b"\0" * 4096)
@@ -209,9 +217,15 @@ def test_cut_gzip_loads_what_decompresses(trace_file, clock, tmp_path):
     for n in range(1, len(packed), 7):
         cut.write_bytes(packed[:n])
         text_length = len(zlib.decompressobj(wbits=31).decompress(packed[:n]))
+        expected = full[: bisect.bisect_right(ends, text_length)]
+        if text_length < data.index(b"\n") + 1:  # inside the core's head: whose file?
+            with pytest.raises(TraceFormatError, match="cut.gz: the gzip stream ends inside"):
+                read_raw(cut)
+            assert salvage(cut)[0] == expected, n
+            continue
         events, _, truncated = read_raw(cut)
         assert truncated, n
-        assert events == full[: bisect.bisect_right(ends, text_length)], n
+        assert events == expected, n
     cut.write_bytes(packed)
     assert read_raw(cut) == (full, read_raw(trace_file)[1], False)
 

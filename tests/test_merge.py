@@ -352,7 +352,7 @@ def test_repair_writes_the_format_its_output_names(tmp_path):
     # And back: Perfetto repaired to a JSON name is JSON with the same ranges.
     result = repair(tmp_path / "r.pftrace", tmp_path / "back.json")
     doc = _testing.load_trace(tmp_path / "back.json")  # parses as JSON
-    assert result == {"events": len(doc["traceEvents"]), "truncated": False}
+    assert result == {"events": len(doc["traceEvents"]), "truncated": False, "problem": None}
     assert [e.name for e in mxprof.load(tmp_path / "back.json") if e.dur is not None] == [
         "t"
     ] * kept

@@ -485,7 +485,7 @@ def expect_error(path, *fragments):
     for fragment in fragments:
         assert fragment in message, message
     code, _, err = run_cli("stats", str(path))
-    assert code == 1 and "Traceback" not in err and fragments[0] in err
+    assert code == 2 and "Traceback" not in err and fragments[0] in err
     return message
 
 
@@ -569,7 +569,7 @@ def test_merge_names_a_bad_database(tmp_path):
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"SQLite format 3\x00" + b"\x00" * 10)
     code, _, err = run_cli("merge", good, str(bad), "-o", str(tmp_path / "m.json"))
-    assert code == 1 and "bad.sqlite" in err and "cut short" in err
+    assert code == 2 and "bad.sqlite" in err and "cut short" in err
 
 
 def test_repair_never_writes_over_a_database(tmp_path):
@@ -578,7 +578,7 @@ def test_repair_never_writes_over_a_database(tmp_path):
     with open(db, "rb") as f:
         before = f.read()
     code, _, err = run_cli("repair", db)
-    assert code == 1 and "NVIDIA profiler database" in err and "-o" in err
+    assert code == 2 and "NVIDIA profiler database" in err and "-o" in err
     with open(db, "rb") as f:
         assert f.read() == before
     code, _, err = run_cli("repair", db, "-o", str(tmp_path / "run.json"))

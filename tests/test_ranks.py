@@ -296,3 +296,74 @@ def test_dumps_ranks_must_be_a_bool():
 
     with pytest.raises(mxprof.ConfigError, match="ranks must be a bool"):
         distributed.dumps(ranks="yes")
+
+
+# ---- communication beyond torch, and a parameter server's servers ----
+
+
+def test_kvstore_operations_and_marked_domains_are_communication():
+    push = parse("KVStoreDistDefaultPush", "operator")
+    assert (push.op, push.group, push.p2p) == ("push", "kvstore", True)
+    assert parse("KVStoreDistRowSparsePull", "operator").op == "pull"
+    for category in ("kvstore", "comm", "comm.grads", "kvstore.dense"):
+        marked = parse("exchange", category)
+        assert (marked.op, marked.group, marked.p2p) == ("exchange", category, True)
+    for name, category in (("push", "worker"), ("step", "kvstore,frame"), ("x", "community")):
+        assert parse(name, category) is None
+
+
+def ps_job(tmp_path, steps=4):
+    """A merged parameter-server job: per step each worker computes 6 ms, pushes
+    2 ms and pulls 3 ms ("kvstore" domain), then idles 1 ms; each server
+    applies each push in 1 ms and serves each pull in 0.5 ms."""
+    events, names = [], []
+    for w in range(2):
+        pid = 100 + w
+        names.append(
+            {"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+             "args": {"name": f"worker {w} (vm, pid {pid})"}}
+        )  # fmt: skip
+        for i in range(steps):
+            t = 12 * i
+            events += [
+                frame(i, t, 12, pid=pid),
+                X("compute", t, 6, cat="worker", pid=pid),
+                X("push", t + 6, 2, cat="kvstore", pid=pid),
+                X("pull", t + 8, 3, cat="kvstore", pid=pid),
+            ]
+    for s in range(2):
+        pid = 200 + s
+        names.append(
+            {"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+             "args": {"name": f"server {s} (vm, pid {pid})"}}
+        )  # fmt: skip
+        for i in range(steps):
+            t = 12 * i
+            events += [
+                X("apply_push", t + 7, 1, cat="server", pid=pid),
+                X("serve_pull", t + 9, 0.5, cat="server", pid=pid),
+            ]
+    return write(tmp_path / "ps.json", events, names=names)
+
+
+def test_a_parameter_server_job_has_communication_and_lists_its_servers(tmp_path, capsys):
+    result = analyze(mxprof.load(ps_job(tmp_path)))
+    assert result.ranks == ["worker 0", "worker 1", "server 0", "server 1"]
+    assert result.servers == ["server 0", "server 1"]
+    mean = result.per_rank()
+    for worker in ("worker 0", "worker 1"):
+        assert mean[worker] == {
+            "total": 12e6, "compute": 6e6, "communication": 5e6, "waiting": 0, "idle": 1e6,
+        }  # fmt: skip
+    for server in ("server 0", "server 1"):
+        # No steps: the trace whole, from the first push applied to the last pull served.
+        assert mean[server]["compute"] == 4 * 1.5e6 and mean[server]["communication"] == 0
+        assert [s.step for s in result.steps if s.rank == server] == [None]
+    # The servers' work is not a range of the ranks: no spread, no straggler from it.
+    assert {s.name for s in result.spread} <= {"compute", "push", "pull"}
+    assert result.straggler is None and result.matched == 0
+    assert cli.main(["ranks", str(tmp_path / "ps.json")]) == 0
+    out = capsys.readouterr().out
+    assert "Servers: server 0, server 1 (no steps: each trace whole as one window)" in out
+    row = next(line.split() for line in out.splitlines() if line.startswith("worker 0"))
+    assert row[2:5] == ["12.000ms", "6.000ms", "5.000ms"]

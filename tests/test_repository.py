@@ -156,6 +156,7 @@ def test_sampling_benchmark_quick_mode_runs_and_reports(tmp_path):
             "events from 3 processes",
         ),
         ("collect_scale.py", ["--ranks", "4", "--events", "100"], "zmq", "ranks"),
+        ("stats.py", ["--quick"], "msgspec", "load().key_averages()"),
     ],  # fmt: skip
 )
 def test_standalone_benchmarks_run(tmp_path, script, args, needs, expect):

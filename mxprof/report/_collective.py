@@ -1,4 +1,24 @@
-"""What the cross-rank analysis reads: collectives from range names, and a step's cut.
+"""What the cross-rank analysis reads: communication from ranges, and a step's cut.
+
+A range is communication when it is one of these (``parse`` reads them):
+
+- a collective or point-to-point call of the torch adapter (categories
+  ``torch.distributed``, ``torch.distributed.async``, and
+  ``torch.distributed,gpu`` for the same calls timed on CUDA streams,
+  names ``op(dtype, bytes B, group g)``) or of torch.profiler
+  (``gloo:op``, ``nccl:op`` ...);
+- an operation of MXNet's distributed kvstore as its engine names it
+  (``KVStoreDistDefaultPush``, ``KVStoreDistDefaultPull``,
+  ``KVStoreDistRowSparsePull`` ...: ``KVStoreDist...Push`` or ``...Pull``);
+- any range of a communication domain: ``kvstore`` or ``comm``, or a
+  sub-domain of one (``comm.grads``, ``kvstore.dense``).  This is how a
+  program marks its own communication: ``mxprof.Domain("kvstore")``
+  for a parameter server's push and pull, ``mxprof.Domain("comm")`` for
+  anything else.
+
+Only the torch collectives are matched across ranks (the n-th call of a
+name is the same collective everywhere), which is what tells waiting apart;
+the others, like point-to-point calls, count whole as communication.
 
 See :mod:`mxprof.report.ranks` for the terms.
 """
@@ -22,6 +42,10 @@ _NAME = re.compile(
 )
 _KINETO = re.compile(r"^(?:gloo|nccl|ucc|mpi|xccl|c10d):(?P<op>\w+)")
 _P2P = frozenset({"send", "recv", "isend", "irecv"})
+# MXNet's engine operations of a distributed kvstore (src/kvstore/kvstore_dist.h).
+_KVSTORE_OP = re.compile(r"^KVStoreDist\w*?(?P<op>Push|Pull)")
+# Domains whose every range is communication (see the module's docstring).
+COMM_DOMAINS = ("kvstore", "comm")
 
 Span = tuple[int, int]
 
@@ -43,19 +67,35 @@ is_async=False, label='')
     peer: str | None
     is_async: bool
     label: str = ""
+    # Whether the n-th call of its name in a step is the same operation on
+    # every rank of its group (a collective), so that its waiting can be
+    # told apart: not for a kvstore's push and pull, nor a marked range.
+    matched: bool = True
 
     @property
     def p2p(self) -> bool:
-        """Whether it is a point-to-point call (send/recv)."""
-        return self.op in _P2P
+        """Whether its waiting is not told apart: a point-to-point call
+        (send/recv) or communication that is not a matched collective."""
+        return self.op in _P2P or not self.matched
 
 
 def parse(name: str, category: str, args: dict[str, Any] | None = None) -> Collective | None:
-    """The collective a range records, or None when it is not communication.
+    """The communication a range records, or None when it is not communication.
 
     Reads the adapter's names (categories ``torch.distributed`` and
-    ``torch.distributed.async``) and torch.profiler's ``gloo:op`` /
-    ``nccl:op`` ranges (group from ``args['Process Group Name']``).
+    ``torch.distributed.async``), torch.profiler's ``gloo:op`` /
+    ``nccl:op`` ranges (group from ``args['Process Group Name']``), MXNet's
+    kvstore operations, and the ranges of a communication domain (see the
+    module's docstring).
+
+    Example:
+        >>> parse("KVStoreDistDefaultPush", "operator").op
+        'push'
+        >>> c = parse("push", "kvstore")
+        >>> c.op, c.group, c.p2p
+        ('push', 'kvstore', True)
+        >>> parse("push", "worker") is None
+        True
     """
     if category in (COMM_DOMAIN, ASYNC_DOMAIN, GPU_CATEGORY):
         m = _NAME.match(name)
@@ -72,11 +112,17 @@ def parse(name: str, category: str, args: dict[str, Any] | None = None) -> Colle
             m.group("label").strip(),
         )
     k = _KINETO.match(name)
-    if k is None:
-        return None
-    group = str((args or {}).get("Process Group Name", "0"))
-    dtype = str((args or {}).get("dtype", "?"))
-    return Collective(k.group("op"), dtype, None, group, None, False)
+    if k is not None:
+        group = str((args or {}).get("Process Group Name", "0"))
+        dtype = str((args or {}).get("dtype", "?"))
+        return Collective(k.group("op"), dtype, None, group, None, False)
+    kv = _KVSTORE_OP.match(name)
+    if kv is not None:
+        return Collective(kv.group("op").lower(), "?", None, "kvstore", None, False, matched=False)
+    # A domain's frames ("<domain>,frame") are steps, not calls.
+    if "," not in category and category.split(".", 1)[0] in COMM_DOMAINS:
+        return Collective(name, "?", None, category, None, False, matched=False)
+    return None
 
 
 # ---- interval arithmetic ----

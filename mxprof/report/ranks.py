@@ -23,7 +23,17 @@ Collectives are what the torch adapter records (categories
 ``op(dtype, bytes B, group g)``) and torch.profiler's ``gloo:``/``nccl:``
 ranges.  Where a process has them timed on CUDA streams (category
 ``torch.distributed,gpu``), those are its collectives (the host call of a
-CUDA collective returns at its launch) and count as blocking.
+CUDA collective returns at its launch) and count as blocking.  MXNet's
+kvstore push and pull, and every range of a ``kvstore`` or ``comm``
+domain, are communication too (``mxprof.report._collective``), counted
+whole like point-to-point calls.
+
+The ranks are the processes that communicate (else those that step, else
+all).  A parameter-server job's servers (role ``server``) are listed after
+them, each trace whole as one window (they have no steps): their compute is
+the work they do for the workers, their idle the time they wait for it.
+They are left out of the spread and the straggler, which compare ranks
+doing the same work.
 
 The n-th call of a name in a step on one process group is the same
 collective on every rank.  A collective ends on every rank at about
@@ -138,6 +148,7 @@ class RankAnalysis:
     straggler: Straggler | None
     collectives: dict[str, dict[str, Any]] = field(default_factory=dict)
     matched: int = 0  # collectives found on >= 2 ranks
+    servers: list[str] = field(default_factory=list)  # of ranks: a parameter server's
 
     def per_rank(self) -> dict[str, dict[str, float]]:
         """Each rank's mean step: total, compute, communication, waiting, idle (ns)."""
@@ -162,6 +173,7 @@ class RankAnalysis:
             "straggler": None if self.straggler is None else asdict(self.straggler),
             "collectives": self.collectives,
             "matched": self.matched,
+            "servers": self.servers,
             "unit": "ns",
         }
 
@@ -179,6 +191,10 @@ class RankAnalysis:
         lines: list[str] = []
         what = f"steps of {self.step_name!r}" if self.step_name else "the whole trace as one step"
         lines.append(f"Ranks: {len(self.ranks)} ({what})")
+        if self.servers:
+            lines.append(
+                f"Servers: {', '.join(self.servers)} (no steps: each trace whole as one window)"
+            )
         parts = ("compute", "communication", "waiting", "idle")
         width = max([len(r) for r in self.ranks] + [8])
         head = f"{'':{width}}  {'step':>12}" + "".join(f"  {p:>13}" for p in parts)
@@ -367,8 +383,11 @@ def analyze(traces: Inputs) -> RankAnalysis:
     procs = _processes(items)
     with_comm = [p for p in procs if p.comm]
     stepped = [p for p in procs if p.steps]
-    procs = with_comm or stepped or procs  # ranks: processes that communicate (or step)
-    waits, found = _waits(procs)
+    workers = with_comm or stepped or procs  # ranks: processes that communicate (or step)
+    chosen = {id(p) for p in workers}
+    servers = [p for p in procs if id(p) not in chosen and _is_server(p)]
+    procs = workers + servers
+    waits, found = _waits(workers)
     steps: list[RankStep] = []
     per_step_names: list[dict[tuple[str, str], float]] = []
     for p in procs:
@@ -398,7 +417,8 @@ def analyze(traces: Inputs) -> RankAnalysis:
     labels = [p.label for p in procs]
     order = {label: k for k, label in enumerate(labels)}
     steps.sort(key=lambda st: (st.step is None, st.step or 0, order[st.rank]))
-    spread = _spread(labels, per_step_names)
+    compared = labels[: len(workers)]  # the servers do other work than the ranks
+    spread = _spread(compared, per_step_names[: len(workers)])
     result = RankAnalysis(
         labels,
         next((p.step_name for p in procs if p.step_name), None),
@@ -407,9 +427,16 @@ def analyze(traces: Inputs) -> RankAnalysis:
         None,
         _collective_summary(procs),
         len(found),
+        [p.label for p in servers],
     )
-    result.straggler = _straggler(result, found, labels, spread)
+    result.straggler = _straggler(result, found, compared, spread)
     return result
+
+
+def _is_server(p: _Proc) -> bool:
+    """Whether a process is a parameter server: its label names its role
+    (``_label``, from the file's distributedInfo or merged process name)."""
+    return p.label.startswith("server ")
 
 
 def _extent(p: _Proc) -> tuple[int, int]:
@@ -487,8 +514,8 @@ def _straggler(
     order = sorted(range(n_ranks), key=lambda r: -blame[r])
     top = order[0]
     runner = blame[order[1]] if n_ranks > 1 else 0.0
-    mean = result.per_rank()
-    n_steps = max(1, len({s.step for s in result.steps}))
+    mean = {k: v for k, v in result.per_rank().items() if k in labels}  # no servers
+    n_steps = max(1, len({s.step for s in result.steps if s.rank in labels}))
     per_step = blame[top] / n_steps
     step_med = statistics.median(m["total"] for m in mean.values()) if result.step_name else 0
     floor = STRAGGLER_MIN_WAIT * step_med if step_med else STRAGGLER_MIN_WAIT_NS

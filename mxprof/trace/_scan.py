@@ -9,8 +9,9 @@ at a time, not the file (or, for a load, not the text besides the events).
 
 Anything else (another shape, a file cut short, damage, a value the fast
 decoder will not take) raises ``NotLines`` and the caller reads the file the
-slow, general way (``reader.read_raw``), which keeps what a cut file holds and
-names the damage. Gzip is decompressed as a stream, member after member.
+slow, general way (``reader.read_raw``), which alone judges a cut or damaged
+file (plain or gzip) and names the damage. Gzip is decompressed as a stream,
+member after member.
 """
 
 from __future__ import annotations

@@ -47,14 +47,17 @@ def load(path: PathArg) -> Trace:
     first reading: memory then grows with the threads and the distinct names,
     and 8 bytes per range for exact percentiles, not with whole events.
 
-    A file cut short loads everything complete before the cut, with
-    ``Trace.truncated`` set; see ``read_raw`` for the forms accepted.
+    A file the core wrote and a killed process cut short loads everything
+    complete before the cut, with ``Trace.truncated`` set; see ``read_raw``
+    for the forms accepted.
 
     Raises:
         TraceReadError: the path cannot be read (missing, a directory, no
             permission, a name too long, a NUL byte or lone surrogate in it);
             both a TraceFormatError and an OSError, ``errno`` says why.
-        TraceFormatError: empty, not JSON, or JSON that is not a trace.
+        TraceFormatError: empty, not JSON, or JSON that is not a trace; a
+            damaged gzip stream; cut short by another writer than the core
+            (``mxprof repair`` keeps what is before the cut or the damage).
 
     Example:
         >>> trace = mxprof.load("trace.json")  # doctest: +SKIP
@@ -350,6 +353,18 @@ class Trace(Sequence[Event]):
         lengths = self._lengths()
         wanted = lengths if keys is None else [k for k in keys if k in lengths]
         return {key: sorted(lengths[key]) for key in wanted}
+
+    def categories(self) -> set[str]:
+        """The categories that hold ranges.
+
+        Of a file ``load`` read in mxprof's own shape, from the statistics
+        gathered then: no event is read again.
+
+        Example:
+            >>> sorted(mxprof.load("trace.json").categories())  # doctest: +SKIP
+            ['mxprof', 'train', 'train,frame']
+        """
+        return {category for _, category in self._lengths()}
 
     def _lengths(self) -> dict[tuple[str, str], array[int]]:
         """Durations per (name, category): the statistics' when worked out, else

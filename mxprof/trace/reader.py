@@ -2,10 +2,16 @@
 
 Both forms of the format are accepted: the object form ``{"traceEvents": [...],
 ...}`` and the array form ``[...]``; gzip is recognised by its magic bytes,
-whatever the file is called. A file cut short (a crashed writer, a copy of a
-file still being written, a gzip stream that ends early) yields every event
-that is complete before the cut, with ``truncated`` set; only text that cannot
-be the beginning of a trace raises ``TraceFormatError``.
+whatever the file is called.
+
+A file cut short is read up to the cut, with ``truncated`` set, when mxprof's
+core wrote it: that writer keeps its file valid after every flush and writes
+the time base and names before the events, so a cut there is a process killed
+mid-write and what precedes it is whole.  Any other cut (someone else's
+writer, a copy cut short), and damage (a gzip stream that fails its check,
+bytes after it that are not gzip, JSON that cannot be a trace's beginning),
+raise ``TraceFormatError`` naming the file; ``salvage`` reads what such a
+file still holds, for ``mxprof repair``.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import re
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar, Union
 
 from ..errors import TraceFormatError, TraceReadError
@@ -28,6 +35,9 @@ RawEvent = dict[str, Any]
 GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_CHUNK = 1 << 16
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
+# How the core's writer (native/src/mxp_chrome.c) begins every file, before any
+# event: a file that begins so and is cut short was cut by a killed process.
+_CORE_HEAD = re.compile(r'\{"displayTimeUnit":"ms","baseTimeNanoseconds":-?\d+,"traceEvents":\[\n')
 # strict=False: a raw control character inside a string (old writers, MXNet's
 # among them, did not escape names) is not worth refusing a whole trace for.
 _DECODER = json.JSONDecoder(strict=False)
@@ -58,41 +68,107 @@ def read_raw(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], bool]:
         every top-level key except ``traceEvents`` (``{}`` for the array
         form); and whether the file ended before the trace did (then
         ``events`` holds exactly the events complete before the cut, and
-        ``metadata`` the keys whose values were complete).
+        ``metadata`` the keys whose values were complete).  Only files the
+        core wrote (once their head is whole) and Perfetto files cut
+        between packets are read cut short (see the module's docstring).
 
     Raises:
         TraceReadError: the path cannot be read (missing, a directory, no
             permission, too long, a NUL byte or lone surrogate in it); a
             subclass of both TraceFormatError and OSError, with ``errno``.
         TraceFormatError: the file is empty, not JSON, or JSON that is not a
-            trace (or a damaged Perfetto trace); the message names the file
-            and the problem.
+            trace (or a damaged Perfetto trace); a gzip stream that is
+            damaged; a file cut short that the core did not write (or cut
+            inside its head).  The message names the file and the
+            problem, and for a cut or damage how ``mxprof repair`` keeps
+            what is before it.
 
     Example:
         >>> events, metadata, truncated = read_raw("trace.json")  # doctest: +SKIP
         >>> events[0]["ph"], metadata["baseTimeNanoseconds"], truncated  # doctest: +SKIP
         ('X', 1795242929580964856, False)
     """
+    events, metadata, fault = _read(path)
+    if fault is None:
+        return events, metadata, False
+    if fault.readable:
+        return events, metadata, True
+    where = shown(os.fspath(path))
+    if not any(e.get("ph") != "M" for e in events):  # names of processes, threads only
+        before = "before its first event" if fault.cut else "no event before the damage"
+        raise TraceFormatError(f"{where}: {fault.what}, {before}: nothing to read")
+    n = len(events)
+    raise TraceFormatError(
+        f"{where}: {fault.what}; `mxprof repair {where} -o REPAIRED.json` writes the "
+        f"{n} complete event{'s' * (n != 1)} before it as a valid trace"
+    )
+
+
+def salvage(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], str | None]:
+    """``read_raw`` that keeps what a cut or damaged file holds instead of refusing it.
+
+    Returns:
+        ``(events, metadata, problem)``: the events complete before the cut
+        or the damage, the top-level members read whole, and what was wrong
+        with the file (None: it was whole).
+
+    Raises:
+        TraceReadError: the path cannot be read.
+        TraceFormatError: the file is empty, or its text cannot be the
+            beginning of a trace.
+
+    Example:
+        >>> events, metadata, problem = salvage("crashed.json.gz")  # doctest: +SKIP
+        >>> len(events), problem  # doctest: +SKIP
+        (81234, 'the gzip stream ends inside a member: the file was cut short')
+    """
+    events, metadata, fault = _read(path)
+    return events, metadata, None if fault is None else fault.what
+
+
+@dataclass(frozen=True)
+class _Fault:
+    """What is wrong with a file that was read up to a point."""
+
+    what: str  # as messages say it
+    cut: bool  # the file ends early (else it is damaged)
+    # Read up to the cut without asking: a cut the core's writer leaves (see
+    # the module's docstring), even before its first event (a process killed
+    # in its first write recorded nothing yet: an empty trace, truncated).
+    readable: bool = False
+
+
+def _read(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], _Fault | None]:
+    """The events and members a file holds, up to its first cut or damage, and that fault."""
     if nvidia.is_database(path):
-        return nvidia.read_raw(path)
+        events, metadata, _ = nvidia.read_raw(path)
+        return events, metadata, None
     where = shown(os.fspath(path))
     data = _read_bytes(os.fspath(path))
     if looks_like_perfetto(data):
-        return read_perfetto(data, where)
-    cut = False
+        # Packets carry their own lengths: read_perfetto tells a cut from
+        # damage (raising for damage), and the packets before a cut are whole.
+        events, metadata, truncated = read_perfetto(data, where)
+        cut = _Fault("the file ends inside a packet: it was cut short", True, True)
+        return events, metadata, cut if truncated else None
+    fault = None
     if data and GZIP_MAGIC.startswith(data[:2]):
-        data, cut = _gunzip(data)
-    if data.endswith(b"\0"):
+        data, fault = _gunzip(data)
+    if data.endswith(b"\0") and fault is None:
         # A crash can leave a file's last blocks allocated but never written.
         data = data.rstrip(b"\0")
-        cut = True
+        fault = _Fault("the file ends in never-written (zero) bytes: it was cut short", True)
     # errors="replace": a cut inside a multi-byte character must not fail the
     # whole file; the broken character lies in the incomplete event, dropped.
     text = data.decode("utf-8-sig", errors="replace")
-    if cut and not text.strip():
-        return [], {}, True  # a gzip header, or a cut before the first byte of text
+    if fault is not None and not text.strip():
+        return [], {}, fault
     events, metadata, text_cut = parse_text(text, where)
-    return events, metadata, cut or text_cut
+    if text_cut and fault is None:
+        fault = _Fault("the text ends inside the trace: the file was cut short", True)
+    if fault is not None and fault.cut and _CORE_HEAD.match(text):
+        fault = _Fault(fault.what, True, True)
+    return events, metadata, fault
 
 
 def shown(path: str) -> str:
@@ -165,9 +241,13 @@ def parse_text(text: str, where: str) -> tuple[list[RawEvent], dict[str, Any], b
     return events, metadata, False
 
 
-def _gunzip(data: bytes) -> tuple[bytes, bool]:
-    """Everything the gzip members in data decompress to, and whether it ends early.
+def _gunzip(data: bytes) -> tuple[bytes, _Fault | None]:
+    """Everything the gzip members in data decompress to, and what cut it short.
 
+    The one reader of gzip members that decides (``_scan`` hands any
+    problem over to it): a stream that ends inside a member is a cut; a
+    member that fails to decompress or its check (CRC, length), and bytes
+    after the last member that are neither gzip nor zero padding, are damage.
     Input goes in chunks so that output before a damaged block is kept.
     """
     pieces: list[bytes] = []
@@ -177,17 +257,31 @@ def _gunzip(data: bytes) -> tuple[bytes, bool]:
         fed = 0
         try:
             while fed < len(rest) and not member.eof:
-                pieces.append(member.decompress(rest[fed : fed + _GZIP_CHUNK]))
+                chunk = rest[fed : fed + _GZIP_CHUNK]
+                before = member.copy()
+                try:
+                    pieces.append(member.decompress(chunk))
+                except zlib.error:
+                    # The output of the failing call is lost with it: feed that
+                    # chunk again a byte at a time, keeping all before the fault.
+                    for i in range(len(chunk)):
+                        pieces.append(before.decompress(chunk[i : i + 1]))
+                    raise
                 fed += _GZIP_CHUNK
             pieces.append(member.flush())
-        except zlib.error:
-            return b"".join(pieces), True
+        except zlib.error as e:
+            text = b"".join(pieces)
+            reason = str(e).partition(": ")[2] or str(e)
+            damage = f"damaged gzip data ({reason}) after {len(text)} bytes of text"
+            return text, _Fault(damage, False)
         if not member.eof:
-            return b"".join(pieces), True
+            cut = "the gzip stream ends inside a member: the file was cut short"
+            return b"".join(pieces), _Fault(cut, True)
         rest = member.unused_data + rest[fed:]
         if rest[:2] != GZIP_MAGIC:
             # Zero padding after the last member is harmless; anything else is damage.
-            return b"".join(pieces), bool(rest.strip(b"\0"))
+            junk = _Fault("bytes after the gzip stream that are not gzip", False)
+            return b"".join(pieces), junk if rest.strip(b"\0") else None
 
 
 def _json_type(value: object) -> str:

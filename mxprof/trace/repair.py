@@ -1,4 +1,4 @@
-"""Rewrite a trace cut short (a process killed mid-write) as a valid one."""
+"""Rewrite a trace cut short (a process killed mid-write) or damaged as a valid one."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import TraceFormatError
 from .nvidia import is_database
-from .reader import read_raw
+from .reader import salvage, shown
 from .writer import PERFETTO, encode, file_format
 
 
@@ -53,6 +53,10 @@ def repair(
 ) -> dict[str, Any]:
     """Keep every complete event of a trace file and write them as a valid trace.
 
+    What the readers refuse, repair reads as far as it goes: a file cut short
+    by any writer, a gzip stream damaged or cut (the events its intact part
+    holds are kept).
+
     The output is in the format its name gives, as for every file mxprof
     writes (``.json``, ``.gz``, ``.pftrace``/``.perfetto-trace``).  From
     Chrome JSON the object form is written, with the top-level members that
@@ -66,17 +70,20 @@ def repair(
         output: where to write (default: over ``path``, replaced atomically).
 
     Returns:
-        ``{"events": n, "truncated": bool}``: how many events were kept and
-        whether the input was cut short (False: it was already complete and
-        is written again with the same content).
+        ``{"events": n, "truncated": bool, "problem": str | None}``: how many
+        events were kept, whether the input was cut short or damaged (False:
+        it was already complete and is written again with the same content),
+        and what was wrong with it.
 
     Raises:
-        FileNotFoundError: no such file.
-        TraceFormatError: the input is not a trace, even cut short.
+        TraceReadError: the input cannot be read (no such file ...).
+        TraceFormatError: the input is not a trace, even cut short, or holds
+            nothing complete (no event, no member) before its cut or damage:
+            nothing is written.
 
     Example:
         >>> repair("crashed.json")  # doctest: +SKIP
-        {'events': 81234, 'truncated': True}
+        {'events': 81234, 'truncated': True, 'problem': 'the text ends inside the trace: ...'}
     """
     source = os.fspath(path)
     target = os.fspath(output) if output is not None else source
@@ -86,18 +93,24 @@ def repair(
             data = f.read()
         size, packets = _perfetto_prefix(data)
         _write_atomically(target, data[:size])
-        return {"events": packets, "truncated": size < len(data)}
+        cut = "the file ends inside a packet: it was cut short" if size < len(data) else None
+        return {"events": packets, "truncated": cut is not None, "problem": cut}
     if target == source and is_database(source):  # NVIDIA-IMPORT HOOK: never over a database
         raise TraceFormatError(
             f"{source}: an NVIDIA profiler database, not a trace to repair in place; "
             "give -o to write it as a trace"
         )
-    events, metadata, truncated = read_raw(source)
+    events, metadata, problem = salvage(source)
+    if problem is not None and not events and not metadata:
+        # Nothing readable before the damage: writing an empty trace (over
+        # the input, by default) would only lose what someone might still read.
+        where = shown(source)
+        raise TraceFormatError(f"{where}: {problem}, with nothing before it: nothing to keep")
     doc: dict[str, Any] = dict(metadata)
     doc["traceEvents"] = events
-    if truncated:
+    if problem is not None:
         other = doc.setdefault("otherData", {})
         if isinstance(other, dict):
             other["repaired"] = True  # the trailer with the final tallies was lost
     _write_atomically(target, encode(doc, fmt))
-    return {"events": len(events), "truncated": truncated}
+    return {"events": len(events), "truncated": problem is not None, "problem": problem}
