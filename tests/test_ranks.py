@@ -148,7 +148,14 @@ def test_one_merged_trace_labels_processes_by_role_and_rank(tmp_path):
             {"name": "process_name", "ph": "M", "pid": 100 + r, "tid": 0,
              "args": {"name": f"worker {r} (vm, pid {100 + r})"}}
         )  # fmt: skip
-    result = analyze(mxprof.load(write(tmp_path / "all.json", events, names=names)))
+    # Identity is the merged file's structured rank list (merged_pid: the pid
+    # in this file), never the display names: these alone name no rank.
+    unnamed = analyze(mxprof.load(write(tmp_path / "names.json", events, names=names)))
+    assert unnamed.ranks == ["pid 100", "pid 101", "pid 102"]
+    ranks = [{"role": "worker", "rank": r, "host": "vm", "pid": 9, "merged_pid": 100 + r}
+             for r in range(3)]  # fmt: skip
+    dist = {"world_size": 3, "ranks": ranks}
+    result = analyze(mxprof.load(write(tmp_path / "all.json", events, dist=dist, names=names)))
     assert result.ranks == ["worker 0", "worker 1", "worker 2"]
     assert result.straggler.label == "worker 1"
 
