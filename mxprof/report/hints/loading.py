@@ -45,6 +45,7 @@ from ._common import (
     no_range_spans,
     overlap,
     pct,
+    plural,
     quoted,
     union,
     words,
@@ -303,7 +304,7 @@ def _by_samples(job: Job, p: Process, frames: dict[Frame, str | None]) -> _Found
     )
     for (call, innermost), n in waits.most_common(3):
         below = f" > {_where(innermost)}" if innermost[0] != call else ""
-        f.lines.append(f"  {call}{below}: {n:,} samples")
+        f.lines.append(f"  {call}{below}: {plural(n, 'sample')}")
         f.subjects.append(call)
         f.names.append(call)
     producer = _producer(p, inside, tid)
