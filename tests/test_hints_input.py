@@ -216,3 +216,23 @@ def test_a_process_with_no_events(page, tmp_path):
                                                           ("pid 999", 0, 0)]  # fmt: skip
     assert "<td>pid 999</td><td>idle</td>" in text
     assert rule(find_hints([mxprof.load(tmp_path / "t.json")]), "idle-gap") is None
+
+
+def test_samples_name_what_the_time_in_no_range_of_a_slow_step_was(tmp_path):
+    """Step 6 takes 30 ms, 22 ms of it in no range: the step-variance hint
+    says so and what the main thread's samples were doing then."""
+    s = Samples()
+    events, t = [], 0
+    for k in range(10):
+        d = 30 if k == 6 else 10
+        events += [frame(k, t, d), X("forward", t, 8)]
+        if k == 6:
+            for i in range(20):
+                s.add(t + 9 + i, MAIN, [LOOP, ("collect", "/usr/lib/python3.12/gc.py", 1)])
+        t += d
+    hint = rule(find_hints([save(tmp_path, events + s.events)]), "step-variance")
+    assert hint.evidence[2:] == (
+        "  step 6: time in no range inside the step took 22.000ms against a median of "
+        "2.000ms per step (+20.000ms)",
+        "    its 20 stack samples: collect (gc.py:1) 100 %",
+    )

@@ -251,6 +251,42 @@ class Process:
         k = self.steps.position(t)
         return None if k is None else self.steps.index[k]
 
+    def no_range(self) -> list[tuple[int, int]]:
+        """The spans, on the steps' thread from the first step's start to the
+        last one's end, inside no range but the steps (the time in no range of
+        ``Steps``, as spans in time order); [] without steps."""
+        s = self.steps
+        if s is None:
+            return []
+        lo, hi = s.span
+        starts = s._starts()
+        step_ids = {id(e) for e in s.ranges}
+        covered: list[list[int]] = []
+        for e in self.threads.get(s.tid, ()):  # in ts order
+            if id(e) in step_ids:
+                continue
+            k = bisect.bisect_right(starts, e.ts) - 1
+            if k >= 0 and e.ts < s.ranges[k].end:
+                inside = e.end <= s.ranges[k].end  # within step k
+            else:
+                inside = k + 1 >= len(starts) or e.end <= starts[k + 1]  # within a gap
+            a, b = max(e.ts, lo), min(e.end, hi)
+            if not inside or b <= a:
+                continue  # a range holding a step is not what the step did
+            if covered and a <= covered[-1][1]:
+                covered[-1][1] = max(covered[-1][1], b)
+            else:
+                covered.append([a, b])
+        out: list[tuple[int, int]] = []
+        at = lo
+        for a, b in covered:
+            if a > at:
+                out.append((at, a))
+            at = max(at, b)
+        if at < hi:
+            out.append((at, hi))
+        return out
+
     def durations(self) -> dict[tuple[str, str], list[int]]:
         """Every range's duration by (name, category), each list sorted."""
         if self._durations is None:

@@ -5,9 +5,9 @@ package's face import it, it imports none of them.
 
 from __future__ import annotations
 
-import bisect
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
@@ -176,34 +176,32 @@ def clipped(ranges: Iterable[Event], lo: int, hi: int) -> Iterator[Span]:
             yield max(e.ts, lo), min(e.end, hi)
 
 
-def no_range_spans(p: Process) -> list[Span]:
-    """The spans, on the thread of p's steps and between its first step's start
-    and its last one's end, inside no range but the steps (``trace.processes``'s
-    time in no range, as spans); [] without steps."""
+def sampled_in_no_range(job: Job, p: Process, lo: int, hi: int) -> tuple[int, list[str]]:
+    """What p's stack samples on its steps' thread in [lo, hi) that were in no
+    range (or in the step alone) were doing: (samples, the three commonest
+    innermost frames as ``function (file:line) N %``; a blocked thread's
+    ``<waiting>`` shown with the frame that waits)."""
     s = p.steps
     if s is None:
-        return []
-    lo, hi = s.span
-    step_ids = {id(e) for e in s.ranges}
-    starts = [e.ts for e in s.ranges]
+        return 0, []
+    step = (s.category, s.ranges[0].name)
+    found: Counter[str] = Counter()
+    for sample in job.traces[p.source].samples.samples:
+        if (
+            sample.pid != p.pid
+            or sample.tid != s.tid
+            or not lo <= sample.ts < hi
+            or not sample.stack
+            or (sample.range is not None and sample.range != step)
+        ):
+            continue
+        found[_frame_text(sample.stack)] += 1
+    total = sum(found.values())
+    return total, [f"{what} {pct(n / total)}" for what, n in found.most_common(3)]
 
-    def inside(e: Event) -> bool:  # within one step or one gap: not a range holding a step
-        k = bisect.bisect_right(starts, e.ts) - 1
-        if k >= 0 and e.ts < s.ranges[k].end:
-            return e.end <= s.ranges[k].end
-        return k + 1 >= len(starts) or e.end <= starts[k + 1]
 
-    covered = union(
-        clipped(
-            (e for e in p.threads.get(s.tid, ()) if id(e) not in step_ids and inside(e)), lo, hi
-        )
-    )
-    out: list[Span] = []
-    at = lo
-    for a, b in covered:
-        if a > at:
-            out.append((at, a))
-        at = max(at, b)
-    if at < hi:
-        out.append((at, hi))
-    return out
+def _frame_text(stack: tuple[tuple[str, str, int], ...]) -> str:
+    function, file, line = stack[-1]
+    if function == "<waiting>" and len(stack) > 1:
+        return f"<waiting> in {_frame_text(stack[:-1])}"
+    return f"{function} ({os.path.basename(file)}:{line})" if file else function

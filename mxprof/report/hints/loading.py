@@ -42,7 +42,6 @@ from ._common import (
     clipped,
     hint,
     measure,
-    no_range_spans,
     overlap,
     pct,
     plural,
@@ -341,7 +340,7 @@ def _by_no_range(job: Job, p: Process, cache: dict[tuple[str, str], bool]) -> _F
     if s is None:
         return None
     lo, hi = s.span
-    idle = no_range_spans(p)
+    idle = p.no_range()
     idle_ns = measure(idle)
     if hi <= lo or not idle_ns:
         return None

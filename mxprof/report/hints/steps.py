@@ -8,7 +8,7 @@ import bisect
 import statistics
 
 from ..._render import format_ns
-from ...trace.processes import MAD_SCALE, OUTLIER_MADS, OUTLIER_MIN_EXCESS, Id, Process, Steps
+from ...trace.processes import MAD_SCALE, OUTLIER_MADS, OUTLIER_MIN_EXCESS, Id, Process
 from ._common import (
     MAX_LINES,
     MIN_STEPS,
@@ -20,6 +20,7 @@ from ._common import (
     pct,
     plural,
     quoted,
+    sampled_in_no_range,
 )
 
 STEP_CV = 0.25
@@ -71,7 +72,7 @@ def step_variance(job: Job) -> Hint | None:
             evidence.append(
                 f"  outlier steps (> {format_ns(s.threshold)}, {_FENCE}): {listed}{more}"
             )
-            evidence.extend(_grown_children(s, outliers))
+            evidence.extend(_grown_children(job, p, outliers))
         subjects += [f"step {s.index[k]}" for k in outliers] + [s.name]
         if job.where(p):
             subjects.append(p.label)
@@ -110,10 +111,12 @@ def step_variance(job: Job) -> Hint | None:
     )
 
 
-def _grown_children(s: Steps, outliers: list[int]) -> list[str]:
+def _grown_children(job: Job, p: Process, outliers: list[int]) -> list[str]:
     """For the slowest outlier steps, the direct child whose time grew most
     against its median over all steps; the step's time in no range (None) is
-    a candidate too."""
+    a candidate too, with what the samples taken then were doing."""
+    s = p.steps
+    assert s is not None
     per_step: list[dict[str | None, int]] = []
     for children, idle in zip(s.children, s.in_no_range):
         got: dict[str | None, int] = dict(children.items())
@@ -133,6 +136,10 @@ def _grown_children(s: Steps, outliers: list[int]) -> list[str]:
                 f"  step {s.index[k]}: {what} took {format_ns(took)} against a median of "
                 f"{format_ns(medians[name])} per step (+{format_ns(delta)})"
             )
+            e = s.ranges[k]
+            n, frames = sampled_in_no_range(job, p, e.ts, e.end) if name is None else (0, [])
+            if frames:
+                lines.append(f"    its {plural(n, 'stack sample')}: {', '.join(frames)}")
     return lines
 
 
