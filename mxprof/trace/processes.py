@@ -167,7 +167,13 @@ class Steps:
     @property
     def span(self) -> tuple[int, int]:
         """The first step's start to the last one's end (gaps between steps included)."""
-        return self.ranges[0].ts, max(e.end for e in self.ranges)
+        got: tuple[int, int] | None = self.__dict__.get("_span_cache")
+        if got is None:
+            got = self.__dict__["_span_cache"] = (
+                self.ranges[0].ts,
+                max(e.ts + (e.dur or 0) for e in self.ranges),
+            )
+        return got
 
     def position(self, t: int) -> int | None:
         """The position (in ``ranges``) of the step open at instant t, None between steps."""
@@ -260,17 +266,22 @@ class Process:
             return []
         lo, hi = s.span
         starts = s._starts()
+        ends = [e.ts + (e.dur or 0) for e in s.ranges]
         step_ids = {id(e) for e in s.ranges}
         covered: list[list[int]] = []
+        k, last = -1, len(starts) - 1
         for e in self.threads.get(s.tid, ()):  # in ts order
             if id(e) in step_ids:
                 continue
-            k = bisect.bisect_right(starts, e.ts) - 1
-            if k >= 0 and e.ts < s.ranges[k].end:
-                inside = e.end <= s.ranges[k].end  # within step k
+            ts = e.ts
+            end = ts + (e.dur or 0)
+            while k < last and starts[k + 1] <= ts:
+                k += 1  # the last step that starts at or before ts
+            if k >= 0 and ts < ends[k]:
+                inside = end <= ends[k]  # within step k
             else:
-                inside = k + 1 >= len(starts) or e.end <= starts[k + 1]  # within a gap
-            a, b = max(e.ts, lo), min(e.end, hi)
+                inside = k == last or end <= starts[k + 1]  # within a gap
+            a, b = max(ts, lo), min(end, hi)
             if not inside or b <= a:
                 continue  # a range holding a step is not what the step did
             if covered and a <= covered[-1][1]:
@@ -556,11 +567,14 @@ def _steps(p: Process, groups: dict[tuple[Id, str, str], list[Event]]) -> Steps 
     child_end = list(starts)
     gap_end = [ends[k] for k in range(len(between))]
     is_step = {id(e) for e in ranges}
+    k, last = -1, len(starts) - 1
     for e in p.threads.get(tid, ()):  # in ts order, a parent before its children
         if id(e) in is_step:
             continue
-        ts, end = e.ts, e.end
-        k = bisect.bisect_right(starts, ts) - 1
+        ts = e.ts
+        end = ts + (e.dur or 0)
+        while k < last and starts[k + 1] <= ts:
+            k += 1  # the last step that starts at or before ts
         if k >= 0 and ts < ends[k]:  # starts inside step k
             if end <= ends[k] and (ts >= child_end[k] or e.dur == 0):
                 got = children[k]

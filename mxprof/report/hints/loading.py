@@ -340,15 +340,22 @@ def _by_no_range(job: Job, p: Process, cache: dict[tuple[str, str], bool]) -> _F
     if s is None:
         return None
     lo, hi = s.span
+    if sum(s.in_no_range) + sum(s.between) < LOADING_SHARE * (hi - lo):
+        return None  # too little time in no range to reach the share: spare the spans
+    others = {
+        tid: loading
+        for tid, ranges in p.threads.items()
+        if tid != s.tid
+        and (loading := [e for e in ranges if is_loading(e.name, e.category, cache)])
+    }
+    if not others:
+        return None  # no loader: a busy thread alone does not say the loop waits for it
     idle = p.no_range()
     idle_ns = measure(idle)
     if hi <= lo or not idle_ns:
         return None
     best: tuple[int, Id, dict[str, int]] | None = None
-    for tid, ranges in p.threads.items():
-        if tid == s.tid:
-            continue
-        loading = [e for e in ranges if is_loading(e.name, e.category, cache)]
+    for tid, loading in others.items():
         spans: list[Span] = union((e.ts, e.end) for e in loading)
         both = overlap(idle, spans)
         if both and (best is None or both > best[0]):
