@@ -101,7 +101,7 @@ def test_an_input_bound_loop_with_the_wait_in_no_range(tmp_path):
     'load_batch' meanwhile: 75 % of each step in no range, the loader busy."""
     trace = save(tmp_path, loop(12))
     (p,) = processes.processes(trace)
-    assert p.steps.in_no_range == [12 * 1_000_000] * 10
+    assert list(p.steps.in_no_range) == [12 * 1_000_000] * 10
     hint = rule(find_hints([trace]))
     assert hint.title == "The loop waits for its input 75 % of step time"
     assert hint.severity == "high"

@@ -370,10 +370,7 @@ def _steps(procs: Sequence[TraceProcess]) -> Steps | None:
     p = max(stepped, key=lambda q: len(q.steps.ranges) if q.steps else 0)
     st = p.steps
     assert st is not None
-    totals: dict[str, int] = {}
-    for children in st.children:
-        for name, ns in children.items():
-            totals[name] = totals.get(name, 0) + ns
+    totals = {name: sum(column) for name, column in st.children.items()}
     named = sorted(totals, key=lambda n: (-totals[n], n))[:BREAKDOWN_NAMES]
     durations = st.durations
     n = len(durations)
@@ -386,10 +383,10 @@ def _steps(procs: Sequence[TraceProcess]) -> Steps | None:
         index.append(st.index[lo])
         duration.append(sum(durations[k] for k in ks) // size)
         for name in named:
-            parts[name].append(sum(st.children[k].get(name, 0) for k in ks) // size)
-        inside = [sum(st.children[k].values()) for k in ks]
-        known = [sum(st.children[k].get(name, 0) for name in named) for k in ks]
-        parts["other"].append(sum(i - k for i, k in zip(inside, known)) // size)
+            parts[name].append(sum(st.children[name][k] for k in ks) // size)
+        inside = sum(durations[k] - st.in_no_range[k] for k in ks)
+        known = sum(st.children[name][k] for name in named for k in ks)
+        parts["other"].append((inside - known) // size)
         parts[IN_NO_RANGE].append(sum(st.in_no_range[k] for k in ks) // size)
     lo_ns, hi_ns = st.span
     return Steps(

@@ -48,6 +48,7 @@ import dataclasses
 import os
 import statistics
 import weakref
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,9 +144,10 @@ def display_name(identity: Identity) -> str:
 class Steps:
     """A process's steps (see the module docstring), in time order; times in ns.
 
-    ``children[k]`` is step k's time in each direct child range (by name) on
-    the step's thread; ``in_no_range[k]`` its time in none; ``between[k]``
-    the time in no range between step k and step k + 1.
+    ``children[name][k]`` is step k's time in direct child ranges of that
+    name on the step's thread (by column: one array per name, so that many
+    steps cost 8 bytes a step and name); ``in_no_range[k]`` its time in none;
+    ``between[k]`` the time in no range between step k and step k + 1.
     """
 
     name: str
@@ -153,9 +155,9 @@ class Steps:
     tid: Id
     ranges: list[Event]
     index: list[int]
-    children: list[dict[str, int]]
-    in_no_range: list[int]
-    between: list[int]
+    children: dict[str, array[int]]
+    in_no_range: array[int]
+    between: array[int]
     median: float
     threshold: float
     outliers: list[int]  # positions in ranges, longest first
@@ -559,7 +561,8 @@ def _steps(p: Process, groups: dict[tuple[Id, str, str], list[Event]]) -> Steps 
     ranges.sort(key=lambda e: e.ts)  # already so on one thread; kept explicit
     index = [step_number(e, k) for k, e in enumerate(ranges)]
     durations = [e.dur or 0 for e in ranges]
-    children: list[dict[str, int]] = [{} for _ in ranges]
+    children: dict[str, array[int]] = {}
+    inside = [0] * len(ranges)
     between = [0] * max(len(ranges) - 1, 0)
     covered_gap = [0] * len(between)
     starts = [e.ts for e in ranges]
@@ -577,13 +580,16 @@ def _steps(p: Process, groups: dict[tuple[Id, str, str], list[Event]]) -> Steps 
             k += 1  # the last step that starts at or before ts
         if k >= 0 and ts < ends[k]:  # starts inside step k
             if end <= ends[k] and (ts >= child_end[k] or e.dur == 0):
-                got = children[k]
-                got[e.name] = got.get(e.name, 0) + (e.dur or 0)
+                column = children.get(e.name)
+                if column is None:
+                    column = children[e.name] = array("q", bytes(8 * len(ranges)))
+                column[k] += e.dur or 0
+                inside[k] += e.dur or 0
                 child_end[k] = max(child_end[k], end)
         elif 0 <= k < len(between) and end <= starts[k + 1] and ts >= gap_end[k]:
             covered_gap[k] += e.dur or 0  # a top-level range between steps k and k + 1
             gap_end[k] = end
-    in_no_range = [max(d - sum(c.values()), 0) for d, c in zip(durations, children)]
+    in_no_range = array("q", (max(d - i, 0) for d, i in zip(durations, inside)))
     for k in range(len(between)):
         between[k] = max(starts[k + 1] - ends[k] - covered_gap[k], 0)
     median, threshold, found = outliers(durations)
@@ -595,7 +601,7 @@ def _steps(p: Process, groups: dict[tuple[Id, str, str], list[Event]]) -> Steps 
         index=index,
         children=children,
         in_no_range=in_no_range,
-        between=between,
+        between=array("q", between),
         median=median,
         threshold=threshold,
         outliers=found,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import statistics
+from collections.abc import Sequence
 
 from ..._render import format_ns
 from ...trace.processes import MAD_SCALE, OUTLIER_MADS, OUTLIER_MIN_EXCESS, Id, Process
@@ -117,17 +118,13 @@ def _grown_children(job: Job, p: Process, outliers: list[int]) -> list[str]:
     a candidate too, with what the samples taken then were doing."""
     s = p.steps
     assert s is not None
-    per_step: list[dict[str | None, int]] = []
-    for children, idle in zip(s.children, s.in_no_range):
-        got: dict[str | None, int] = dict(children.items())
-        got[None] = idle
-        per_step.append(got)
-    names = {n for t in per_step for n in t}
-    medians = {n: statistics.median(t.get(n, 0) for t in per_step) for n in names}
+    columns: dict[str | None, Sequence[int]] = dict(s.children.items())
+    columns[None] = s.in_no_range
+    medians = {n: statistics.median(column) for n, column in columns.items()}
     lines = []
     for k in outliers[:3]:
         delta, name, took = max(
-            ((t - medians[n], n, t) for n, t in per_step[k].items()),
+            ((column[k] - medians[n], n, column[k]) for n, column in columns.items()),
             key=lambda g: g[0],
         )
         if delta > 0:
