@@ -36,7 +36,7 @@ from .averages import KeyAverages
 from .errors import ConfigError, ProfilerError, TraceFormatError
 from .report import ReportUnavailable, report
 from .report.diff import DiffError, diff
-from .report.hints import find_hints
+from .report.hints import find_hints, not_checked
 from .report.hints import to_json as hints_json
 from .report.ranks import analyze
 from .trace import Trace, export, load, samples
@@ -325,7 +325,8 @@ def cmd_ranks(args: argparse.Namespace) -> int:
 def cmd_hints(args: argparse.Namespace) -> int:
     """The report's hints of traces, as text or JSON (status 2: unreadable input)."""
     try:
-        found = find_hints([load(path) for path in args.traces])
+        traces = [load(path) for path in args.traces]
+        found = find_hints(traces)
     except (TraceFormatError, OSError) as e:
         print(f"mxprof hints: {e}", file=sys.stderr)
         return 2
@@ -337,6 +338,9 @@ def cmd_hints(args: argparse.Namespace) -> int:
     for h in found:
         print(f"[{h.severity}] {h.title}  ({h.rule})")
         print("".join(f"    {line}\n" for line in h.evidence) + f"  Try: {h.suggestion}\n")
+    missing = not_checked(traces)
+    if missing:
+        print("Not checked:" + "".join(f"\n  {m}" for m in missing))
     return 0
 
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 import mxprof
-from mxprof.report.hints import find_hints
+from mxprof.report.hints import find_hints, not_checked
 from mxprof.trace import processes
 
 PID = 100
@@ -195,6 +195,21 @@ def test_only_counters(page, tmp_path):
     assert "No stack samples in the input" in text
     assert "One process in the input: nothing to compare" in text
     assert find_hints([mxprof.load(tmp_path / "t.json")]) == []
+    # No hints is not "nothing to find": the page says what could not be checked.
+    assert "Not checked:<ul><li>no ranges: no rule about time could look at the run" in text
+    assert "<li>no stack samples: waits outside ranges judged" in text
+
+
+def test_what_the_hints_could_not_check(tmp_path):
+    sampled = save(tmp_path, sampled_run(0.1))
+    assert not_checked([sampled]) == [
+        "no ranges: no rule about time could look at the run",
+        "one process with ranges: no straggler to compare",
+        "no memory counters (profile_memory): memory rules not run",
+    ]
+    stepped = save(tmp_path, loop(1), "steps.json")
+    assert not_checked([stepped])[0].startswith("no stack samples")
+    assert not any(m.startswith("no steps") for m in not_checked([stepped]))
 
 
 def test_one_step(page, tmp_path):

@@ -275,7 +275,9 @@ def test_hints_as_json_and_text(tmp_path, capsys):
     }  # fmt: skip
     assert rules["step-variance"]["subjects"][0] == "step 6"
     assert cli.main(["hints", str(path)]) == 0
-    assert "[low] 1 outlier step over 10" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "[low] 1 outlier step over 10" in text
+    assert "Not checked:\n  no stack samples" in text
 
 
 def test_hints_of_bad_input_exit_2(tmp_path, capsys):

@@ -35,7 +35,7 @@ from ._parallel import beside
 from ._sections import build
 from .diff import Diff
 from .diff import diff as compare
-from .hints import find_hints
+from .hints import find_hints, not_checked
 
 __all__ = ["ReportUnavailable", "report"]
 
@@ -159,7 +159,7 @@ def report(paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) ->
         # The hints need no nesting (self times): the sections work it out beside them.
         hints, sections = beside(lambda: find_hints(traces), lambda: build(inputs, traces))
         compared = diff_html(_diff(bases, traces), bases) if bases else ""
-        text = page(sections, hints_html(hints), compared)
+        text = page(sections, hints_html(hints, not_checked(traces)), compared)
     _write(out, text)
     return out
 

@@ -571,8 +571,9 @@ def _timeline(s: Sections) -> str:
     )
 
 
-def hints_html(hints: Sequence[Any]) -> str:
-    """The hints section: each hint's title, evidence and suggestion."""
+def hints_html(hints: Sequence[Any], missing: Sequence[str] = ()) -> str:
+    """The hints section: each hint's title, evidence and suggestion, then
+    what the inputs lack for some rules (``hints.not_checked``)."""
     out = ['<h2 id="sec-hints">Hints</h2>']
     if not hints:
         out.append("<p>No hints: none of the rules found anything to point out.</p>")
@@ -583,6 +584,9 @@ def hints_html(hints: Sequence[Any]) -> str:
             f'<h3><span class="badge">{esc(h.severity)}</span>{esc(h.title)}</h3>'
             f"<ul>{evidence}</ul><p><b>Try:</b> {esc(h.suggestion)}</p></div>"
         )
+    if missing:
+        items = "".join(f"<li>{esc(m)}</li>" for m in missing)
+        out.append(f'<div class="muted" id="not-checked">Not checked:<ul>{items}</ul></div>')
     return "\n".join(out)
 
 

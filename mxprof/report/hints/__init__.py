@@ -121,7 +121,7 @@ from .memory import memory_growth, memory_peak
 from .ranks import straggler
 from .steps import idle_gaps, step_variance
 
-__all__ = ["RANGE_COST_NS", "RULES", "Hint", "find_hints", "to_json"]
+__all__ = ["RANGE_COST_NS", "RULES", "Hint", "find_hints", "not_checked", "to_json"]
 
 # In the order of the table above: ties of severity keep it.
 RULES: tuple[tuple[str, Rule], ...] = (
@@ -166,6 +166,37 @@ def find_hints(traces: Trace | Sequence[Trace]) -> list[Hint]:
     hints = [h for h in found if h is not None]
     hints.sort(key=lambda h: SEVERITY_RANK[h.severity])
     return hints
+
+
+def not_checked(traces: Trace | Sequence[Trace]) -> list[str]:
+    """What the inputs lack for some rules, each line naming what could not be
+    checked, so that "no hints" is never read as "nothing to find".
+
+    Example:
+        >>> from mxprof.trace import Trace
+        >>> not_checked(Trace([]))[0]
+        'no ranges: no rule about time could look at the run'
+    """
+    items = [traces] if isinstance(traces, Trace) else list(traces)
+    procs = job(items)
+    out = []
+    if not any(p.threads for p in procs):
+        out.append("no ranges: no rule about time could look at the run")
+    elif not any(p.steps for p in procs):
+        out.append(
+            "no steps (a frame or ProfilerStep#N): step variance and memory growth not "
+            "checked; the input rule measured against wall time"
+        )
+    if not any(len(t.samples) for t in items):
+        out.append(
+            "no stack samples: waits outside ranges judged by time in no range alone "
+            "(record with sample_rate, on in mxprof run)"
+        )
+    if sum(1 for p in procs if p.threads) < 2:
+        out.append("one process with ranges: no straggler to compare")
+    if not any(p.memory for p in procs):
+        out.append("no memory counters (profile_memory): memory rules not run")
+    return out
 
 
 def to_json(hints: Sequence[Hint]) -> str:
