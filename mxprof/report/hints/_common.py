@@ -195,13 +195,15 @@ def sampled_in_no_range(job: Job, p: Process, lo: int, hi: int) -> tuple[int, li
             or (sample.range is not None and sample.range != step)
         ):
             continue
-        found[_frame_text(sample.stack)] += 1
+        found[frame_text(sample.stack)] += 1
     total = sum(found.values())
     return total, [f"{what} {pct(n / total)}" for what, n in found.most_common(3)]
 
 
-def _frame_text(stack: tuple[tuple[str, str, int], ...]) -> str:
+def frame_text(stack: tuple[tuple[str, str, int], ...]) -> str:
+    """A stack's innermost frame as ``function (file:line)``; a blocked
+    thread's ``<waiting>`` with the frame that waits."""
     function, file, line = stack[-1]
     if function == "<waiting>" and len(stack) > 1:
-        return f"<waiting> in {_frame_text(stack[:-1])}"
+        return f"<waiting> in {frame_text(stack[:-1])}"
     return f"{function} ({os.path.basename(file)}:{line})" if file else function

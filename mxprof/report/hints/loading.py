@@ -40,6 +40,7 @@ from ._common import (
     Span,
     capped,
     clipped,
+    frame_text,
     hint,
     measure,
     overlap,
@@ -78,10 +79,10 @@ INPUT_CALLS = {
     "_SingleProcessDataLoaderIter._next_data": ("dataloader.py",),
 }
 # fmt: on
-_SHORT = {}
+_SHORT: dict[tuple[str, str], str] = {}
 for _name, _files in INPUT_CALLS.items():
     for _file in _files:
-        _SHORT[(_name.rsplit(".", 1)[-1], _file)] = _name
+        _SHORT.setdefault((_name.rsplit(".", 1)[-1], _file), _name)  # the first listed wins
 
 
 def is_loading(name: str, category: str, cache: dict[tuple[str, str], bool]) -> bool:
@@ -108,11 +109,6 @@ def input_call(frame: Frame, cache: dict[Frame, str | None]) -> str | None:
     found = function if base in INPUT_CALLS.get(function, ()) else _SHORT.get((function, base))
     cache[frame] = found
     return found
-
-
-def _where(frame: Frame) -> str:
-    function, file, line = frame
-    return f"{function} ({os.path.basename(file)}:{line})" if file else function
 
 
 class _Found:
@@ -302,7 +298,7 @@ def _by_samples(job: Job, p: Process, frames: dict[Frame, str | None]) -> _Found
         f"{format_ns(f.share * (hi - lo))} of {format_ns(hi - lo)} {basis}"
     )
     for (call, innermost), n in waits.most_common(3):
-        below = f" > {_where(innermost)}" if innermost[0] != call else ""
+        below = f" > {frame_text((innermost,))}" if innermost[0] != call else ""
         f.lines.append(f"  {call}{below}: {plural(n, 'sample')}")
         f.subjects.append(call)
         f.names.append(call)
@@ -330,7 +326,7 @@ def _producer(p: Process, samples: list[Sample], main: Id | None) -> str | None:
     frame, _ = tops[tid].most_common(1)[0]
     return (
         f"  producer: {p.thread_label(tid)} was running in {n:,} of its {total[tid]:,} "
-        f"samples then ({pct(n / total[tid])}), most in {_where(frame)}"
+        f"samples then ({pct(n / total[tid])}), most in {frame_text((frame,))}"
     )
 
 
