@@ -350,7 +350,10 @@ def ps_job(tmp_path, steps=4):
                 X("apply_push", t + 7, 1, cat="server", pid=pid),
                 X("serve_pull", t + 9, 0.5, cat="server", pid=pid),
             ]
-    return write(tmp_path / "ps.json", events, names=names)
+    # Roles and ranks as mxprof merge writes them: structured, joined by merged_pid.
+    ranks = [{"role": role, "rank": r, "host": "vm", "pid": base + r, "merged_pid": base + r}
+             for role, base in (("worker", 100), ("server", 200)) for r in range(2)]  # fmt: skip
+    return write(tmp_path / "ps.json", events, dist={"ranks": ranks}, names=names)
 
 
 def test_a_parameter_server_job_has_communication_and_lists_its_servers(tmp_path, capsys):
