@@ -39,6 +39,10 @@ _FAST_POINTS = frozenset("iCnR")
 # it pairs under, its held place in its thread's list or -1).
 _Pending = tuple[int, int, RawEvent, ThreadKey, int]
 _EXACT_BELOW = float(1 << 52)
+# The times a trace may hold, in µs: within ±2**63 ns, the range of the core's
+# clock.  A time beyond it (1e308, a 5,000-digit integer) is no time, like NaN:
+# the event is read as one without a time, never as an overflow later on.
+MAX_TIME_US = float(1 << 63) / 1000.0
 
 
 class Sink(Protocol):
@@ -62,12 +66,12 @@ def ns_ratio(value: object) -> tuple[int, int] | None:
         except ValueError:
             return None
     if type(value) is float:
-        if not math.isfinite(value):
+        if not (math.isfinite(value) and -MAX_TIME_US <= value <= MAX_TIME_US):
             return None
         num, den = value.as_integer_ratio()
         return num * 1000, den
     if isinstance(value, int) and not isinstance(value, bool):
-        return value * 1000, 1
+        return (value * 1000, 1) if -MAX_TIME_US <= value <= MAX_TIME_US else None
     return None
 
 
@@ -110,8 +114,10 @@ def whole_ns(value: object) -> int | None:
     if type(value) is not float and type(value) is not int:
         return None
     v = value * 1000.0
+    if not -_EXACT_BELOW < v < _EXACT_BELOW:  # also NaN and the infinities: no round()
+        return None
     n = round(v)
-    return n if -0.001 < v - n < 0.001 and -_EXACT_BELOW < v < _EXACT_BELOW else None
+    return n if -0.001 < v - n < 0.001 else None
 
 
 def ident(value: object) -> Id:
@@ -178,30 +184,36 @@ class Converter:
         for e in events:
             ph = e.ph
             ts = e.ts
+            # The range checks come before round(): it overflows on an infinity.
             if ph == "X" and ts is not None:
                 v = ts * 1000.0
-                start = round(v)
                 dur = e.dur
                 w = 0.0 if dur is None else dur * 1000.0
-                length = round(w)
-                if (
-                    -0.001 < v - start < 0.001
-                    and -0.001 < w - length < 0.001
-                    and -exact < v < exact
-                    and -exact < w < exact
-                ):
+                if -exact < v < exact and -exact < w < exact:
+                    start = round(v)
+                    length = round(w)
+                    exact_times = -0.001 < v - start < 0.001 and -0.001 < w - length < 0.001
+                else:
+                    exact_times = False
+                if exact_times:
                     fs(e, "dur", length if length > 0 else 0)
                 else:
-                    start, end = span_ns(ts, 0 if dur is None else dur)  # type: ignore[misc]
+                    span = span_ns(ts, 0 if dur is None else dur)
+                    if span is None:  # no valid time: the general way drops it
+                        continue
+                    start, end = span
                     fs(e, "dur", end - start if end > start else 0)
             elif ph in _FAST_POINTS and ts is not None:
                 if ph == "i" and e.category == SAMPLE_CATEGORY:
                     self.sample_events.append(_as_raw(e))
                     continue
                 v = ts * 1000.0
-                start = round(v)
-                if not (-0.001 < v - start < 0.001 and -exact < v < exact):
-                    start = round_ratio(*ns_ratio(ts))  # type: ignore[misc]
+                start = round(v) if -exact < v < exact else 0
+                if not (-exact < v < exact and -0.001 < v - start < 0.001):
+                    ratio = ns_ratio(ts)
+                    if ratio is None:  # no valid time: the general way drops it
+                        continue
+                    start = round_ratio(*ratio)
                 fs(e, "dur", None)
             else:
                 self.add(_as_raw(e))

@@ -161,7 +161,7 @@ def members(members: bytes | None, tail: bytes) -> dict[str, Any]:
     doc_text = (b"{" + members + b'"traceEvents":[]' + tail).decode("utf-8-sig", "replace")
     try:
         doc = _DECODER.decode(doc_text)
-    except json.JSONDecodeError:
+    except (RecursionError, ValueError):  # JSONDecodeError, too deep, too many digits
         raise NotLines from None
     if not isinstance(doc, dict):
         raise NotLines
@@ -177,7 +177,7 @@ def raw_events(text: bytes) -> list[dict[str, Any]]:
     """
     try:
         events = _DECODER.decode(text.decode("utf-8", "replace"))
-    except json.JSONDecodeError:
+    except (RecursionError, ValueError):  # JSONDecodeError, too deep, too many digits
         raise NotLines from None
     if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
         raise NotLines

@@ -48,7 +48,7 @@ from .._tracejson import dumps as trace_json
 from .._version import __version__
 from ..errors import TraceFormatError
 from . import _scan
-from ._convert import Converter, span_ns, whole_ns
+from ._convert import Converter, ident, span_ns, whole_ns
 from ._event import DECODE_EVENTS
 from .clock import IDENTITY, ClockModel
 from .gpu import align_inputs, is_nvidia
@@ -531,6 +531,9 @@ def _write_inputs(
             kept = []
             for ev in block:
                 pid = ev.get("pid")
+                if pid is not None and type(pid) is not int and type(pid) is not str:
+                    # NaN, Infinity, an object: the model's identity of it (hashable)
+                    pid = ident(pid)
                 if pid not in pids:
                     pids[pid] = _fresh_pid(pid, used)
                     used.add(pids[pid])

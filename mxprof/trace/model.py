@@ -576,8 +576,8 @@ def read_lines(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any]]:
                     continue
                 except msgspec.ValidationError:
                     pass  # a value the fast decoding does not take: read the run as dicts
-                except msgspec.DecodeError:
-                    raise _scan.NotLines from None
+                except (msgspec.DecodeError, RecursionError):  # damage, or nested too deep:
+                    raise _scan.NotLines from None  # the general reader names it
             for raw in _scan.raw_events(text):
                 converted.add(raw)
     return converted, metadata

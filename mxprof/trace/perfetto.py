@@ -100,7 +100,14 @@ def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
 
 
 def _fields(data: bytes, pos: int = 0, end: int | None = None) -> Iterator[tuple[int, int, Any]]:
-    """(field number, wire type, value) of one message: an int, or bytes for wire type 2."""
+    """(field number, wire type, value) of one message: an int, or bytes for wire type 2.
+
+    Raises:
+        _Damaged: the wire format breaks, or data is not bytes (a field read as
+            a message that was written as a number).
+    """
+    if type(data) is not bytes:
+        raise _Damaged("a message field that is not length-delimited")
     end = len(data) if end is None else end
     while pos < end:
         key, pos = _varint(data, pos, end)
@@ -125,10 +132,17 @@ def _fields(data: bytes, pos: int = 0, end: int | None = None) -> Iterator[tuple
         yield field, wire, value
 
 
-def _signed(value: int) -> int:
+def _uint(value: Any) -> int:
+    """A number field's value; _Damaged when the field was written as bytes."""
+    if type(value) is not int:
+        raise _Damaged("a number field that is length-delimited")
+    return value
+
+
+def _signed(value: Any) -> int:
     """An int64 field's value: varints carry negative numbers as 64-bit two's complement."""
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value >= 1 << 63 else value
+    bits = _uint(value) & ((1 << 64) - 1)
+    return bits - (1 << 64) if bits >= 1 << 63 else bits
 
 
 def _text(value: Any) -> str:
@@ -190,7 +204,7 @@ class _Decoder:
         ts: int | None = None
         event = perf = None
         for field, wire, value in _fields(data):
-            if field == PK_SEQUENCE_FLAGS and value & SEQ_INCREMENTAL_STATE_CLEARED:
+            if field == PK_SEQUENCE_FLAGS and _uint(value) & SEQ_INCREMENTAL_STATE_CLEARED:
                 self.names.clear()
                 self.categories.clear()
                 self.samples.clear()  # HOOK(samples)
@@ -209,7 +223,7 @@ class _Decoder:
         if event is not None:
             self.track_event(event, ts)
         if perf is not None and ts is not None:  # HOOK(samples)
-            entry = _entry(perf, repeated=0)
+            entry = _entry(perf, repeated=0, numbers=(2, 3, 4))
             self.events += self.samples.sample(entry, self.us(ts), self.names, self.categories)
 
     def clock_snapshot(self, data: bytes) -> None:
@@ -217,7 +231,7 @@ class _Decoder:
         for field, _, value in _fields(data):
             if field == 1:
                 clock = dict((f, v) for f, _, v in _fields(value))
-                clocks[clock.get(1)] = clock.get(2, 0)
+                clocks[_uint(clock.get(1, 0))] = _uint(clock.get(2, 0))
         if self.base is None and CLOCK_MONOTONIC in clocks:
             self.base = clocks[CLOCK_MONOTONIC]
             if CLOCK_REALTIME in clocks:
@@ -230,13 +244,17 @@ class _Decoder:
                 entry = dict((f, v) for f, _, v in _fields(value))
                 table[entry.get(INTERNED_IID, 0)] = _text(entry.get(INTERNED_NAME, b""))
             elif field in SAMPLE_INTERNED:  # HOOK(samples): frames and callstacks
-                self.samples.interned(field, _entry(value, repeated=2 if field == 7 else 0))
+                # function names (5): iid, text; frames (6), callstacks (7): numbers
+                strings = (2,) if field == 5 else ()
+                numbers = (1,) if field == 5 else (1, 2)
+                entry = _entry(value, 2 if field == 7 else 0, numbers, strings)
+                self.samples.interned(field, entry)
 
     def track(self, data: bytes) -> None:
         uuid, name, kind, pid, tid = 0, "", "track", self.pid, 0
         for field, _, value in _fields(data):
             if field == TD_UUID:
-                uuid = value
+                uuid = _uint(value)
             elif field == TD_NAME:
                 name = _text(value)
             elif field == TD_COUNTER:
@@ -267,11 +285,11 @@ class _Decoder:
         args: dict[str, Any] = {}
         for field, wire, v in _fields(data):
             if field == TE_TYPE:
-                kind = v
+                kind = _uint(v)
             elif field == TE_TRACK_UUID:
-                track = v
+                track = _uint(v)
             elif field == TE_NAME_IID:
-                name_iid = v
+                name_iid = _uint(v)
             elif field == TE_NAME:
                 name = _text(v)
             elif field == TE_CATEGORY_IIDS:
@@ -335,11 +353,12 @@ def _annotation(data: bytes) -> dict[str, Any]:
         elif field == DA_BOOL:
             value_ = bool(v)
         elif field == DA_UINT:
-            value_ = v
+            value_ = _uint(v)
         elif field == DA_INT:
             value_ = _signed(v)
         elif field == DA_DOUBLE:
-            value_ = struct.unpack("<d", v.to_bytes(8, "little"))[0]
+            bits = _uint(v) & ((1 << 64) - 1)
+            value_ = struct.unpack("<d", bits.to_bytes(8, "little"))[0]
         elif field == DA_STRING:
             value_ = _text(v)
     return {name: value_} if name else {}
@@ -351,11 +370,22 @@ PK_PERF_SAMPLE = 66
 SAMPLE_INTERNED = (5, 6, 7)
 
 
-def _entry(data: bytes, repeated: int) -> dict[int, list[Any]]:
-    """A message's fields by number, each a list; field repeated may be packed."""
+def _entry(
+    data: bytes, repeated: int, numbers: tuple[int, ...] = (), strings: tuple[int, ...] = ()
+) -> dict[int, list[Any]]:
+    """A message's fields by number, each a list; field repeated may be packed.
+
+    The fields in numbers must hold numbers and those in strings bytes (else
+    _Damaged): the reader of the entry takes them as such.
+    """
     out: dict[int, list[Any]] = {}
     for f, wire, v in _fields(data):
-        out.setdefault(f, []).extend(_packed(wire, v) if f == repeated else [v])
+        values = _packed(wire, v) if f == repeated else [v]
+        if f in numbers:
+            values = [_uint(x) for x in values]
+        elif f in strings and type(v) is not bytes:
+            raise _Damaged("a string field that is not length-delimited")
+        out.setdefault(f, []).extend(values)
     return out
 
 

@@ -237,8 +237,21 @@ def parse_text(text: str, where: str) -> tuple[list[RawEvent], dict[str, Any], b
         # Not one complete JSON value: read it piece by piece, which keeps
         # what is complete when the text is cut short and pinpoints damage.
         return _parse_pieces(text, where, err)
+    except (RecursionError, ValueError) as err:
+        raise beyond_limits(where, err) from None
     events, metadata = _trace_parts(doc, where)
     return events, metadata, False
+
+
+def beyond_limits(where: str, err: Exception) -> TraceFormatError:
+    """The error for JSON that is valid but beyond what a reader takes: values
+    nested deeper than Python's recursion limit, an integer of more digits
+    than ``sys.get_int_max_str_digits()`` (4,300 by default)."""
+    if isinstance(err, RecursionError):
+        problem = "values nested too deep to read (more than about 900 levels)"
+    else:
+        problem = f"a value beyond what JSON numbers hold here ({err})"
+    return TraceFormatError(f"{where}: not a trace mxprof reads: {problem}")
 
 
 def _gunzip(data: bytes) -> tuple[bytes, _Fault | None]:
@@ -396,7 +409,9 @@ class _Pieces:
         self.next_char()
         try:
             value, self.pos = _DECODER.raw_decode(self.text, self.pos)
-        except json.JSONDecodeError as err:
+        except (RecursionError, ValueError) as err:
+            if not isinstance(err, json.JSONDecodeError):
+                raise beyond_limits(self.where, err) from None
             if err.msg.startswith("Unterminated string") or _PARTIAL_TOKEN.fullmatch(
                 self.text, err.pos
             ):

@@ -8,7 +8,8 @@ from typing import Any
 
 from ..errors import TraceFormatError
 from .nvidia import is_database
-from .reader import salvage, shown
+from .perfetto import looks_like_perfetto, read_perfetto
+from .reader import open_trace, salvage, shown
 from .writer import PERFETTO, encode, file_format
 
 
@@ -88,12 +89,21 @@ def repair(
     source = os.fspath(path)
     target = os.fspath(output) if output is not None else source
     fmt = file_format(target)
+    data = b""
     if file_format(source) == PERFETTO and fmt == PERFETTO:
-        with open(source, "rb") as f:
+        with open_trace(source) as f:
             data = f.read()
+    if data and looks_like_perfetto(data):
+        # Packets kept as they are, once the reader has taken them: damage
+        # (text, another format under this name) raises, naming the file, and
+        # a file without one whole packet is refused: nothing is written.
+        where = shown(source)
+        read_perfetto(data, where)
         size, packets = _perfetto_prefix(data)
-        _write_atomically(target, data[:size])
         cut = "the file ends inside a packet: it was cut short" if size < len(data) else None
+        if packets == 0:
+            raise TraceFormatError(f"{where}: {cut}, with nothing before it: nothing to keep")
+        _write_atomically(target, data[:size])
         return {"events": packets, "truncated": cut is not None, "problem": cut}
     if target == source and is_database(source):  # NVIDIA-IMPORT HOOK: never over a database
         raise TraceFormatError(
