@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import re
-import zlib
 from collections.abc import Generator, Iterator
 from typing import IO, Any
 
-from .reader import GZIP_MAGIC
+from ..errors import TraceFormatError
+from .reader import GZIP_MAGIC, MAX_LINE, LineCheck, gunzip, shown
 
 BLOCK = 8 << 20  # bytes of text decoded at a time
 _HEAD_LIMIT = 1 << 20  # how far the opening of the events array may lie
@@ -38,10 +38,11 @@ class NotLines(Exception):
 
 
 def _text(f: IO[bytes]) -> Iterator[bytes]:
-    """The file's text, decompressed if it is gzip, block by block.
+    """The file's text, decompressed if it is gzip, block by block (gzip: by
+    ``reader.gunzip``, each member once).
 
     Raises:
-        NotLines: the gzip stream is damaged or ends inside a member.
+        NotLines: the gzip stream is cut or damaged (the general reader names it).
     """
     data = f.read(BLOCK)
     if not data.startswith(GZIP_MAGIC):
@@ -49,65 +50,89 @@ def _text(f: IO[bytes]) -> Iterator[bytes]:
         while block := f.read(BLOCK):
             yield block
         return
-    member = zlib.decompressobj(wbits=31)
-    while True:
-        try:
-            out = member.decompress(data, BLOCK)
-            while out:
-                yield out
-                out = member.decompress(member.unconsumed_tail, BLOCK)
-        except zlib.error:
-            raise NotLines from None
-        if not member.eof:
-            data = f.read(BLOCK)
-            if not data:
-                raise NotLines  # the stream ends inside a member: a cut file
-            continue
-        data = member.unused_data
-        if len(data) < 2:
-            data += f.read(BLOCK)
-        if not data:
-            return
-        if data[:2] != GZIP_MAGIC:
-            raise NotLines  # padding or damage after a member: the general reader decides
-        member = zlib.decompressobj(wbits=31)
+    fault = yield from gunzip(f.read, data)
+    if fault is not None:
+        raise NotLines
 
 
-def blocks(f: IO[bytes]) -> Generator[bytes, None, dict[str, Any]]:
+def _checked(text: Iterator[bytes], lines: LineCheck) -> Iterator[bytes]:
+    """text, each block given to lines first (a line too long raises there)."""
+    for block in text:
+        lines.add(block)
+        yield block
+
+
+def blocks(f: IO[bytes], where: str | None = None) -> Generator[bytes, None, dict[str, Any]]:
     """The file's events as JSON arrays of whole events; returns its other members.
 
     Yields ``b"[...]"`` texts, each a run of complete events in file order;
     the generator's return value is every top-level member but the events
-    (``{}`` for the array form).
+    (``{}`` for the array form).  Linear in the text: each byte is searched
+    once for the end of a line and of the events.
+
+    Args:
+        f: the file, open for reading bytes.
+        where: the file as messages name it (default: ``f.name``).
 
     Raises:
         NotLines: the file is not in the one-event-per-line shape, or is cut
             short or damaged (the caller then reads it the general way).
+        TraceFormatError: a line longer than ``reader.MAX_LINE``, or text
+            that is only whitespace: no reading would take the file.
     """
-    text = _text(f)
+    where = where if where is not None else shown(str(getattr(f, "name", "the file")))
+    text = _checked(_text(f), LineCheck(where))
     head = b""
+    offset = 0  # where head, then pending, begins in the text
     opening = None
     for block in text:
         head += block
+        if not head.strip():  # whitespace before the trace: nothing to keep
+            offset += len(head)
+            head = b""
+            continue
         opening = _OPENING.match(head)
         if opening is not None or len(head) >= _HEAD_LIMIT:
             break
     if opening is None:
+        if not head:  # the text ended, whole, and held nothing but whitespace
+            raise TraceFormatError(f"{where}: the file is empty, not a trace")
         raise NotLines
     pending = head[opening.end() :]
+    offset += opening.end()
     if pending.lstrip().startswith(b"]"):
         pending = b"\n" + pending  # an empty array: its closing, as a line of its own
+        offset -= 1
+    # pending[:scanned] holds no closing of the events, and its last newline
+    # is at last_nl (-1: none): only what follows is searched again.
+    scanned = 0
+    last_nl = -1
     while True:
-        closing = _CLOSING.search(pending)
+        closing = _CLOSING.match(pending, last_nl) if last_nl >= 0 else None
+        if closing is None:
+            closing = _CLOSING.search(pending, max(scanned, last_nl + 1))
         if closing is not None:
             if pending[: closing.start()].strip():
                 yield _array(pending[: closing.start()])
-            tail = pending[closing.end() :] + b"".join(text)
-            return members(opening.group("members"), tail)
-        cut = pending.rfind(b"\n")
-        if cut > 0 and pending[:cut].strip():
-            yield _array(pending[:cut])
-            pending = pending[cut:]
+            tail = bytearray(pending[closing.end() :])
+            for rest in text:  # the members after the events: a trailer, bounded
+                tail += rest
+                if len(tail) > MAX_LINE:
+                    raise TraceFormatError(
+                        f"{where}: more than {MAX_LINE >> 20} MiB of text after the events "
+                        f"(at byte {offset + closing.end()}): not a trace mxprof reads"
+                    )
+            return members(opening.group("members"), bytes(tail))
+        found = pending.rfind(b"\n", scanned)
+        if found >= 0:
+            last_nl = found
+        if last_nl > 0:
+            if pending[:last_nl].strip():
+                yield _array(pending[:last_nl])
+            pending = pending[last_nl:]
+            offset += last_nl
+            last_nl = 0
+        scanned = len(pending)
         more = next(text, None)
         if more is None:
             raise NotLines  # the text ends inside the events: a cut file

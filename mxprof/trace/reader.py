@@ -21,7 +21,7 @@ import json
 import os
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar, Union
 
@@ -33,7 +33,13 @@ PathArg = Union[str, "os.PathLike[str]"]
 RawEvent = dict[str, Any]
 
 GZIP_MAGIC = b"\x1f\x8b"
-_GZIP_CHUNK = 1 << 16
+_GZIP_CHUNK = 1 << 16  # compressed bytes fed at a time
+TEXT_PIECE = 8 << 20  # the most text one piece of decompression holds
+# The longest line a JSON trace may hold, in bytes of its (decompressed)
+# text: mxprof's writers, Chrome's and Perfetto's put one event per line, so a
+# longer line is a hostile or broken file (a gzip bomb of one huge string).
+# It bounds what any reader holds besides the file's own events.
+MAX_LINE = 64 << 20
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 # How the core's writer (native/src/mxp_chrome.c) begins every file, before any
 # event: a file that begins so and is cut short was cut by a killed process.
@@ -144,16 +150,13 @@ def _read(path: PathArg) -> tuple[list[RawEvent], dict[str, Any], _Fault | None]
         events, metadata, _ = nvidia.read_raw(path)
         return events, metadata, None
     where = shown(os.fspath(path))
-    data = _read_bytes(os.fspath(path))
-    if looks_like_perfetto(data):
+    data, fault, compressed = _read_text(os.fspath(path), where)
+    if not compressed and looks_like_perfetto(bytes(data[:_GZIP_CHUNK])):
         # Packets carry their own lengths: read_perfetto tells a cut from
         # damage (raising for damage), and the packets before a cut are whole.
-        events, metadata, truncated = read_perfetto(data, where)
+        events, metadata, truncated = read_perfetto(bytes(data), where)
         cut = _Fault("the file ends inside a packet: it was cut short", True, True)
         return events, metadata, cut if truncated else None
-    fault = None
-    if data and GZIP_MAGIC.startswith(data[:2]):
-        data, fault = _gunzip(data)
     if data.endswith(b"\0") and fault is None:
         # A crash can leave a file's last blocks allocated but never written.
         data = data.rstrip(b"\0")
@@ -196,14 +199,90 @@ def open_trace(path: PathArg) -> BinaryIO:
     return _failing_as_trace_error(lambda: open(name, "rb"), name)
 
 
-def _read_bytes(path: str) -> bytes:
-    """The file's bytes; every way the path can fail is one TraceReadError."""
+def _read_text(path: str, where: str) -> tuple[bytearray, _Fault | None, bool]:
+    """The file's text (decompressed when it is gzip), what cut it short, and
+    whether it was gzip.
 
-    def read() -> bytes:
-        with open(path, "rb") as f:
-            return f.read()
+    Read piece by piece, gzip as a stream: memory holds the text once, as
+    for a plain file, and a line longer than ``MAX_LINE`` stops the reading.
+    A Perfetto file is returned as its bytes (``looks_like_perfetto``).
 
-    return _failing_as_trace_error(read, path)
+    Raises:
+        TraceReadError: the path cannot be read.
+        TraceFormatError: a line longer than ``MAX_LINE``.
+    """
+    with open_trace(path) as f:
+        first = _failing_as_trace_error(lambda: f.read(_GZIP_CHUNK), path)
+        compressed = bool(first) and GZIP_MAGIC.startswith(first[:2])
+        out = bytearray()
+        pieces = gunzip(f.read, first) if compressed else _plain(f.read, first)
+        # Perfetto packets hold any bytes, newlines or not: no lines to check.
+        check = compressed or not looks_like_perfetto(first)
+        lines = LineCheck(where)
+        try:
+            while True:
+                piece = next(pieces)
+                if check:
+                    lines.add(piece)
+                out += piece
+        except StopIteration as done:
+            fault: _Fault | None = done.value
+        except OSError as e:
+            reason = e.strerror or str(e)
+            raise TraceReadError(f"{where}: cannot read: {reason}", path, e.errno) from None
+    return out, fault, compressed
+
+
+def _plain(read: Callable[[int], bytes], first: bytes) -> Generator[bytes, None, _Fault | None]:
+    """A plain file's bytes, a piece at a time."""
+    yield first
+    while piece := read(TEXT_PIECE):
+        yield piece
+    return None
+
+
+class LineCheck:
+    """Stops a reading at the first line longer than ``MAX_LINE``, given the
+    text piece by piece, in linear time (each byte is looked at once)."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.offset = 0  # bytes of text given so far
+        self.line = 0  # where the line now open began
+
+    def add(self, piece: bytes | bytearray) -> None:
+        """The next piece of text.
+
+        Raises:
+            TraceFormatError: a line is longer than ``MAX_LINE``, naming the
+                file and the offset in its text where that line begins.
+        """
+        first = piece.find(b"\n")
+        end = self.offset + (len(piece) if first < 0 else first)
+        if end - self.line > MAX_LINE:
+            raise line_too_long(self.where, self.line)
+        if first >= 0:
+            # Lines wholly inside the piece are shorter than it; check them too
+            # when the piece may be longer than the limit.
+            if len(piece) > MAX_LINE:
+                start = first + 1
+                while (nl := piece.find(b"\n", start)) >= 0:
+                    if nl - start > MAX_LINE:
+                        raise line_too_long(self.where, self.offset + start)
+                    start = nl + 1
+            self.line = self.offset + piece.rfind(b"\n") + 1
+        self.offset += len(piece)
+        if self.offset - self.line > MAX_LINE:
+            raise line_too_long(self.where, self.line)
+
+
+def line_too_long(where: str, offset: int) -> TraceFormatError:
+    """The error for a line longer than ``MAX_LINE`` beginning at offset."""
+    return TraceFormatError(
+        f"{where}: a line of more than {MAX_LINE >> 20} MiB at byte {offset} of its text: "
+        "not a trace mxprof reads (a trace has an event per line; see 'Loading traces' "
+        "in the README)"
+    )
 
 
 _T = TypeVar("_T")
@@ -254,47 +333,69 @@ def beyond_limits(where: str, err: Exception) -> TraceFormatError:
     return TraceFormatError(f"{where}: not a trace mxprof reads: {problem}")
 
 
-def _gunzip(data: bytes) -> tuple[bytes, _Fault | None]:
-    """Everything the gzip members in data decompress to, and what cut it short.
+def gunzip(
+    read: Callable[[int], bytes], first: bytes = b""
+) -> Generator[bytes, None, _Fault | None]:
+    """The text the gzip members of a stream decompress to, piece by piece,
+    each member once; returns what cut the stream short or damaged it (None:
+    it is whole).
 
-    The one reader of gzip members that decides (``_scan`` hands any
-    problem over to it): a stream that ends inside a member is a cut; a
-    member that fails to decompress or its check (CRC, length), and bytes
-    after the last member that are neither gzip nor zero padding, are damage.
-    Input goes in chunks so that output before a damaged block is kept.
+    The one reader of gzip members (``_scan`` reads through it too): a stream
+    that ends inside a member is a cut; a member that fails to decompress or
+    its check (CRC, length), and bytes after the last member that are neither
+    gzip nor zero padding, are damage.  Compressed input goes in chunks and
+    each piece of output holds at most ``TEXT_PIECE`` bytes, so that a small
+    file that decompresses to gigabytes is never held whole here, and the
+    output before a damaged block is kept.
+
+    Args:
+        read: reads up to n more bytes of the file (b"": its end).
+        first: bytes already read from its start.
     """
-    pieces: list[bytes] = []
-    rest = data
+    data = first
+    done = 0  # text given so far
     while True:
         member = zlib.decompressobj(wbits=31)
-        fed = 0
-        try:
-            while fed < len(rest) and not member.eof:
-                chunk = rest[fed : fed + _GZIP_CHUNK]
-                before = member.copy()
-                try:
-                    pieces.append(member.decompress(chunk))
-                except zlib.error:
-                    # The output of the failing call is lost with it: feed that
-                    # chunk again a byte at a time, keeping all before the fault.
-                    for i in range(len(chunk)):
-                        pieces.append(before.decompress(chunk[i : i + 1]))
-                    raise
-                fed += _GZIP_CHUNK
-            pieces.append(member.flush())
-        except zlib.error as e:
-            text = b"".join(pieces)
-            reason = str(e).partition(": ")[2] or str(e)
-            damage = f"damaged gzip data ({reason}) after {len(text)} bytes of text"
-            return text, _Fault(damage, False)
-        if not member.eof:
-            cut = "the gzip stream ends inside a member: the file was cut short"
-            return b"".join(pieces), _Fault(cut, True)
-        rest = member.unused_data + rest[fed:]
-        if rest[:2] != GZIP_MAGIC:
+        while not member.eof:
+            if not data:
+                data = read(_GZIP_CHUNK)
+                if not data:
+                    cut = "the gzip stream ends inside a member: the file was cut short"
+                    return _Fault(cut, True)
+            before = member.copy()
+            try:
+                out = member.decompress(data, TEXT_PIECE)
+            except zlib.error as e:
+                # The output of the failing call is lost with it: feed that
+                # input again a byte at a time, keeping all before the fault.
+                kept = bytearray()
+                for i in range(len(data)):
+                    try:
+                        kept += before.decompress(data[i : i + 1], TEXT_PIECE - len(kept))
+                    except zlib.error:
+                        break
+                    if len(kept) >= TEXT_PIECE:
+                        break
+                yield bytes(kept)
+                reason = str(e).partition(": ")[2] or str(e)
+                damage = f"damaged gzip data ({reason}) after {done + len(kept)} bytes of text"
+                return _Fault(damage, False)
+            # Never call decompress after the member's end: what it is given
+            # then would be added to unused_data again (a member read twice).
+            data = b"" if member.eof else member.unconsumed_tail
+            if out:
+                done += len(out)
+                yield out
+        data = member.unused_data
+        while len(data) < 2 and (more := read(_GZIP_CHUNK)):
+            data += more
+        if data[:2] != GZIP_MAGIC:
             # Zero padding after the last member is harmless; anything else is damage.
-            junk = _Fault("bytes after the gzip stream that are not gzip", False)
-            return b"".join(pieces), junk if rest.strip(b"\0") else None
+            while not data.strip(b"\0") and (more := read(_GZIP_CHUNK)):
+                data = more
+            if data.strip(b"\0"):
+                return _Fault("bytes after the gzip stream that are not gzip", False)
+            return None
 
 
 def _json_type(value: object) -> str:

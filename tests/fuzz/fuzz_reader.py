@@ -6,6 +6,7 @@ Anything else is a bug.  Seeds in tests/fuzz/corpus/ start it on real traces.
 Run: python tests/fuzz/fuzz_reader.py tests/fuzz/corpus -max_total_time=30
 """
 
+import io
 import sys
 
 import atheris
@@ -17,7 +18,7 @@ with atheris.instrument_imports():
 
 def one_input(data: bytes) -> None:
     if data[:2] == b"\x1f\x8b":
-        data, _ = reader._gunzip(data)
+        data = b"".join(reader.gunzip(io.BytesIO(data).read))
     text = data.decode("utf-8", errors="replace")
     try:
         events, metadata, truncated = reader.parse_text(text, "fuzz")
