@@ -17,10 +17,20 @@ SECONDS = int(os.environ.get("MXPROF_FUZZ_SECONDS", "15"))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["fuzz_escape.py", "fuzz_reader.py"])
-def test_fuzz_target_finds_nothing(tmp_path, target):
+@pytest.mark.parametrize(
+    ("target", "seeds"),
+    [
+        ("fuzz_escape.py", "corpus"),
+        ("fuzz_reader.py", "corpus"),  # JSON text
+        ("fuzz_gzip.py", "corpus_gzip"),  # files through their gzip stream, as load reads them
+        ("fuzz_perfetto.py", "corpus_perfetto"),
+        ("fuzz_sqlite.py", "corpus_sqlite"),  # nvprof and Nsight databases
+        ("fuzz_wire.py", "corpus_wire"),  # the distributed wire decoder
+    ],
+)
+def test_fuzz_target_finds_nothing(tmp_path, target, seeds):
     corpus = tmp_path / "corpus"
-    shutil.copytree(os.path.join(HERE, "fuzz", "corpus"), corpus)  # the fuzzer adds to it
+    shutil.copytree(os.path.join(HERE, "fuzz", seeds), corpus)  # the fuzzer adds to it
     proc = subprocess.run(
         [
             sys.executable,
