@@ -98,10 +98,12 @@ def blocks(f: IO[bytes], where: str | None = None) -> Generator[bytes, None, dic
         if not head:  # the text ended, whole, and held nothing but whitespace
             raise TraceFormatError(f"{where}: the file is empty, not a trace")
         raise NotLines
-    pending = head[opening.end() :]
+    # A bytearray: text is appended in place (a long line comes in many
+    # pieces: bytes would be copied whole at each).
+    pending = bytearray(head[opening.end() :])
     offset += opening.end()
     if pending.lstrip().startswith(b"]"):
-        pending = b"\n" + pending  # an empty array: its closing, as a line of its own
+        pending[:0] = b"\n"  # an empty array: its closing, as a line of its own
         offset -= 1
     # pending[:scanned] holds no closing of the events, and its last newline
     # is at last_nl (-1: none): only what follows is searched again.
@@ -129,7 +131,7 @@ def blocks(f: IO[bytes], where: str | None = None) -> Generator[bytes, None, dic
         if last_nl > 0:
             if pending[:last_nl].strip():
                 yield _array(pending[:last_nl])
-            pending = pending[last_nl:]
+            del pending[:last_nl]
             offset += last_nl
             last_nl = 0
         scanned = len(pending)
@@ -172,7 +174,7 @@ def metadata(f: IO[bytes]) -> dict[str, Any]:
             return stop.value  # type: ignore[no-any-return]
 
 
-def _array(body: bytes) -> bytes:
+def _array(body: bytes | bytearray) -> bytes:
     """A run of events, with the commas between them, as one JSON array."""
     return b"[" + body.strip().strip(b",") + b"]"
 

@@ -1,0 +1,162 @@
+"""The readers on hostile and big gzip input: time and peak memory, .json.gz beside .json.
+
+    python benchmarks/readers.py [--quick] [--sizes 16 64 256] [--events 2000000]
+
+Each input is written twice, as plain ``.json`` and as ``.json.gz`` (the
+gzip one flushed in members of about 1 MiB of text, as the core writes it),
+and each is read by ``mxprof.load(path).key_averages()`` in a process of its
+own, so that the peak RSS is that reading's own:
+
+- bombs of N MiB of text (``--sizes``): one event whose name is one huge
+  string; newlines only;
+- a trace of ``--events`` events in mxprof's one-event-per-line shape
+  (written directly in the core's shape: recording millions of events with
+  the live core takes longer than reading them).
+
+Issue 27's targets, checked at the end: a ``.json.gz`` of N decompressed
+bytes peaks at most 64 MB above the same ``.json``, and time grows linearly
+with N (the 256 MiB bombs take at most 16 x the 16 MiB ones, plus 1 s).
+``--quick`` is a small run that checks the script works, never how fast
+anything is. Files go to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MIB = 1 << 20
+
+READ = """
+import resource, sys, time
+import mxprof
+from mxprof.errors import TraceFormatError
+start = time.perf_counter()
+try:
+    rows = mxprof.load(sys.argv[1]).key_averages()
+    outcome = f"{sum(r.count for r in rows)} ranges"
+except TraceFormatError as e:
+    outcome = "refused: " + str(e).split(": ", 1)[1][:40]
+took = time.perf_counter() - start
+print(took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, outcome, sep="\\t")
+"""
+
+
+def write_both(folder: str, name: str, pieces: object) -> tuple[str, str]:
+    """The text from pieces (an iterable of bytes) as name.json and name.json.gz."""
+    plain, packed = os.path.join(folder, name + ".json"), os.path.join(folder, name + ".json.gz")
+    with open(plain, "wb") as p, open(packed, "wb") as g:
+        pending = bytearray()
+        for piece in pieces:  # type: ignore[attr-defined]
+            p.write(piece)
+            pending += piece
+            if len(pending) >= MIB:
+                g.write(gzip.compress(bytes(pending), 1))
+                pending.clear()
+        g.write(gzip.compress(bytes(pending), 1))
+    return plain, packed
+
+
+def string_bomb(size: int) -> object:
+    yield b'{"traceEvents":[\n{"ph":"X","name":"'
+    for _ in range(size // MIB):
+        yield b"a" * MIB
+    yield b'","ts":1,"dur":1,"pid":1,"tid":1}\n]}\n'
+
+
+def newline_bomb(size: int) -> object:
+    for _ in range(size // MIB):
+        yield b"\n" * MIB
+
+
+def real_trace(events: int) -> object:
+    yield b'{"displayTimeUnit":"ms","baseTimeNanoseconds":1795000000000000000,"traceEvents":[\n'
+    yield b'{"name":"process_name","ph":"M","pid":1,"tid":0,"args":{"name":"python"}},\n'
+    batch = []
+    for i in range(events):
+        batch.append(
+            b'{"name":"op%d","cat":"user_annotation","ph":"X","ts":%d.125,"dur":0.75,'
+            b'"pid":1,"tid":%d},\n' % (i % 98, i, 1 + i % 4)
+        )
+        if len(batch) == 10000:
+            yield b"".join(batch)
+            batch = []
+    yield b"".join(batch)
+    yield b'{"name":"end","ph":"i","s":"t","ts":0,"pid":1,"tid":1}\n],"otherData":{}}\n'
+
+
+def read(path: str) -> tuple[float, int, str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", READ, path],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        check=True,
+    )
+    took, peak, outcome = proc.stdout.strip().split("\t")
+    return float(took), int(peak), outcome
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[16, 64, 256], help="MiB of text")
+    ap.add_argument("--events", type=int, default=2_000_000)
+    args = ap.parse_args()
+    if args.quick:
+        args.sizes, args.events = [1, 2], 20_000
+    folder = tempfile.mkdtemp(prefix="mxprof-bench-readers-")
+    results: dict[tuple[str, int], dict[str, tuple[float, int, str]]] = {}
+    try:
+        inputs = [("string bomb", s, string_bomb(s * MIB)) for s in args.sizes]
+        inputs += [("newlines", s, newline_bomb(s * MIB)) for s in args.sizes]
+        inputs += [("trace", args.events, real_trace(args.events))]
+        print(f"{'input':<12} {'size':>9} {'file':>8} {'s':>7} {'peak MB':>8}  outcome")
+        for kind, size, pieces in inputs:
+            plain, packed = write_both(folder, f"{kind.replace(' ', '_')}_{size}", pieces)
+            got = results[(kind, size)] = {}
+            for label, path in ((".json", plain), (".json.gz", packed)):
+                took, peak, outcome = got[label] = read(path)
+                shown = f"{size} MiB" if kind != "trace" else f"{size:,} ev"
+                print(
+                    f"{kind:<12} {shown:>9} {label:>8} {took:7.2f} {peak / 1e6:8.0f}  {outcome}"
+                    f"  ({os.path.getsize(path) / 1e6:.1f} MB on disk)"
+                )
+                sys.stdout.flush()
+            os.unlink(plain)
+            os.unlink(packed)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    ok = True
+    for key, got in results.items():
+        extra = (got[".json.gz"][1] - got[".json"][1]) / 1e6
+        fine = extra <= 64
+        ok &= fine
+        print(
+            f"target {key[0]} {key[1]}: .json.gz peak - .json peak = {extra:+.0f} MB (<= 64) "
+            f"{'ok' if fine else 'MISSED'}"
+        )
+    for kind in ("string bomb", "newlines"):
+        small, big = min(args.sizes), max(args.sizes)
+        t_small = results[(kind, small)][".json.gz"][0]
+        t_big = results[(kind, big)][".json.gz"][0]
+        fine = t_big <= t_small * big / small + 1.0
+        ok &= fine
+        print(
+            f"target {kind}: {big} MiB in {t_big:.2f} s, {small} MiB in {t_small:.2f} s: "
+            f"linear {'ok' if fine else 'MISSED'}"
+        )
+    print(f"({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cpus)")
+    return 0 if ok or args.quick else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
