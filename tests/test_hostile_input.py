@@ -373,3 +373,31 @@ def test_line_check_is_linear_and_names_the_offset():
     check.add(b"a" * (MAX_LINE // 2))
     with pytest.raises(TraceFormatError, match=rf"x.json: a line of more .* at byte {64 << 20}"):
         check.add(b"a" * (MAX_LINE // 2 + 1))
+
+
+def test_bytes_that_are_not_utf8_in_a_line_trace_are_read_replaced(tmp_path):
+    """Found by the mutation run: the line reader let msgspec's UnicodeDecodeError out."""
+    path = tmp_path / "latin1.json"
+    path.write_bytes(event_lines([EVENT, {**EVENT, "name": "b"}]).replace(b'"b"', b'"b\xdf"'))
+    rows = {r.name: r.count for r in mxprof.load(path).key_averages()}
+    assert rows == {"a": 1, "b\ufffd": 1}
+    for command, argv in commands(path, tmp_path / "out", report=False).items():
+        status, err = run(*argv)
+        assert status == (2 if command == "export" else 0), (command, err)
+
+
+@pytest.mark.parametrize("base", [b"1e308", b"Infinity", b"NaN", b"9" * 30])
+def test_a_base_time_out_of_range_is_no_base_in_merge(tmp_path, base):
+    """Found by the mutation run: merge raised OverflowError on baseTimeNanoseconds 1e308."""
+    path = tmp_path / "base.json"
+    path.write_bytes(
+        b'{"baseTimeNanoseconds":'
+        + base
+        + b',"traceEvents":[\n'
+        + json.dumps(EVENT).encode()
+        + b"\n]}\n"
+    )
+    assert mxprof.load(path).base_time_ns is None
+    status, err = run("merge", path, path, "-o", tmp_path / "merged.json")
+    assert status == 0, err
+    assert sum(e.get("ph") == "X" for e in read_raw(tmp_path / "merged.json")[0]) == 2

@@ -90,6 +90,8 @@ def base_time_ns(metadata: dict[str, Any]) -> int | None:
         value = nested.get("baseTimeNanoseconds")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
+    if not -(2**63) <= value < 2**63:  # also NaN and the infinities: no time, as for ts
+        return None
     return int(value)
 
 
@@ -576,8 +578,11 @@ def read_lines(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any]]:
                     continue
                 except msgspec.ValidationError:
                     pass  # a value the fast decoding does not take: read the run as dicts
-                except (msgspec.DecodeError, RecursionError):  # damage, or nested too deep:
-                    raise _scan.NotLines from None  # the general reader names it
+                except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+                    # Damage, nesting too deep, bytes that are not UTF-8: the
+                    # general reader reads the text with replacement characters
+                    # or names what is wrong.
+                    raise _scan.NotLines from None
             for raw in _scan.raw_events(text):
                 converted.add(raw)
     return converted, metadata
