@@ -1,9 +1,10 @@
 """The readers on hostile and big gzip input: time and peak memory, .json.gz beside .json.
 
-    python benchmarks/readers.py [--quick] [--sizes 16 64 256] [--events 2000000]
+    python benchmarks/readers.py [--quick] [--sizes 16 64 256] [--events 2000000] [--member 16]
 
 Each input is written twice, as plain ``.json`` and as ``.json.gz`` (the
-gzip one flushed in members of about 1 MiB of text, as the core writes it),
+gzip one in members of ``--member`` MiB of text: the core writes a member per
+flush, tens of MB for a busy run),
 and each is read by ``mxprof.load(path).key_averages()`` in a process of its
 own, so that the peak RSS is that reading's own:
 
@@ -49,7 +50,7 @@ print(took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, outcome, 
 """
 
 
-def write_both(folder: str, name: str, pieces: object) -> tuple[str, str]:
+def write_both(folder: str, name: str, pieces: object, member: int) -> tuple[str, str]:
     """The text from pieces (an iterable of bytes) as name.json and name.json.gz."""
     plain, packed = os.path.join(folder, name + ".json"), os.path.join(folder, name + ".json.gz")
     with open(plain, "wb") as p, open(packed, "wb") as g:
@@ -57,7 +58,7 @@ def write_both(folder: str, name: str, pieces: object) -> tuple[str, str]:
         for piece in pieces:  # type: ignore[attr-defined]
             p.write(piece)
             pending += piece
-            if len(pending) >= MIB:
+            if len(pending) >= member:
                 g.write(gzip.compress(bytes(pending), 1))
                 pending.clear()
         g.write(gzip.compress(bytes(pending), 1))
@@ -110,6 +111,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 64, 256], help="MiB of text")
     ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--member", type=int, default=16, help="MiB of text per gzip member")
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.events = [1, 2], 20_000
@@ -121,7 +123,8 @@ def main() -> int:
         inputs += [("trace", args.events, real_trace(args.events))]
         print(f"{'input':<12} {'size':>9} {'file':>8} {'s':>7} {'peak MB':>8}  outcome")
         for kind, size, pieces in inputs:
-            plain, packed = write_both(folder, f"{kind.replace(' ', '_')}_{size}", pieces)
+            name = f"{kind.replace(' ', '_')}_{size}"
+            plain, packed = write_both(folder, name, pieces, args.member * MIB)
             got = results[(kind, size)] = {}
             for label, path in ((".json", plain), (".json.gz", packed)):
                 took, peak, outcome = got[label] = read(path)
