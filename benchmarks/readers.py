@@ -100,8 +100,10 @@ def read(path: str) -> tuple[float, int, str]:
         text=True,
         timeout=3600,
         env={**os.environ, "PYTHONPATH": ROOT},
-        check=True,
     )
+    if proc.returncode != 0:  # a raw traceback: what the targets rule out
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return float("nan"), 0, f"FAILED: {last[:60]}"
     took, peak, outcome = proc.stdout.strip().split("\t")
     return float(took), int(peak), outcome
 
