@@ -13,6 +13,7 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -59,11 +60,11 @@ def event_lines(events):
 
 
 EVENT = {"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}
-NESTED = b'{"ph":"X","name":"a","ts":1,"dur":1,"pid":1,"tid":1,"args":' + b'{"a":' * 3000
-NESTED += b"1" + b"}" * 3000 + b"}"
+NESTED = b'{"ph":"X","name":"a","ts":1,"dur":1,"pid":1,"tid":1,"args":' + b'{"a":' * 100_000
+NESTED += b"1" + b"}" * 100_000 + b"}"
 BIG_INT = b'{"ph":"X","name":"a","ts":' + b"9" * 5000 + b',"dur":1,"pid":1,"tid":1}'
 HOSTILE = {
-    "nested.json": b'{"traceEvents":[' + b"[" * 3000 + b"]" * 3000 + b"]}",
+    "nested.json": b'{"traceEvents":[' + b"[" * 100_000 + b"]" * 100_000 + b"]}",
     "nested_lines.json": b'{"traceEvents":[\n' + NESTED + b"\n]}\n",
     "big_int.json": b"[" + BIG_INT + b"]",
     "big_int_lines.json": b'{"traceEvents":[\n' + BIG_INT + b"\n]}\n",
@@ -74,7 +75,9 @@ HOSTILE = {
 def test_nesting_and_huge_integers_are_format_errors_from_every_command(tmp_path, name):
     path = tmp_path / name
     path.write_bytes(HOSTILE[name])
-    with pytest.raises(TraceFormatError, match=f"{path}: not a trace mxprof reads"):
+    # (Within the recursion limit, which another test may have raised, the
+    # nested arrays are events that are not objects: a TraceFormatError too.)
+    with pytest.raises(TraceFormatError, match=re.escape(f"{path}: ")):
         mxprof.load(path).key_averages()
     for command, argv in commands(path, tmp_path / "out").items():
         status, err = run(*argv)
