@@ -35,7 +35,7 @@ from ._version import __version__
 from .averages import KeyAverages
 from .errors import ConfigError, ProfilerError, TraceFormatError
 from .report import ReportUnavailable, report
-from .report.diff import DiffError, diff
+from .report.diff import MIN_CHANGE_NS, DiffError, diff
 from .report.ranks import analyze
 from .trace import Trace, export, load, samples
 from .trace.gpu import gpu_json, gpu_rows, gpu_table
@@ -290,11 +290,17 @@ def cmd_diff(args: argparse.Namespace) -> int:
     flagged (a range slower: function shares are relative, so they are shown
     and flagged but never fail), 2 when they cannot be compared (1 would read
     as a regression)."""
-    try:
-        result = diff(args.base, args.new, threshold=args.threshold)
-    except (TraceFormatError, OSError, DiffError) as e:  # each names its file(s)
-        print(f"mxprof diff: {e}", file=sys.stderr)
-        return 2
+    if args.new_runs is None:
+        if len(args.traces) != 2:
+            raise CommandError(
+                f"give BASE NEW, or BASE... -- NEW... ({len(args.traces)} traces and no --)"
+            )
+        base, new = args.traces[:1], args.traces[1:]
+    elif not args.new_runs:
+        raise CommandError("no trace after --: give BASE... -- NEW...")
+    else:
+        base, new = args.traces, args.new_runs
+    result = diff(base, new, threshold=args.threshold, min_change=args.min_change)
     for side, paths in (("base", result.base), ("new", result.new)):
         if result.truncated[side]:
             print(
@@ -346,6 +352,18 @@ def _number(text: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+# Longer suffixes first: "ms" before "s".
+_TIME_UNITS = (("ns", 1), ("us", 1_000), ("ms", 1_000_000), ("s", 1_000_000_000))
+
+
+def _duration_ns(text: str) -> float:
+    """A time as ns: a number with a unit (ns, us, ms, s), or a bare number of ns."""
+    for unit, scale in _TIME_UNITS:
+        if text.endswith(unit):
+            return _percent(text[: -len(unit)]) * scale
+    return _percent(text)
 
 
 def _percent(text: str) -> float:
@@ -480,30 +498,47 @@ def parser() -> argparse.ArgumentParser:
 
     df = sub.add_parser(
         "diff",
-        help="compare two profiles name by name (and function by function, when sampled)",
-        description="Per range name: count, total, avg, P50, P99 of both sides and the change. "
-        "A row is flagged when its average moved by more than --threshold percent and a "
-        "two-sided Mann-Whitney U test on the durations puts the change beyond the noise "
-        "(p < 0.01). When both sides have stack samples, a second section compares each "
-        "function's inclusive and self share of the samples: flagged when it moved by more "
-        "than --threshold percentage points and a two-sided two-proportion z test on the "
-        "sample counts puts the change beyond the noise (p < 0.01 over the number of "
-        "functions, Bonferroni). The profiler's own ranges are left out.",
+        usage="mxprof diff [options] BASE NEW\n       mxprof diff [options] BASE... -- NEW...",
+        help="compare profiles name by name (and function by function, when sampled)",
+        description="Per range name: count, total, avg, P50, P99 of both sides, and the typical "
+        "shift: how much the typical duration moved, in percent, with a 99%% confidence "
+        "interval. The unit of noise is not the event but a block (a run's events of a name, "
+        "in time order, cut into at most 32 blocks of at least 4, each giving its median) or, "
+        "with several runs a side (BASE... -- NEW...), the run: the interval is Student's t on "
+        "the difference of the sides' geometric means of block medians, from the spread of "
+        "the blocks (one run a side) or of the runs (several). A row is flagged only when the "
+        "whole interval clears --threshold percent and the typical duration moved by at least "
+        "--min-change. With one run a side a slower machine cannot be told from slower code: "
+        "give several runs a side (five or more) to gate on. When both sides have stack "
+        "samples, each function's inclusive and self share is compared too, flagged when its "
+        "interval (two proportions, 99%% over the number of functions, Bonferroni) clears "
+        "--threshold percentage points. The profiler's own ranges are left out.",
         epilog="Exit status: 0; 1 with --fail-on-regression when a regression (a range "
         "slower) is flagged; 2 when the inputs cannot be read, or have no range name in "
         "common and not both have stack samples. A flagged function share never gives 1: "
         "shares are relative (one function growing makes the others shrink).",
     )
-    df.add_argument("base", help="the trace to compare against")
-    df.add_argument("new", help="the trace to compare")
+    df.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help="BASE NEW; or the base runs, then --, then the new runs",
+    )
     df.add_argument("--format", default="table", choices=("table", "json"), help="output (table)")
     df.add_argument(
         "--threshold",
         type=_percent,
         metavar="PCT",
         default=5.0,
-        help="percent the average must change by to be flagged, and percentage points a "
-        "function's share must (5)",
+        help="percent the typical shift's interval must clear to be flagged, and percentage "
+        "points a function share's must (5)",
+    )
+    df.add_argument(
+        "--min-change",
+        type=_duration_ns,
+        metavar="TIME",
+        default=MIN_CHANGE_NS,
+        help="the least change of the typical duration that is flagged, e.g. 2us, 0.5ms (1us)",
     )
     df.add_argument(
         "--fail-on-regression",
@@ -566,7 +601,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> main(["stats", "missing.json"])  # doctest: +SKIP
         2
     """
-    args = parser().parse_args(argv)  # a usage error exits 2 here (argparse)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # diff's BASE... -- NEW...: argparse drops the --, so the sides are split here.
+    new_runs = None
+    if words[:1] == ["diff"] and "--" in words:
+        cut = words.index("--")
+        words, new_runs = words[:cut], words[cut + 1 :]
+    args = parser().parse_args(words)  # a usage error exits 2 here (argparse)
+    args.new_runs = new_runs
     try:
         # run's stdout is its script's: how the script meets a closed pipe is its own.
         with _output_to_a_reader(guarded=args.command != "run"):
