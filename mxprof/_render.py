@@ -193,3 +193,24 @@ def format_ns(ns: float | None) -> str:
     if ns < 1_000_000_000:
         return f"{ns / 1e6:.3f}ms"
     return f"{ns / 1e9:.3f}s"
+
+
+def format_bytes(n: float | None) -> str:
+    """A size in binary units (B, KiB, MiB, GiB, TiB: powers of 1024); None is '-'.
+
+    The one unit convention of the report and its hints, so that one page
+    never shows a peak in MB in one place and MiB in another.  (``dumps()``
+    keeps MXNet's kB = 1000 B in its memory table.)
+
+    Example:
+        >>> [format_bytes(v) for v in (512, 1536, 3 * 2**20, -2**31, None)]
+        ['512 B', '1.50 KiB', '3.00 MiB', '-2.00 GiB', '-']
+    """
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1024
+    return f"{size:.2f} TiB"

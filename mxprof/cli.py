@@ -1,4 +1,4 @@
-"""The ``mxprof`` command: run, stats, merge, repair, diff, report, ranks, export.
+"""The ``mxprof`` command: run, stats, merge, repair, diff, report, ranks, hints, export.
 
 Each subcommand is one small function taking the parsed arguments and
 returning an exit status.  Profiler output goes to stderr, so a profiled
@@ -6,7 +6,7 @@ script's own stdout stays as it was.
 
 Only ``run`` loads the live profiler (the compiled core and the session with
 its exit, fork and signal hooks); ``stats``, ``merge``, ``repair``,
-``diff``, ``ranks`` and ``export`` read files with the offline tier
+``diff``, ``ranks``, ``hints`` and ``export`` read files with the offline tier
 (``mxprof.trace``, ``mxprof.report``) alone.
 
 Exit status, for every command (``main`` decides it in one place): 0
@@ -36,6 +36,8 @@ from .averages import KeyAverages
 from .errors import ConfigError, ProfilerError, TraceFormatError
 from .report import ReportUnavailable, report
 from .report.diff import MIN_CHANGE_NS, DiffError, diff
+from .report.hints import find_hints, not_checked
+from .report.hints import to_json as hints_json
 from .report.ranks import analyze
 from .trace import Trace, export, load, samples
 from .trace.gpu import gpu_json, gpu_rows, gpu_table
@@ -326,6 +328,24 @@ def cmd_ranks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_hints(args: argparse.Namespace) -> int:
+    """The report's hints of traces, as text or JSON."""
+    traces = [load(path) for path in args.traces]
+    found = find_hints(traces)
+    if args.format == "json":
+        print(hints_json(found))
+        return 0
+    if not found:
+        print("No hints: none of the rules found anything to point out.")
+    for h in found:
+        print(f"[{h.severity}] {h.title}  ({h.rule})")
+        print("".join(f"    {line}\n" for line in h.evidence) + f"  Try: {h.suggestion}\n")
+    missing = not_checked(traces)
+    if missing:
+        print("Not checked:" + "".join(f"\n  {m}" for m in missing))
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     """Write a trace's stack samples in another tool's format (-o -: to stdout);
     a trace without samples is bad input (status 2) like any failure."""
@@ -556,6 +576,20 @@ def parser() -> argparse.ArgumentParser:
     rk.add_argument("--top", type=_count, default=10, help="rows of the spread table (10)")
     rk.add_argument("--steps", type=_count, default=None, help="rows of the last N steps only")
     rk.set_defaults(func=cmd_ranks)
+
+    hn = sub.add_parser(
+        "hints",
+        help="what to look at first: the report's hints, with their evidence",
+        epilog="Exit status: 0 (hints or none); 2 when a trace cannot be read.",
+    )
+    hn.add_argument("traces", nargs="+", help="one trace, a merged trace, or one per process")
+    hn.add_argument(
+        "--format",
+        default="text",
+        choices=("text", "json"),
+        help="text, or json: a list of {rule, severity, title, evidence, suggestion, subjects}",
+    )
+    hn.set_defaults(func=cmd_hints)
 
     ex = sub.add_parser(
         "export",

@@ -28,6 +28,12 @@ OFFLINE = {
     "mxprof.report",
     "mxprof.report.diff",
     "mxprof.report.hints",
+    "mxprof.report.hints._common",
+    "mxprof.report.hints.health",
+    "mxprof.report.hints.loading",
+    "mxprof.report.hints.memory",
+    "mxprof.report.hints.ranks",
+    "mxprof.report.hints.steps",
     "mxprof.report.ranks",
     "mxprof.report._collective",
     "mxprof.report._html",
@@ -283,9 +289,13 @@ def test_the_offline_tier_imports_only_the_offline_tier():
     root = pathlib.Path(mxprof.__file__).parent
     packages = {"trace", "report"}
     offline = {"errors", "_version", "_tallies", "_tracejson", "_render", "averages", *packages}
-    for pkg in packages:
-        offline |= {f"{pkg}.{p.stem}" for p in (root / pkg).glob("*.py") if p.stem != "__init__"}
-    assert {"report.hints", "report.diff"} <= offline
+    for pkg in sorted(packages):
+        for p in (root / pkg).rglob("*.py"):  # sub-packages too (report/hints/)
+            parts = p.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                packages.add(".".join(parts[:-1]))
+            offline.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    assert {"report.hints", "report.hints.loading", "report.diff"} <= offline
     found = {}
     for module in sorted(offline):
         path = root / (module.replace(".", "/") + ("/__init__.py" if module in packages else ".py"))

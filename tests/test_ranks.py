@@ -148,7 +148,14 @@ def test_one_merged_trace_labels_processes_by_role_and_rank(tmp_path):
             {"name": "process_name", "ph": "M", "pid": 100 + r, "tid": 0,
              "args": {"name": f"worker {r} (vm, pid {100 + r})"}}
         )  # fmt: skip
-    result = analyze(mxprof.load(write(tmp_path / "all.json", events, names=names)))
+    # Identity is the merged file's structured rank list (merged_pid: the pid
+    # in this file), never the display names: these alone name no rank.
+    unnamed = analyze(mxprof.load(write(tmp_path / "names.json", events, names=names)))
+    assert unnamed.ranks == ["pid 100", "pid 101", "pid 102"]
+    ranks = [{"role": "worker", "rank": r, "host": "vm", "pid": 9, "merged_pid": 100 + r}
+             for r in range(3)]  # fmt: skip
+    dist = {"world_size": 3, "ranks": ranks}
+    result = analyze(mxprof.load(write(tmp_path / "all.json", events, dist=dist, names=names)))
     assert result.ranks == ["worker 0", "worker 1", "worker 2"]
     assert result.straggler.label == "worker 1"
 
@@ -343,7 +350,10 @@ def ps_job(tmp_path, steps=4):
                 X("apply_push", t + 7, 1, cat="server", pid=pid),
                 X("serve_pull", t + 9, 0.5, cat="server", pid=pid),
             ]
-    return write(tmp_path / "ps.json", events, names=names)
+    # Roles and ranks as mxprof merge writes them: structured, joined by merged_pid.
+    ranks = [{"role": role, "rank": r, "host": "vm", "pid": base + r, "merged_pid": base + r}
+             for role, base in (("worker", 100), ("server", 200)) for r in range(2)]  # fmt: skip
+    return write(tmp_path / "ps.json", events, dist={"ranks": ranks}, names=names)
 
 
 def test_a_parameter_server_job_has_communication_and_lists_its_servers(tmp_path, capsys):

@@ -128,7 +128,8 @@ def test_the_ranges_table_holds_key_averages_numbers(tmp_path):
     assert {"sec-hints", "sec-summary", "sec-ranges", "sec-steps", "sec-counters",
             "sec-memory", "sec-timeline", "ranges", "histogram", "steps", "counter-0",
             "memory-devices", "memory-scopes"} <= page.ids()  # fmt: skip
-    assert "sec-processes" not in page.ids()  # one process: nothing to compare
+    assert "processes" not in page.ids()  # one process: nothing to compare, and it says so
+    assert "One process in the input: nothing to compare" in (tmp_path / "r.html").read_text()
     hist = json.loads(next(s for s in page.scripts if s.startswith('{"0"')))
     data_row = next(i for i, c in enumerate(page.rows) if c[0][1] == "data")
     assert sum(hist[str(data_row)]["counts"]) == 10
@@ -139,11 +140,12 @@ def test_sections_find_steps_outliers_memory_peaks_and_counters(tmp_path):
     trace = write(tmp_path / "t.json", training(), otherData={"dropped_events": 3, "host": "h"})
     s = _sections.build([str(trace)], [mxprof.load(trace)])
     st = s.steps
-    assert (st.name, st.count, st.group, st.threads) == ("step", 10, 1, 1)
+    assert (st.name, st.count, st.group, st.processes) == ("step", 10, 1, 1)
     assert st.index == list(range(10))
     assert st.outliers == [(6, 26_000_000)]
     assert st.parts["data"][6] == 20_000_000 and st.parts["forward"][0] == 5_000_000
-    assert st.parts["(self)"] == [1_000_000] * 10  # the step less its top-level ranges
+    assert st.parts["in no range"] == [1_000_000] * 10  # the step less its top-level ranges
+    assert (st.in_no_range_ns, st.between_ns) == (10_000_000, 900_000)  # 100 us gaps
     assert "matmul" not in st.parts  # nested in forward: not top-level
     (peak,) = s.peaks
     assert (peak.device, peak.peak, peak.scope, peak.scope_bytes) == (
@@ -166,15 +168,16 @@ def test_several_processes_side_by_side(tmp_path):
     s = _sections.build([str(a), str(b)], [mxprof.load(a), mxprof.load(b)])
     assert [p.pid for p in s.processes] == [7, 7]  # each file's own pid ...
     assert {e.pid for e in s.combined} == {7, "1:7"}  # ... kept apart when combined
-    assert s.steps.count == 10 and s.steps.threads == 2  # one rank's steps, not both added
-    assert s.steps.thread == "tid 1 of pid 7"
+    assert s.steps.count == 10 and s.steps.processes == 2  # one rank's steps, not both added
+    assert s.steps.thread == "tid 1 of pid 7 (a.json)"
+    assert [p.label for p in s.processes] == ["pid 7 (a.json)", "pid 7 (b.json)"]
 
 
 def test_reads_kineto_viztracer_gzip_and_perfetto(tmp_path, clock):
     kineto = [X(f"ProfilerStep#{i}", i * 1000, 900, cat="cpu_op") for i in range(1, 5)]
     kineto += [X("aten::mm", i * 1000 + 10, 500, cat="cpu_op") for i in range(1, 5)]
     page, _ = make_report(tmp_path, kineto, schemaVersion=1)
-    assert "4 steps of <code>ProfilerStep</code>" in (tmp_path / "r.html").read_text()
+    assert "4 steps of <code>ProfilerStep#</code>" in (tmp_path / "r.html").read_text()
     assert page.table()["aten::mm"][1] == 4
 
     viz = {"traceEvents": [X("f", 1, 5, cat="FEE"), X("g", 2, 1, cat="FEE")],

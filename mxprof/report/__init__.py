@@ -28,13 +28,14 @@ from typing import Union
 from ..errors import OutputError, ProfilerError, TraceFormatError
 from ..trace import Trace
 from ..trace.model import read_events
+from ..trace.processes import job
 from ..trace.reader import shown
 from ._html import diff_html, hints_html, page
 from ._parallel import beside
 from ._sections import build
 from .diff import Diff
 from .diff import diff as compare
-from .hints import find_hints
+from .hints import find_hints, not_checked
 
 __all__ = ["ReportUnavailable", "report"]
 
@@ -152,10 +153,13 @@ def report(paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) ->
     _check_output(out)
     with _collector_paused():
         traces = [_load(p) for p in inputs]
+        # The model of the job's processes, once, before the fork: the hints
+        # (in the child) and the sections (here) both read it.
+        job(traces)
         # The hints need no nesting (self times): the sections work it out beside them.
         hints, sections = beside(lambda: find_hints(traces), lambda: build(inputs, traces))
         compared = diff_html(_diff(bases, traces), bases) if bases else ""
-        text = page(sections, hints_html(hints), compared)
+        text = page(sections, hints_html(hints, not_checked(traces)), compared)
     _write(out, text)
     return out
 

@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .._render import format_ns
+from .._render import format_bytes, format_ns
 from .._tallies import TALLIES
 from .._version import __version__
 from ._sections import (
@@ -257,7 +257,7 @@ def _summary(s: Sections) -> str:
     if s.tallies:
         facts += [(k.replace("_", " "), s.tallies.get(k, 0)) for k in TALLIES]
     else:
-        facts.append(("drops and misuse tallies", "not in the trace (not written by mxprof)"))
+        facts.append(("drops and misuse tallies", s.tallies_missing))
     boxes = "".join(
         f'<div class="fact"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>'
         for k, v in facts
@@ -286,7 +286,6 @@ def _ranges(s: Sections) -> str:
     if not s.rows:
         head.append("<p>The input holds no ranges (only counters, instants or metadata).</p>")
         return "\n".join(head)
-    wall = s.wall_ns or 1
     th = "".join(
         f'<th data-type="{"text" if i < 2 else "num"}"'
         f"{' class=' + chr(34) + 'sorted' + chr(34) if name == 'Total' else ''}>{name}</th>"
@@ -302,7 +301,7 @@ def _ranges(s: Sections) -> str:
         for value in (r.total, r.self, r.avg, r.p50, r.p90, r.p99):
             v = value if value is not None else -1
             cells.append(f'<td data-v="{v}">{esc(format_ns(value))}</td>')
-        share = 100 * r.total / wall
+        share = 100 * r.total / s.row_walls[i] if s.row_walls[i] else 0.0
         cells.append(f'<td data-v="{share}">{share:.1f} %</td>')
         body.append(f'<tr data-row="{i}">{"".join(cells)}</tr>')
     hist = {
@@ -315,7 +314,10 @@ def _ranges(s: Sections) -> str:
     head += [
         "<p>Per range name; times are the ranges' own (self: less their direct children). "
         "Click a column to sort, a row to see its durations. Percentiles are exact "
-        "(nearest rank) from the trace.</p>",
+        "(nearest rank) from the trace. % of wall: the total over the wall time of the "
+        "processes that ran the name (each process's first event to its last), so a name "
+        "every rank runs is measured against every rank's time; ranges of one name open "
+        "at once on several threads, or nested in one another, add up beyond 100 %.</p>",
         note,
         f'<div class="scroll"><table class="ranges" id="ranges"><thead><tr>{th}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></div>",
@@ -380,7 +382,7 @@ def _steps(s: Sections) -> str:
             '<h2 id="sec-steps">Steps</h2><p class="muted">No steps: no frame and no '
             "<code>ProfilerStep#N</code> range in the input.</p>"
         )
-    others = f" (one of {st.threads} threads with steps)" if st.threads > 1 else ""
+    others = f" (one of {st.processes} processes with steps)" if st.processes > 1 else ""
     grouped = "" if st.group == 1 else f" Each bar is the mean of {st.group} consecutive steps."
     data: list[dict[str, Any]] = [
         {"type": "bar", "name": name, "x": st.index, "y": _seconds(ns)}
@@ -397,14 +399,23 @@ def _steps(s: Sections) -> str:
         }
     )
     outliers = ", ".join(f"{n} ({format_ns(d)})" for n, d in st.outliers[:10]) or "none"
+    idle = st.in_no_range_ns + st.between_ns
+    share = f" ({100 * idle / st.span_ns:.0f} %)" if st.span_ns else ""
+    single = " One step: no median to compare it with, so no outliers." if st.count == 1 else ""
     return "\n".join(
         [
             '<h2 id="sec-steps">Steps</h2>',
             f"<p>{st.count} steps of <code>{esc(st.name)}</code> on {esc(st.thread)}{others}: "
             "median "
             f"{esc(format_ns(st.median_ns))}; outliers (longer than "
-            f"{esc(format_ns(st.threshold_ns))}, the median plus 5 scaled median absolute "
-            f"deviations, at least 1.2 times the median): {esc(outliers)}.{grouped}</p>",
+            f"{esc(format_ns(st.threshold_ns))}, the median plus the larger of 3 scaled "
+            f"median absolute deviations and a fifth of the median): {esc(outliers)}."
+            f"{single}{grouped}</p>",
+            f"<p>In no range (on the steps' thread, no range open): "
+            f"{esc(format_ns(st.in_no_range_ns))} inside the steps and "
+            f"{esc(format_ns(st.between_ns))} between them, of {esc(format_ns(st.span_ns))} "
+            f"from the first step's start to the last one's end{share}. Unrecorded work or "
+            "waiting; the hints and the samples say which.</p>",
             plot(
                 "steps",
                 data,
@@ -412,7 +423,7 @@ def _steps(s: Sections) -> str:
                     "barmode": "stack",
                     "xaxis": {"title": {"text": "step"}},
                     "yaxis": {"title": {"text": "time (s)"}},
-                    "title": {"text": "Step time by top-level range"},
+                    "title": {"text": "Step time by top-level range, and in no range"},
                 },
             ),
         ]
@@ -455,16 +466,6 @@ def _counters(s: Sections) -> str:
     return "\n".join(out)
 
 
-def _bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n:.2f} TiB"
-
-
 def _memory(s: Sections) -> str:
     out = ['<h2 id="sec-memory">Memory</h2>']
     if not s.devices and not s.scopes:
@@ -474,14 +475,19 @@ def _memory(s: Sections) -> str:
         )
         return "\n".join(out)
     rows = [
-        (p.device, p.process, _bytes(p.peak), format_ns(p.at_ns), p.scope or "-",
-         _bytes(p.scope_bytes))
+        (p.device, p.process, format_bytes(p.peak), format_ns(p.at_ns), p.scope or "-",
+         format_bytes(p.scope_bytes))
         for p in s.peaks
     ]  # fmt: skip
     out.append(
         _table(["device", "process", "peak", "at", "scope holding most then", "its bytes"], rows)
     )
-    scopes = [(c.name, c.process, _bytes(c.most), format_ns(c.peak_ts)) for c in s.scopes]
+    out.append(
+        '<p class="muted">Sizes in binary units (1 MiB = 1,048,576 bytes), here and in the '
+        "hints. A process with several devices names no scope as holding a peak: a scope's "
+        "counter adds up its bytes on every device.</p>"
+    )
+    scopes = [(c.name, c.process, format_bytes(c.most), format_ns(c.peak_ts)) for c in s.scopes]
     if scopes:
         out.append(_table(["scope", "process", "peak", "at"], scopes))
     if s.devices:
@@ -513,10 +519,14 @@ def _memory(s: Sections) -> str:
 
 def _processes(s: Sections) -> str:
     if len(s.processes) < 2:
-        return ""
+        return (
+            '<h2 id="sec-processes">Processes and ranks</h2><p class="muted">One process '
+            "in the input: nothing to compare across processes (give several files, or "
+            "one merged file, to see them side by side).</p>"
+        )
     rows = [
-        (p.label, p.path, p.threads, p.ranges, format_ns(p.wall_ns),
-         sum(p.tallies.get(k, 0) for k in TALLIES))
+        (p.label, p.name or "-", p.path, p.threads, p.ranges, format_ns(p.wall_ns),
+         sum(p.tallies.get(k, 0) for k in TALLIES) if p.tallies is not None else "-")
         for p in s.processes
     ]  # fmt: skip
     totals: dict[str, int] = {}
@@ -531,7 +541,10 @@ def _processes(s: Sections) -> str:
     return "\n".join(
         [
             '<h2 id="sec-processes">Processes and ranks</h2>',
-            _table(["process", "file", "threads", "ranges", "wall", "tallies"], rows),
+            _table(
+                ["process", "name in the file", "file", "threads", "ranges", "wall", "tallies"],
+                rows,
+            ),
             plot(
                 "processes",
                 data,
@@ -551,15 +564,16 @@ def _timeline(s: Sections) -> str:
         '<h2 id="sec-timeline">The timeline</h2>'
         f"<p>This page holds statistics, not events. To see every range on its thread, open "
         f"{files} in the Perfetto UI (ui.perfetto.dev, <i>Open trace file</i>; the trace stays "
-        "in the browser) or chrome://tracing. JSON viewers give up at a few hundred MB; the "
+        "in the browser) or chrome://tracing. JSON viewers give up at a few hundred MiB; the "
         "Perfetto protobuf form is smaller and loads far beyond that: "
         "<code>mxprof merge TRACE -o trace.pftrace</code> writes it, or record straight into "
         'it with <code>set_config(filename="trace.pftrace")</code>.</p>'
     )
 
 
-def hints_html(hints: Sequence[Any]) -> str:
-    """The hints section: each hint's title, evidence and suggestion."""
+def hints_html(hints: Sequence[Any], missing: Sequence[str] = ()) -> str:
+    """The hints section: each hint's title, evidence and suggestion, then
+    what the inputs lack for some rules (``hints.not_checked``)."""
     out = ['<h2 id="sec-hints">Hints</h2>']
     if not hints:
         out.append("<p>No hints: none of the rules found anything to point out.</p>")
@@ -570,6 +584,9 @@ def hints_html(hints: Sequence[Any]) -> str:
             f'<h3><span class="badge">{esc(h.severity)}</span>{esc(h.title)}</h3>'
             f"<ul>{evidence}</ul><p><b>Try:</b> {esc(h.suggestion)}</p></div>"
         )
+    if missing:
+        items = "".join(f"<li>{esc(m)}</li>" for m in missing)
+        out.append(f'<div class="muted" id="not-checked">Not checked:<ul>{items}</ul></div>')
     return "\n".join(out)
 
 

@@ -7,31 +7,19 @@ over the events, not one point per event.
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any
 
 from msgspec.structs import replace
 
-from .._render import is_own
 from .._tallies import TALLIES
 from ..averages import Row
 from ..trace import Event, Trace
-from ..trace.steps import is_frame, is_profiler_step, step_number
-from ._series import (
-    DEVICE_STORAGE,
-    SCOPE_STORAGE,
-    Histogram,
-    MemoryPeak,
-    Series,
-    histogram,
-    peaks,
-    raw_series,
-    series,
-)
+from ..trace.processes import DEVICE_STORAGE, SCOPE_STORAGE, job, processes
+from ..trace.processes import Process as TraceProcess
+from ._series import Histogram, MemoryPeak, Series, histogram, raw_series, series
 
 HIST_ROWS = 500  # ranges (largest total first) whose histogram the page holds
 TABLE_ROWS = 2000  # most rows of the ranges table
@@ -43,37 +31,43 @@ PROCESS_NAMES = 10  # ranges compared across processes
 FLAME_NODES = 2000  # most nodes of the whole program's flame graph (the heaviest)
 FLAME_RANGE_NODES = 300  # most nodes of one range's flame graph
 FLAME_RANGES = 100  # ranges (most samples first) whose flame graph the page holds
+IN_NO_RANGE = "in no range"  # a step's time inside no range on its thread (trace.processes)
 
 
 @dataclass
 class Process:
-    """One process of the input: which file, its pid and name, and its numbers."""
+    """One process of the input (``trace.processes``): its file, label, and numbers."""
 
     label: str
     path: str
     pid: Any
+    name: str | None  # its process name in the file
     threads: int
     ranges: int
     wall_ns: int
-    tallies: dict[str, int]
+    tallies: dict[str, int] | None  # None: the file's tallies are not this process's alone
     totals: dict[str, int]  # range name -> total ns in this process
 
 
 @dataclass
 class Steps:
-    """Step times and their breakdown by top-level range (the steps as plotted)."""
+    """One process's steps as plotted: times, breakdown by top-level range and
+    the time in no range (``trace.processes``: its steps and outlier rule)."""
 
     name: str
-    thread: str  # the thread whose steps these are
-    threads: int  # threads with steps of this kind (one is shown)
+    thread: str  # the thread and process whose steps these are
+    processes: int  # processes with steps (one is shown)
     count: int
     index: list[int]  # the step's number (frame index, N of ProfilerStep#N, or its order)
     duration: list[int]  # ns per plotted bar (a group mean when steps are grouped)
-    parts: dict[str, list[int]]  # top-level range name -> ns per plotted bar; "other", "(self)"
+    parts: dict[str, list[int]]  # top-level range name -> ns per bar; "other", IN_NO_RANGE
     group: int  # steps per plotted bar (1: every step its own bar)
-    outliers: list[tuple[int, int]]  # (step number, ns) of the outlier steps
+    outliers: list[tuple[int, int]]  # (step number, ns) of the outlier steps, longest first
     median_ns: float
     threshold_ns: float
+    in_no_range_ns: int  # inside the steps, in no range, all steps together
+    between_ns: int  # between the steps, in no range, all gaps together
+    span_ns: int  # the first step's start to the last one's end
 
 
 @dataclass
@@ -87,6 +81,7 @@ class Sections:
     rows: list[Row]
     histograms: dict[int, Histogram]  # index into rows -> histogram
     processes: list[Process]
+    row_walls: list[int]  # per row: the wall time of the processes that ran it (its % base)
     steps: Steps | None
     counters: list[Series]
     devices: list[Series]
@@ -94,6 +89,7 @@ class Sections:
     peaks: list[MemoryPeak]
     counts: dict[str, int] = field(default_factory=dict)
     tallies: dict[str, int] = field(default_factory=dict)
+    tallies_missing: str = ""  # why the input holds no tallies (when it holds none)
     config: dict[str, Any] = field(default_factory=dict)
     truncated: list[str] = field(default_factory=list)
     flames: Flames | None = None  # None: the inputs hold no stack samples
@@ -128,21 +124,23 @@ def other_data(trace: Trace) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _combine(traces: Sequence[Trace]) -> tuple[Trace, list[int]]:
+def _combine(traces: Sequence[Trace]) -> tuple[Trace, list[int], list[dict[Any, Any]]]:
     """One Trace of every input, on one time axis, pids kept apart per file.
 
     Each input's events move by the difference between its wall-clock start
     (``baseTimeNanoseconds``) and the earliest input's when every input has
     one (as ``mxprof merge`` does); otherwise they stay on their own axis. A
     pid two files share becomes ``"<file number>:<pid>"`` in the later file.
+    Returns the combined trace, each input's shift and its renamed pids.
     """
     if len(traces) == 1:
-        return traces[0], [0]
+        return traces[0], [0], [{}]
     bases = [t.base_time_ns for t in traces]
     known = [b for b in bases if b is not None]
     first = min(known) if len(known) == len(bases) and known else None
     shifts = [b - first if first is not None and b is not None else 0 for b in bases]
     events: list[Event] = []
+    renamed: list[dict[Any, Any]] = []
     seen: set[Any] = set()
     process_names: dict[Any, str] = {}
     thread_names: dict[tuple[Any, Any], str] = {}
@@ -150,6 +148,7 @@ def _combine(traces: Sequence[Trace]) -> tuple[Trace, list[int]]:
         pids = {e.pid for e in trace} | set(trace.process_names)
         clash = pids & seen
         seen |= pids
+        renamed.append({pid: f"{k}:{pid}" for pid in clash})
 
         def pid_of(pid: Any, clash: set[Any] = clash, k: int = k) -> Any:
             return f"{k}:{pid}" if pid in clash else pid
@@ -163,36 +162,34 @@ def _combine(traces: Sequence[Trace]) -> tuple[Trace, list[int]]:
         for (pid, tid), name in trace.thread_names.items():
             thread_names[(pid_of(pid), tid)] = name
     combined = Trace(events, process_names=process_names, thread_names=thread_names)
-    return combined, shifts
+    return combined, shifts, renamed
 
 
 def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
     """The report's sections for traces (loaded from paths, in that order)."""
-    combined, _ = _combine(traces)
-    tallied = [_tally(trace) for trace in traces]
-    firsts = [span[0] for t in tallied for span in t.spans.values()]
-    lasts = [span[1] for t in tallied for span in t.spans.values()]
-    start, end = min(firsts, default=0), max(lasts, default=0)
+    combined, shifts, renamed = _combine(traces)
+    procs = job(traces)
+    labels = {renamed[p.source].get(p.pid, p.pid): p.label for p in procs}
+    moved = [(p.start + shifts[p.source], p.end + shifts[p.source]) for p in procs if p.events]
+    start = min((a for a, _ in moved), default=0)
+    end = max((b for _, b in moved), default=0)
     wall = max(end - start, 0)
     every_row = list(combined.key_averages().without_own())  # no profiler's own ranges
     rows = every_row[:TABLE_ROWS]
     phases: Counter[str] = Counter()
-    for t in tallied:
-        phases.update(t.phases)
+    for p in procs:
+        phases.update(p.phases)
     counts = {
         "events": len(combined),
-        "ranges": sum(span[2] for t in tallied for span in t.spans.values()),
+        "ranges": sum(len(r) for p in procs for r in p.threads.values()),
         "instants": phases["i"] + phases["n"] + phases["R"],
         "counter samples": phases["C"],
         "unpaired begins/ends": sum(t.unmatched for t in traces),
-        # Pids two files share are apart in combined: count each file's own.
-        "processes": sum(
-            len(set(t.spans) | set(tr.process_names)) for t, tr in zip(tallied, traces)
-        ),
-        "threads": sum(len(tids) for t in tallied for tids in t.tids.values()),
+        "processes": len(procs),
+        "threads": sum(len(p.tids) for p in procs),
     }
     raw = raw_series(combined, start)
-    counters = series(combined, raw)
+    counters = series(labels, raw)
     tallies: dict[str, int] = {}
     config: dict[str, Any] = {}
     for path, trace in zip(paths, traces):
@@ -207,6 +204,7 @@ def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
                     config.setdefault(name, {})[path] = setting
             elif key not in TALLIES:
                 config.setdefault(key, {})[path] = value
+    listed = _processes(paths, traces, procs)
     return Sections(
         paths=list(paths),
         traces=list(traces),
@@ -214,18 +212,48 @@ def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
         wall_ns=wall,
         rows=rows,
         histograms=_histograms(combined, rows),
-        processes=_processes(paths, traces, tallied),
-        steps=_steps(combined, every_row),
+        processes=listed,
+        row_walls=_row_walls(rows, listed),
+        steps=_steps(procs),
         counters=[s for s in counters if s.category not in _MEMORY],
         devices=[s for s in counters if s.category == DEVICE_STORAGE],
         scopes=[s for s in counters if s.category == SCOPE_STORAGE],
-        peaks=peaks(combined, raw),
+        peaks=_peaks(procs, shifts, start),
         counts=counts,
         tallies=tallies,
+        tallies_missing="" if tallies else _why_no_tallies(traces),
         config=config,
         truncated=[p for p, t in zip(paths, traces) if t.truncated],
         flames=_flames(traces, rows),
     )
+
+
+def _why_no_tallies(traces: Sequence[Trace]) -> str:
+    """Why no input carries the core's tallies: mxprof's own merged file of
+    inputs without them is mxprof's, a file of another tool is not."""
+    data = [other_data(t) for t in traces]
+    if any("merged_from" in d for d in data):
+        return "not in the trace (mxprof merge of inputs that held none)"
+    if any("mxprof_version" in d for d in data):
+        return "not in the trace (written by an mxprof without them)"
+    return "not in the trace (not written by mxprof)"
+
+
+def _peaks(procs: Sequence[TraceProcess], shifts: list[int], start: int) -> list[MemoryPeak]:
+    """Each process's device peaks (``trace.processes``), times from the page's start."""
+    out = [
+        MemoryPeak(
+            device=m.device,
+            process=p.label,
+            peak=m.peak,
+            at_ns=float(m.at + shifts[p.source] - start),
+            scope=m.holder,
+            scope_bytes=dict(m.scopes).get(m.holder) if m.holder else None,
+        )
+        for p in procs
+        for m in p.memory
+    ]
+    return sorted(out, key=lambda m: (-m.peak, m.device))
 
 
 Stack = tuple[tuple[str, str, int], ...]
@@ -292,9 +320,6 @@ def _flames(traces: Sequence[Trace], rows: Sequence[Row]) -> Flames | None:
 
 
 _MEMORY = (DEVICE_STORAGE, SCOPE_STORAGE)
-_TS = attrgetter("ts")
-_PH = attrgetter("ph")
-_THREAD = attrgetter("pid", "tid")
 
 
 def _histograms(trace: Trace, rows: Sequence[Row]) -> dict[int, Histogram]:
@@ -303,183 +328,80 @@ def _histograms(trace: Trace, rows: Sequence[Row]) -> dict[int, Histogram]:
     return {i: histogram(durations[key]) for i, key in enumerate(wanted) if durations.get(key)}
 
 
-def _label(trace: Trace, pid: Any) -> str:
-    info = trace.metadata.get("distributedInfo")
-    name = trace.process_names.get(pid)
-    if isinstance(info, dict) and "rank" in info:
-        return f"{info.get('role', 'rank')} {info.get('rank')} (pid {pid})"
-    return f"{name} (pid {pid})" if name else f"pid {pid}"
-
-
-@dataclass
-class _Tally:
-    """One pass over a trace: per pid [first ts, last end, ranges] and tids;
-    the count of each phase but ranges'."""
-
-    spans: dict[Any, list[int]] = field(default_factory=dict)
-    tids: dict[Any, set[Any]] = field(default_factory=dict)
-    phases: dict[str, int] = field(default_factory=dict)
-
-
-def _tally(trace: Trace) -> _Tally:
-    t = _Tally()
-    span = [0, 0, 0]
-    pid: Any = None
-    tid: Any = None
-    for e in trace:  # one thread after another
-        if e.tid != tid or e.pid != pid or not t.spans:
-            pid, tid = e.pid, e.tid
-            found = t.spans.get(pid)
-            if found is None:
-                found = t.spans[pid] = [e.ts, e.ts, 0]
-                t.tids[pid] = set()
-            span = found
-            t.tids[pid].add(tid)
-        ts = e.ts
-        dur = e.dur
-        if ts < span[0]:
-            span[0] = ts
-        if dur is None:
-            t.phases[e.ph] = t.phases.get(e.ph, 0) + 1
-            if ts > span[1]:
-                span[1] = ts
-        else:
-            span[2] += 1
-            if ts + dur > span[1]:
-                span[1] = ts + dur
-    return t
-
-
 def _processes(
-    paths: Sequence[str], traces: Sequence[Trace], tallied: Sequence[_Tally]
+    paths: Sequence[str], traces: Sequence[Trace], procs: Sequence[TraceProcess]
 ) -> list[Process]:
     out = []
-    for path, trace, t in zip(paths, traces, tallied):
-        totals: dict[tuple[Any, str], int] = {}
-        ranged = [pid for pid, span in t.spans.items() if span[2]]
-        if len(ranged) == 1:  # one process: its totals by name are the trace's
-            for r in trace.key_averages().without_own():
-                totals[(ranged[0], r.name)] = totals.get((ranged[0], r.name), 0) + int(r.total)
-        else:
-            for e in trace:
-                if e.dur is not None and not is_own(e.category, e.name):
-                    key = (e.pid, e.name)
-                    totals[key] = totals.get(key, 0) + e.dur
-        data = other_data(trace)
-        tallies = {k: v for k, v in data.items() if k in TALLIES}
-        for pid, (first, last, ranges) in t.spans.items():
-            out.append(
-                Process(
-                    label=_label(trace, pid),
-                    path=path,
-                    pid=pid,
-                    threads=len(t.tids[pid]),
-                    ranges=ranges,
-                    wall_ns=last - first,
-                    tallies=tallies if data.get("pid") in (pid, None) else {},
-                    totals={name: ns for (p, name), ns in totals.items() if p == pid},
-                )
+    for p in procs:
+        data = other_data(traces[p.source])
+        ours = data.get("pid") in (p.pid, None) and len(processes(traces[p.source])) == 1
+        out.append(
+            Process(
+                label=p.label,
+                path=paths[p.source],
+                pid=p.pid,
+                name=p.name,
+                threads=len(p.tids),
+                ranges=sum(len(r) for r in p.threads.values()),
+                wall_ns=p.wall,
+                tallies={k: v for k, v in data.items() if k in TALLIES} if ours else None,
+                totals=p.totals(),
             )
+        )
     return out
 
 
-def _step_kind(name: str, category: str) -> tuple[str, str] | None:
-    """Which kind of step a range of this name and category is (None: no step).
-
-    A frame (category ``<domain>,frame``) is a step of its own name; torch's
-    ``ProfilerStep#N`` ranges are all steps of one kind, ``ProfilerStep``.
-    """
-    if is_frame(category):
-        return (name, category)
-    if is_profiler_step(name):
-        return ("ProfilerStep", category)
-    return None
+def _row_walls(rows: Sequence[Row], procs: Sequence[Process]) -> list[int]:
+    """Per row, the wall time of the processes that ran its name: the base of
+    its "% of wall", so that a name run by every rank is not counted against
+    one rank's wall time (which put it above 100 %)."""
+    walls: dict[str, int] = {}
+    for p in procs:
+        for name in p.totals:
+            walls[name] = walls.get(name, 0) + p.wall_ns
+    return [walls.get(r.name, 0) for r in rows]
 
 
-def _steps(trace: Trace, rows: Sequence[Row]) -> Steps | None:
-    """The most frequent kind of step, its times and top-level breakdown (rows:
-    the trace's key_averages, all of them)."""
-    kind_of = {(r.name, r.category): _step_kind(r.name, r.category) for r in rows}
-    kinds: dict[tuple[str, str], int] = {}
-    for r in rows:
-        found = kind_of[(r.name, r.category)]
-        if found is not None:
-            kinds[found] = kinds.get(found, 0) + r.count
-    if not kinds:
+def _steps(procs: Sequence[TraceProcess]) -> Steps | None:
+    """The steps of the process with the most (ties: the first), as plotted."""
+    stepped = [p for p in procs if p.steps is not None]
+    if not stepped:
         return None
-    kind = max(kinds, key=lambda k: (kinds[k], k))
-    step_names = {key for key, found in kind_of.items() if found == kind}
-    names = {name for name, _ in step_names}
-    # Walk each thread in order (events are sorted per thread by ts, longest
-    # first): a range inside the current step is top-level when it starts
-    # past the end of the previous top-level one.
-    # (number, ns, {child: ns}) per thread; the thread with the most steps is
-    # shown (ranks' step numbers repeat: stacking them would add them up).
-    by_thread: dict[tuple[Any, Any], list[tuple[int, int, dict[str, int]]]] = {}
-    steps: list[tuple[int, int, dict[str, int]]] = []
-    inside_step: dict[str, int] = {}
-    step_end = -1
-    child_end = 0
-    pid: Any = None
-    tid: Any = None
-    for e in trace:
-        dur = e.dur
-        if dur is None:
-            continue
-        if e.tid != tid or e.pid != pid or not by_thread:
-            pid, tid, step_end = e.pid, e.tid, -1
-            steps = by_thread.setdefault((pid, tid), [])
-        start = e.ts
-        if e.name in names and (e.name, e.category) in step_names:
-            inside_step = {}
-            steps.append((step_number(e, len(steps)), dur, inside_step))
-            step_end, child_end = start + dur, start
-            continue
-        if start >= step_end or start + dur > step_end:
-            continue
-        if start >= child_end or dur == 0:
-            inside_step[e.name] = inside_step.get(e.name, 0) + dur
-            if start + dur > child_end:
-                child_end = start + dur
-    thread = max(by_thread, key=lambda t: (len(by_thread[t]), str(t)))
-    steps = sorted(by_thread[thread], key=lambda s: s[0])
-    totals: dict[str, int] = {}
-    for _, _, children in steps:
-        for name, ns in children.items():
-            totals[name] = totals.get(name, 0) + ns
+    p = max(stepped, key=lambda q: len(q.steps.ranges) if q.steps else 0)
+    st = p.steps
+    assert st is not None
+    totals = {name: sum(column) for name, column in st.children.items()}
     named = sorted(totals, key=lambda n: (-totals[n], n))[:BREAKDOWN_NAMES]
-    durations = [d for _, d, _ in steps]
-    median = statistics.median(durations)
-    mad = statistics.median(abs(d - median) for d in durations)
-    threshold = max(median + 5 * 1.4826 * mad, median * 1.2)
-    outliers = [(n, d) for n, d, _ in steps if d > threshold]
-    group = max(1, -(-len(steps) // STEP_BARS))
+    durations = st.durations
+    n = len(durations)
+    group = max(1, -(-n // STEP_BARS))
     index, duration = [], []
-    parts: dict[str, list[int]] = {n: [] for n in [*named, "other", "(self)"]}
-    for lo in range(0, len(steps), group):
-        chunk = steps[lo : lo + group]
-        size = len(chunk)
-        index.append(chunk[0][0])
-        duration.append(sum(d for _, d, _ in chunk) // size)
+    parts: dict[str, list[int]] = {name: [] for name in [*named, "other", IN_NO_RANGE]}
+    for lo in range(0, n, group):
+        ks = range(lo, min(lo + group, n))
+        size = len(ks)
+        index.append(st.index[lo])
+        duration.append(sum(durations[k] for k in ks) // size)
         for name in named:
-            parts[name].append(sum(p.get(name, 0) for _, _, p in chunk) // size)
-        inside = [sum(p.values()) for _, _, p in chunk]
-        known = [sum(p.get(n, 0) for n in named) for _, _, p in chunk]
-        parts["other"].append(sum(i - k for i, k in zip(inside, known)) // size)
-        parts["(self)"].append(sum(max(d - i, 0) for (_, d, _), i in zip(chunk, inside)) // size)
-    pid, tid = thread
-    label = trace.process_names.get(pid)
-    where = trace.thread_names.get(thread) or f"tid {tid}"
+            parts[name].append(sum(st.children[name][k] for k in ks) // size)
+        inside = sum(durations[k] - st.in_no_range[k] for k in ks)
+        known = sum(st.children[name][k] for name in named for k in ks)
+        parts["other"].append((inside - known) // size)
+        parts[IN_NO_RANGE].append(sum(st.in_no_range[k] for k in ks) // size)
+    lo_ns, hi_ns = st.span
     return Steps(
-        name=kind[0],
-        thread=f"{where} of {label} (pid {pid})" if label else f"{where} of pid {pid}",
-        threads=len(by_thread),
-        count=len(steps),
+        name=st.name,
+        thread=f"{p.thread_label(st.tid)} of {p.label}",
+        processes=len(stepped),
+        count=n,
         index=index,
         duration=duration,
-        parts={n: v for n, v in parts.items() if any(v)},
+        parts={name: v for name, v in parts.items() if any(v)},
         group=group,
-        outliers=sorted(outliers, key=lambda o: -o[1])[:50],
-        median_ns=float(median),
-        threshold_ns=float(threshold),
+        outliers=[(st.index[k], durations[k]) for k in st.outliers[:50]],
+        median_ns=st.median,
+        threshold_ns=st.threshold,
+        in_no_range_ns=sum(st.in_no_range),
+        between_ns=sum(st.between),
+        span_ns=hi_ns - lo_ns,
     )

@@ -11,12 +11,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..trace import Event, Trace
+from ..trace import Trace
+from ..trace.processes import counter_value
 
 POINTS = 2000  # most points of one plotted series
 HIST_BINS = 40  # bins of a range's duration histogram
-DEVICE_STORAGE = "Device Storage"  # mxprof's memory counters by device ...
-SCOPE_STORAGE = "Scope Storage"  # ... and by scope (README, "The trace file")
 
 RawSeries = dict[tuple[Any, str, str], tuple[list[float], list[float]]]
 
@@ -119,7 +118,9 @@ class Series:
 
 @dataclass
 class MemoryPeak:
-    """A device's peak of memory in use and the scope holding most of it at that instant."""
+    """A device's peak of memory in use, as the page shows it (``trace.processes``'s
+    peak, its time from the page's start); the scope holding most of it then,
+    where one can be named."""
 
     device: str
     process: str
@@ -127,17 +128,6 @@ class MemoryPeak:
     at_ns: float
     scope: str | None
     scope_bytes: float | None
-
-
-def counter_value(event: Event) -> float | None:
-    """A counter sample's value: its arg named like the counter, else its only number."""
-    value = event.args.get(event.name)
-    if value is None:
-        numbers = [v for v in event.args.values() if isinstance(v, (int, float))]
-        value = numbers[0] if len(numbers) == 1 else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
 
 
 def raw_series(trace: Trace, start: int) -> RawSeries:
@@ -162,18 +152,18 @@ def raw_series(trace: Trace, start: int) -> RawSeries:
     return found
 
 
-def series(trace: Trace, raw: RawSeries) -> list[Series]:
-    """Every counter of raw_series, downsampled, with its last, least and largest value."""
+def series(labels: dict[Any, str], raw: RawSeries) -> list[Series]:
+    """Every counter of raw_series, downsampled, with its last, least and largest
+    value; its process by ``labels`` (pid -> label, ``trace.processes``'s)."""
     out = []
     for (pid, cat, name), (times, values) in raw.items():
         peak = max(range(len(values)), key=values.__getitem__)
         xs, ys = downsample(times, values)
-        label = trace.process_names.get(pid)
         out.append(
             Series(
                 name=name,
                 category=cat,
-                process=f"{label} (pid {pid})" if label else f"pid {pid}",
+                process=labels.get(pid, f"pid {pid}"),
                 samples=len(values),
                 times=xs,
                 values=ys,
@@ -185,44 +175,3 @@ def series(trace: Trace, raw: RawSeries) -> list[Series]:
         )
     out.sort(key=lambda s: (-s.most, s.name, s.process))
     return out
-
-
-def peaks(trace: Trace, raw: RawSeries) -> list[MemoryPeak]:
-    """Each device's peak and the scope (same process) with most bytes in use then."""
-    peaks = []
-    for (pid, cat, name), (times, values) in raw.items():
-        if cat != DEVICE_STORAGE:
-            continue
-        k = max(range(len(values)), key=values.__getitem__)
-        at = times[k]
-        holder: tuple[float, str] | None = None
-        for (spid, scat, scope), (stimes, svalues) in raw.items():
-            if spid != pid or scat != SCOPE_STORAGE:
-                continue
-            value = value_at(stimes, svalues, at)
-            if value is not None and (holder is None or value > holder[0]):
-                holder = (value, scope)
-        label = trace.process_names.get(pid)
-        peaks.append(
-            MemoryPeak(
-                device=name.removeprefix("Memory: "),
-                process=f"{label} (pid {pid})" if label else f"pid {pid}",
-                peak=values[k],
-                at_ns=at,
-                scope=holder[1] if holder else None,
-                scope_bytes=holder[0] if holder else None,
-            )
-        )
-    return sorted(peaks, key=lambda p: (-p.peak, p.device))
-
-
-def value_at(times: list[float], values: list[float], at: float) -> float | None:
-    """The counter's value at instant at: its last sample at or before it."""
-    lo, hi = 0, len(times)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if times[mid] <= at:
-            lo = mid + 1
-        else:
-            hi = mid
-    return values[lo - 1] if lo else None

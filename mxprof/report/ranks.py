@@ -71,10 +71,7 @@ Example:
 
 from __future__ import annotations
 
-import bisect
 import json
-import os
-import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -82,7 +79,8 @@ from typing import Any, Union
 
 from .._render import format_ns
 from ..trace import Event, Trace
-from ..trace.steps import is_frame, is_profiler_step, step_number
+from ..trace.processes import Process, job
+from ..trace.steps import is_frame, is_profiler_step
 from ._collective import GPU_CATEGORY, Collective, cut, parse
 
 __all__ = ["Collective", "RankAnalysis", "RankStep", "Spread", "Straggler", "analyze", "parse"]
@@ -93,8 +91,6 @@ STRAGGLER_MIN_WAIT = 0.02  # of the median step
 STRAGGLER_MIN_WAIT_NS = 1_000_000  # without steps
 LATE_NOISE_NS = 20_000  # duration spread below this names no late rank
 EVIDENCE_SHARE = 0.05  # of the median step: a part or range this much longer is evidence
-
-_DIST_LABEL = re.compile(r"^(worker|server) (\d+) \(")
 
 
 @dataclass(frozen=True)
@@ -237,89 +233,67 @@ class RankAnalysis:
         return "\n".join(lines) + "\n"
 
 
-# ---- processes and their steps ----
+# ---- processes and their steps (trace.processes), their ranges sorted ----
 
 
 @dataclass
-class _Proc:
-    label: str
+class _Rank:
+    """A process (its label and steps: ``trace.processes``) and its ranges,
+    cut into collectives and the rest."""
+
+    process: Process
     ranges: list[Event] = field(default_factory=list)
-    step_groups: dict[tuple[Any, str], list[Event]] = field(default_factory=dict)
-    steps: list[tuple[int | None, int, int]] = field(default_factory=list)  # (number, lo, hi)
     comm: list[tuple[Event, Collective]] = field(default_factory=list)
-    gpu_comm: list[tuple[Event, Collective]] = field(default_factory=list)
-    step_name: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.process.label
+
+    @property
+    def steps(self) -> list[tuple[int | None, int, int]]:
+        """(number, start, end) of each step, in time order."""
+        s = self.process.steps
+        if s is None:
+            return []
+        return [(n, e.ts, e.end) for n, e in zip(s.index, s.ranges)]
+
+    @property
+    def step_name(self) -> str | None:
+        s = self.process.steps
+        return s.name if s is not None else None
 
 
-def _label(trace: Trace, i: int, pid: Any, pids: int, files: int) -> str:
-    info = trace.metadata.get("distributedInfo")
-    if isinstance(info, dict) and "rank" in info and pids == 1:
-        return f"{info.get('role') or 'worker'} {info['rank']}"
-    m = _DIST_LABEL.match(trace.process_names.get(pid, ""))
-    if m is not None:
-        return f"{m.group(1)} {m.group(2)}"
-    where = os.path.basename(trace.path) if trace.path else f"trace {i + 1}"
-    return f"pid {pid} ({where})" if files > 1 else f"pid {pid}"
+def _processes(traces: list[Trace]) -> list[_Rank]:
+    out: list[_Rank] = []
+    for p in job(traces):
+        if not p.threads:
+            continue  # no range: nothing to cut into parts
+        r = _Rank(p)
+        gpu: list[tuple[Event, Collective]] = []
+        for ranges in p.threads.values():
+            for e in ranges:
+                if is_frame(e.category) or is_profiler_step(e.name):
+                    continue
+                c = parse(e.name, e.category, e.args)
+                if c is not None:
+                    (gpu if e.category == GPU_CATEGORY else r.comm).append((e, c))
+                else:
+                    r.ranges.append(e)
+        if gpu:  # a CUDA call returns at its launch: its stream says how long it took
+            r.comm = gpu
+        out.append(r)
+    return out
 
 
-def _processes(traces: list[Trace]) -> list[_Proc]:
-    procs: list[_Proc] = []
-    for i, trace in enumerate(traces):
-        mine: dict[Any, _Proc] = {}
-        pids = {e.pid for e in trace.events}
-        for e in trace.events:
-            if e.dur is None:
-                continue
-            p = mine.get(e.pid)
-            if p is None:
-                p = mine[e.pid] = _Proc(_label(trace, i, e.pid, len(pids), len(traces)))
-            if is_frame(e.category):
-                p.step_groups.setdefault((e.tid, e.name), []).append(e)
-                continue
-            if is_profiler_step(e.name):
-                p.step_groups.setdefault((e.tid, "ProfilerStep#"), []).append(e)
-                continue
-            c = parse(e.name, e.category, e.args)
-            if c is not None:
-                (p.gpu_comm if e.category == GPU_CATEGORY else p.comm).append((e, c))
-            else:
-                p.ranges.append(e)
-        procs.extend(mine.values())
-    seen: dict[str, int] = {}
-    for p in procs:
-        seen[p.label] = seen.get(p.label, 0) + 1
-        if seen[p.label] > 1:
-            p.label += f" #{seen[p.label]}"
-    for p in procs:
-        if p.gpu_comm:  # a CUDA call returns at its launch: its stream says how long it took
-            p.comm = p.gpu_comm
-        if p.step_groups:
-            (_, name), ranges = max(
-                p.step_groups.items(), key=lambda kv: (len(kv[1]), sum(e.dur or 0 for e in kv[1]))
-            )
-            ranges.sort(key=lambda e: e.ts)
-            p.step_name = name
-            p.steps = [(step_number(e, k), e.ts, e.end) for k, e in enumerate(ranges)]
-    return procs
-
-
-def _index(p: _Proc) -> Callable[[int], int | None]:
+def _index(p: _Rank) -> Callable[[int], int | None]:
     """The number of the step of p that holds an instant (None: between steps)."""
-    starts = [lo for _, lo, _ in p.steps]
-
-    def step(ts: int) -> int | None:
-        k = bisect.bisect_right(starts, ts) - 1
-        if k >= 0 and ts < p.steps[k][2]:
-            return p.steps[k][0]
-        return None
-
-    return step
+    return p.process.step_at
 
 
 # ---- waiting inside collectives ----
 
 
-def _waits(procs: list[_Proc]) -> tuple[dict[int, int], list[dict[str, Any]]]:
+def _waits(procs: list[_Rank]) -> tuple[dict[int, int], list[dict[str, Any]]]:
     """Each collective range's wait (by id of its Event), and per collective
     matched on >= 2 ranks: its name, the ranks' durations and the late rank."""
     instances: dict[tuple[Any, ...], list[tuple[int, Event]]] = {}
@@ -433,13 +407,13 @@ def analyze(traces: Inputs) -> RankAnalysis:
     return result
 
 
-def _is_server(p: _Proc) -> bool:
-    """Whether a process is a parameter server: its label names its role
-    (``_label``, from the file's distributedInfo or merged process name)."""
-    return p.label.startswith("server ")
+def _is_server(p: _Rank) -> bool:
+    """Whether a process is a parameter server: its role, from structured
+    metadata (``trace.processes``)."""
+    return p.process.role == "server"
 
 
-def _extent(p: _Proc) -> tuple[int, int]:
+def _extent(p: _Rank) -> tuple[int, int]:
     events = [e for e in p.ranges] + [e for e, _ in p.comm]
     return min(e.ts for e in events), max(e.end for e in events)
 
@@ -467,7 +441,7 @@ def _spread(labels: list[str], per: list[dict[tuple[str, str], float]]) -> list[
     return out
 
 
-def _collective_summary(procs: list[_Proc]) -> dict[str, dict[str, Any]]:
+def _collective_summary(procs: list[_Rank]) -> dict[str, dict[str, Any]]:
     """Per rank: per recorded name, count, bytes, op, dtype, group, total time."""
     out: dict[str, dict[str, Any]] = {}
     for p in procs:

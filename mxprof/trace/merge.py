@@ -9,8 +9,12 @@ Inputs from a distributed job (``mxprof.distributed``) carry
 ``distributedInfo`` with their clock's offset estimates: their events are
 moved onto the rank-0 worker's clock (``ClockModel.offset_at``; a drift is
 applied only where it exceeds its error bound), their processes are named
-by role, rank, host and pid, and the merged file's ``distributedInfo``
-lists every process with its clock.
+by role, rank, host and pid (``processes.display_name``), and the merged
+file's ``distributedInfo.ranks`` lists every rank with its clock and, as
+``merged_pid``, the pid its process has in the merged file (beside ``pid``,
+the one it was recorded with): readers join identity to events by it
+(``trace.processes``).  The inputs' tallies (``otherData``) are summed
+into the merged file's.
 
 Times are moved in integer ns, both ends of a range: an event's start and
 its end (``ts + dur``, rounded from the exact values in the file, as
@@ -39,6 +43,7 @@ from typing import IO, Any, Union
 import msgspec
 from msgspec.structs import force_setattr
 
+from .._tallies import TALLIES
 from .._tracejson import dumps as trace_json
 from .._version import __version__
 from ..errors import TraceFormatError
@@ -48,6 +53,7 @@ from ._event import DECODE_EVENTS
 from .clock import IDENTITY, ClockModel
 from .gpu import align_inputs, is_nvidia
 from .model import Event, Trace, base_time_ns, ns_ratio, read_lines, round_ratio
+from .processes import display_name, from_info
 from .reader import RawEvent, open_trace, read_raw
 from .steps import is_frame, is_profiler_step, number
 from .writer import JSON_GZ, PERFETTO, PerfettoWriter, file_format
@@ -65,10 +71,6 @@ def _distributed(path: str, meta: dict[str, Any]) -> tuple[dict[str, Any], Clock
     except ValueError as e:
         raise TraceFormatError(f"{path}: bad distributedInfo.clock: {e}") from None
     return info, clock
-
-
-def _process_label(info: dict[str, Any], pid: Any) -> str:
-    return f"{info.get('role')} {info.get('rank')} ({info.get('host')}, pid {pid})"
 
 
 def _fresh_pid(pid: Any, used: set[Any]) -> Any:
@@ -275,9 +277,10 @@ def _moved_fast(event: RawEvent, shift: int) -> RawEvent | None:
 
 def _process_name(path: str, d: Any, pid: Any, own: Any) -> str:
     """A process's name in the merged file: its role and rank (distributed
-    inputs), else its own name (or none) and its file's."""
+    inputs, by the report's label rule: ``processes.display_name``), else its
+    own name (or none) and its file's."""
     if d is not None:
-        return _process_label(d[0], pid)
+        return display_name(from_info(d[0], pid))
     if own is not None:
         return f"{own} [{os.path.basename(path)}]"
     return f"{os.path.basename(path)} (pid {pid})"
@@ -461,7 +464,11 @@ def merge(
                     ),
                     **(info or {}),
                 }
-            doc["otherData"] = {"mxprof_version": __version__, "merged_from": names}
+            doc["otherData"] = {
+                "mxprof_version": __version__,
+                "merged_from": names,
+                **_tallies(inputs),
+            }
             if span is not None:
                 doc["otherData"]["window_ns"] = list(span)
             if isinstance(out, _JsonOut):
@@ -476,6 +483,21 @@ def merge(
     if span is not None:
         result["window_ns"] = list(span)
     return result
+
+
+def _tallies(inputs: list[_Input]) -> dict[str, int]:
+    """The core's tallies summed over the inputs that carry them (none: {}), so
+    that a merged file says what its processes dropped or misused."""
+    found: dict[str, int] = {}
+    for inp in inputs:
+        other = inp.metadata.get("otherData")
+        if not isinstance(other, dict):
+            continue
+        for key in TALLIES:
+            value = other.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                found[key] = found.get(key, 0) + value
+    return found
 
 
 def _write_inputs(
@@ -493,12 +515,14 @@ def _write_inputs(
     for inp, move, d in zip(inputs, moves, dist):
         shift = move(0) if move.clock.constant else None
         pids: dict[Any, Any] = {}
+        active: set[Any] = set()  # its pids with events (not only metadata)
         named: set[Any] = set()
         # Perfetto output of a file in mxprof's shape: straight into Events. A
         # window: only what may lie in it is decoded as dicts.
         whole = isinstance(out, _PerfettoOut) and inp.lines and span is None
         if whole and isinstance(out, _PerfettoOut):
             written, pids = out.add_input(inp, move, d, used)
+            active = set(pids)
             count += written
         near = None
         if span is not None and shift is not None:
@@ -510,6 +534,8 @@ def _write_inputs(
                 if pid not in pids:
                     pids[pid] = _fresh_pid(pid, used)
                     used.add(pids[pid])
+                if ev.get("ph") != "M":
+                    active.add(pid)
                 moved = _moved_fast(ev, shift) if shift is not None else None
                 moved = moved if moved is not None else _moved(ev, move)
                 if span is not None and not _inside(moved, span):
@@ -539,8 +565,18 @@ def _write_inputs(
                  "args": {"sort_index": order}}
                 for pid in pids.values()
             ]  # fmt: skip
+            entry = {k: info.get(k) for k in ("role", "rank", "host", "pid") if k in info}
+            # The pid this rank's process has in the merged file, so that a
+            # reader joins the entry to its events (trace.processes).
+            own = info.get("pid")
+            if own in active:
+                entry["merged_pid"] = pids[own]
+            elif len(active) == 1:  # its one process with events
+                entry["merged_pid"] = pids[next(iter(active))]
+            elif own in pids:
+                entry["merged_pid"] = pids[own]
             ranks.append(
-                {k: info.get(k) for k in ("role", "rank", "host", "pid") if k in info}
+                entry
                 # The clock as this merge applied it, derived again from the estimates.
                 | {"clock": d[1].to_json(), "file": os.path.basename(inp.path)}
             )

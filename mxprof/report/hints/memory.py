@@ -1,0 +1,140 @@
+"""Hint rules on memory: each device's peak and who held it, and growth step
+over step (a leak).  Peaks and the scopes in use at them are
+``trace.processes``'s (``Process.memory``), the same the page's memory
+section shows; sizes in binary units (``_render.format_bytes``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..._render import format_bytes, format_ns
+from ...trace import Event
+from ...trace.processes import value_at
+from ._common import MAX_LINES, MIN_STEPS, Hint, Job, capped, hint, pct, quoted
+
+GROWTH_RISING_SHARE = 0.6
+GROWTH_MIN_SHARE = 0.10
+HOLDERS = 5  # scopes named as in use at a peak
+
+
+def _open_at(ranges: list[Event], t: int) -> Iterator[Event]:
+    """The ranges open at t (ts <= t < end), outermost first."""
+    for e in ranges:
+        if e.ts > t:
+            return
+        if t < e.end:
+            yield e
+
+
+def memory_peak(job: Job) -> Hint | None:
+    """Each device's peak, where it happened, and the scopes holding it."""
+    found = [(m.peak, p, m) for p in job.procs for m in p.memory if m.peak > 0]
+    if not found:
+        return None
+    found.sort(key=lambda f: -f[0])
+    evidence, subjects, unknown = [], [], False
+    for value, p, m in found:
+        where = [quoted(e.name) for e in _open_at(p.threads.get(m.tid, []), m.at)]
+        step = p.step_at(m.at)
+        evidence.append(
+            f"{job.where(p)}{m.device}: peak {format_bytes(value)} at {format_ns(m.at)}"
+            + (f" in step {step}" if step is not None else "")
+            + (f", inside {' > '.join(where)}" if where else "")
+            + f"; {format_bytes(m.last)} in use at the last sample"
+        )
+        held = m.scopes[:HOLDERS]
+        unknown |= not held or any(name == "<unk>:" for name, _ in held)
+        if held and m.holder is not None:
+            evidence.append(
+                "  scopes holding it: "
+                + ", ".join(f"{quoted(n)} {format_bytes(v)} ({pct(v / value)})" for n, v in held)
+            )
+            subjects += [m.device, m.holder]
+        elif held:  # a scope's counter adds up its bytes on every device
+            evidence.append(
+                "  scopes in use then, on all devices together: "
+                + ", ".join(f"{quoted(n)} {format_bytes(v)}" for n, v in held)
+            )
+            subjects.append(m.device)
+        else:
+            subjects.append(m.device)
+        if job.where(p):
+            subjects.append(p.label)
+    value, p, m = found[0]
+    holder = f", most held by scope {quoted(m.holder)}" if m.holder else ""
+    return hint(
+        "memory-peak",
+        "low",
+        f"Memory peaks at {format_bytes(value)} on {m.device}{holder}",
+        capped(evidence, 3 * MAX_LINES),
+        "To lower the peak, shrink what the holding scope keeps alive at that moment: free "
+        "or reuse buffers sooner, a smaller batch, recompute activations instead of keeping "
+        "them (checkpointing)."
+        + (
+            " Allocations outside any scope show as '<unk>:': wrap the code that allocates "
+            "in mxprof.scope('name') to see who holds them."
+            if unknown
+            else ""
+        ),
+        subjects,
+    )
+
+
+def memory_growth(job: Job) -> Hint | None:
+    """Bytes in use at step ends that keep rising."""
+    found = []
+    for p in job.procs:
+        s = p.steps
+        if s is None or len(s.ranges) < MIN_STEPS:
+            continue
+        ends = [e.end for e in s.ranges]
+        for device, samples in p.devices():
+            values = [value_at(samples, t) for t in ends]
+            rises = sum(b > a for a, b in zip(values, values[1:]))
+            growth = values[-1] - values[0]
+            if (
+                rises >= GROWTH_RISING_SHARE * (len(values) - 1)
+                and growth > 0
+                and growth >= GROWTH_MIN_SHARE * values[-1]
+            ):
+                found.append((growth, p, device, values, rises))
+    if not found:
+        return None
+    found.sort(key=lambda f: -f[0])
+    evidence, subjects = [], []
+    for growth, p, device, values, rises in found:
+        s = p.steps
+        assert s is not None
+        n = len(values)
+        evidence.append(
+            f"{job.where(p)}{device}: {format_bytes(values[0])} in use at the end of step "
+            f"{s.index[0]}, {format_bytes(values[-1])} at the end of step {s.index[-1]} "
+            f"(+{format_bytes(growth / (n - 1))} per step); it rose in {rises} of {n - 1} steps"
+        )
+        ends = [e.end for e in s.ranges]
+        grown = []
+        for name, samples in p.scopes():
+            first, last = value_at(samples, ends[0]), value_at(samples, ends[-1])
+            if last > first:
+                grown.append((last - first, name))
+        for delta, name in sorted(grown, reverse=True)[:3]:
+            evidence.append(
+                f"  scope {quoted(name)} grew by {format_bytes(delta)} over those steps"
+            )
+            subjects.append(name)
+        subjects.append(device)
+        if job.where(p):
+            subjects.append(p.label)
+    growth, p, device, values, _ = found[0]
+    return hint(
+        "memory-growth",
+        "medium",
+        f"Memory on {device} grows step over step (+{format_bytes(growth)} over "
+        f"{len(values)} steps)",
+        capped(evidence, 3 * MAX_LINES),
+        "Something allocated in each step outlives it (a leak): look in the scopes above for "
+        "tensors kept in a list (a loss kept with its graph: store loss.item()), caches "
+        "without a bound, or references held past the step; in a healthy loop the bytes in "
+        "use at step ends stay level.",
+        subjects,
+    )

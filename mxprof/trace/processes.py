@@ -1,0 +1,633 @@
+"""One model of a job's processes, for every reader after recording.
+
+``processes(trace)`` gives each process of a loaded trace, worked out once
+per Trace (and kept while its events are the same list): who it is, its
+label, its threads' ranges, its steps with their outliers and time in no
+range, its counters and memory peaks, and its wall span.  ``job(traces)``
+puts the processes of several inputs (one job) side by side with labels
+unique across them.  The report's sections, its hints, ``mxprof ranks`` and
+``mxprof merge`` take these answers from here and from nowhere else.
+
+Identity (``Identity``) is read from structured metadata, never from a
+display name:
+
+- a rank's own file: ``distributedInfo`` {role, rank, host, pid};
+- a merged file: each entry of ``distributedInfo.ranks`` names the pid its
+  process has in the merged file (``merged_pid``) beside the pid it was
+  recorded with (``pid``).  Files merged before ``merged_pid`` existed are
+  joined by ``pid``, where exactly one entry claims it (a merge renumbers a
+  pid only when two inputs share it: those processes stay unnamed);
+- otherwise the process is known by its pid (and ``otherData.host`` in a
+  file of one process).
+
+The label rule (``label``): ``<role> <rank>`` (``worker 1``) when both are
+known, else ``pid N``; among several inputs, a process without a rank also
+names its file (``pid N (rank3.json)``), and labels that would still be equal
+(two inputs of one rank) get ``(pid N)`` or ``(pid N, file)`` added.
+
+A step is a range of a frame or a ``ProfilerStep#N`` (``trace.steps``). A
+process's steps are the group, on one thread, of one frame name (every
+``ProfilerStep#N`` is one group) with the most ranges (ties: the most time).
+The one outlier rule: a step is an outlier when it is longer than the median
+plus ``max(OUTLIER_MADS`` x 1.4826 x MAD, ``OUTLIER_MIN_EXCESS`` x the
+median): three scaled median absolute deviations is the usual robust fence
+(1.4826 x MAD estimates a normal's standard deviation), and the floor of a
+fifth of the median keeps it off timer and scheduling jitter when every step
+takes the same time (MAD 0).
+
+*In no range*, per step: the part of the step on its thread inside no other
+range (the step less its direct children); between two steps: the part of
+the gap inside no range of the thread.  Unrecorded work and waits (a queue's
+``get`` outside any range) are there; stack samples say which.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import os
+import statistics
+import weakref
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._render import is_own
+from ._event import Event, Id
+from .model import Trace
+from .steps import is_frame, is_profiler_step, step_number
+
+__all__ = [
+    "DEVICE_STORAGE",
+    "Id",
+    "MEMORY_PREFIX",
+    "SCOPE_STORAGE",
+    "Identity",
+    "MemoryPeak",
+    "Process",
+    "Steps",
+    "counter_value",
+    "display_name",
+    "from_info",
+    "job",
+    "label",
+    "outliers",
+    "processes",
+    "value_at",
+]
+
+OUTLIER_MADS = 3.0
+MAD_SCALE = 1.4826  # MAD x this estimates the standard deviation of a normal
+OUTLIER_MIN_EXCESS = 0.2  # of the median: an outlier step is longer than 1.2 x it
+DEVICE_STORAGE = "Device Storage"  # mxprof's memory counters by device ...
+SCOPE_STORAGE = "Scope Storage"  # ... and by scope (README, "The trace file")
+MEMORY_PREFIX = "Memory: "  # a device counter's name: "Memory: gpu/0"
+PROFILER_STEPS = "ProfilerStep#"  # the name of the group of torch's ProfilerStep#N
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a process is: its pid in this file, the pid it was recorded with,
+    and where known its role (``worker``/``server``), rank and host."""
+
+    pid: Id
+    original_pid: Id
+    role: str = ""
+    rank: int | None = None
+    host: str | None = None
+
+
+def from_info(info: dict[str, Any], pid: Id, original: Any = None) -> Identity:
+    """The identity a ``distributedInfo`` (a rank's own, or an entry of a merged
+    file's ``ranks``) gives the process with this pid; its role is ``worker``
+    when the rank's info names none.
+
+    Example:
+        >>> from_info({"role": "server", "rank": 0, "host": "h", "pid": 90}, 3, 90)
+        Identity(pid=3, original_pid=90, role='server', rank=0, host='h')
+    """
+    return Identity(
+        pid,
+        original if original is not None else pid,
+        _text(info.get("role")) or "worker",
+        _rank(info.get("rank")),
+        _text(info.get("host")),
+    )
+
+
+def label(identity: Identity) -> str:
+    """A process's label: ``<role> <rank>`` when both are known, else ``pid N``.
+
+    Example:
+        >>> label(Identity(7, 4242, "worker", 1, "hostA")), label(Identity(7, 7))
+        ('worker 1', 'pid 7')
+    """
+    if identity.role and identity.rank is not None:
+        return f"{identity.role} {identity.rank}"
+    return f"pid {identity.pid}"
+
+
+def display_name(identity: Identity) -> str:
+    """The process name ``mxprof merge`` writes: the label, with the host and
+    the pid it was recorded with (a timeline viewer shows only this name).
+
+    Example:
+        >>> display_name(Identity(7, 4242, "worker", 1, "hostA"))
+        'worker 1 (hostA, pid 4242)'
+    """
+    where = [w for w in (identity.host, f"pid {identity.original_pid}") if w]
+    return f"{label(identity)} ({', '.join(where)})"
+
+
+@dataclass
+class Steps:
+    """A process's steps (see the module docstring), in time order; times in ns.
+
+    ``children[name][k]`` is step k's time in direct child ranges of that
+    name on the step's thread (by column: one array per name, so that many
+    steps cost 8 bytes a step and name); ``in_no_range[k]`` its time in none;
+    ``between[k]`` the time in no range between step k and step k + 1.
+    """
+
+    name: str
+    category: str
+    tid: Id
+    ranges: list[Event]
+    index: list[int]
+    children: dict[str, array[int]]
+    in_no_range: array[int]
+    between: array[int]
+    median: float
+    threshold: float
+    outliers: list[int]  # positions in ranges, longest first
+
+    @property
+    def durations(self) -> list[int]:
+        return [e.dur or 0 for e in self.ranges]
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """The first step's start to the last one's end (gaps between steps included)."""
+        got: tuple[int, int] | None = self.__dict__.get("_span_cache")
+        if got is None:
+            got = self.__dict__["_span_cache"] = (
+                self.ranges[0].ts,
+                max(e.ts + (e.dur or 0) for e in self.ranges),
+            )
+        return got
+
+    def position(self, t: int) -> int | None:
+        """The position (in ``ranges``) of the step open at instant t, None between steps."""
+        starts = self._starts()
+        k = bisect.bisect_right(starts, t) - 1
+        return k if k >= 0 and t < self.ranges[k].end else None
+
+    def _starts(self) -> list[int]:
+        got: list[int] | None = self.__dict__.get("_starts_cache")
+        if got is None:
+            got = self.__dict__["_starts_cache"] = [e.ts for e in self.ranges]
+        return got
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    """A device's peak of bytes in use in one process and the scopes in use then.
+
+    ``scopes`` are the process's scopes with bytes in use at the peak, most
+    first.  A scope's counter adds up its bytes on every device, so
+    ``holder`` (the scope holding most of the peak) is named only when the
+    process has one device.
+    """
+
+    device: str
+    peak: float
+    at: int  # ns on the trace's axis
+    tid: Id
+    last: float  # bytes in use at the device's last sample
+    scopes: tuple[tuple[str, float], ...]
+    holder: str | None
+
+
+@dataclass
+class Process:
+    """One process of a loaded trace: see the module docstring."""
+
+    identity: Identity
+    label: str
+    name: str | None  # its process name in the file
+    file: str  # its file's name (basename), or "trace N"
+    source: int  # the index of its trace among the inputs (0 for one trace)
+    start: int  # its first event's start, ns
+    end: int  # its last event's end, ns
+    events: int  # its events, every phase
+    tids: set[Id] = field(default_factory=set)  # threads with an event
+    phases: dict[str, int] = field(default_factory=dict)  # events that are not ranges, by ph
+    threads: dict[Id, list[Event]] = field(default_factory=dict)  # ranges, in ts order
+    thread_names: dict[Id, str] = field(default_factory=dict)
+    counters: dict[tuple[str, str], list[Event]] = field(default_factory=dict)  # time order
+    steps: Steps | None = None
+    memory: list[MemoryPeak] = field(default_factory=list)
+    _durations: dict[tuple[str, str], list[int]] | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> Id:
+        return self.identity.pid
+
+    @property
+    def role(self) -> str:
+        return self.identity.role
+
+    @property
+    def rank(self) -> int | None:
+        return self.identity.rank
+
+    @property
+    def wall(self) -> int:
+        """Its wall span: first event's start to last event's end (0 without events)."""
+        return max(self.end - self.start, 0)
+
+    def thread_label(self, tid: Id) -> str:
+        """``thread 'name' (tid N)``, or ``tid N`` for a thread without a name."""
+        name = self.thread_names.get(tid)
+        return f"thread '{name}' (tid {tid})" if name else f"tid {tid}"
+
+    def step_at(self, t: int) -> int | None:
+        """The number of the step open at instant t (None: no steps, or between them)."""
+        if self.steps is None:
+            return None
+        k = self.steps.position(t)
+        return None if k is None else self.steps.index[k]
+
+    def no_range(self) -> list[tuple[int, int]]:
+        """The spans, on the steps' thread from the first step's start to the
+        last one's end, inside no range but the steps (the time in no range of
+        ``Steps``, as spans in time order); [] without steps."""
+        s = self.steps
+        if s is None:
+            return []
+        lo, hi = s.span
+        starts = s._starts()
+        ends = [e.ts + (e.dur or 0) for e in s.ranges]
+        step_ids = {id(e) for e in s.ranges}
+        covered: list[list[int]] = []
+        k, last = -1, len(starts) - 1
+        for e in self.threads.get(s.tid, ()):  # in ts order
+            if id(e) in step_ids:
+                continue
+            ts = e.ts
+            end = ts + (e.dur or 0)
+            while k < last and starts[k + 1] <= ts:
+                k += 1  # the last step that starts at or before ts
+            if k >= 0 and ts < ends[k]:
+                inside = end <= ends[k]  # within step k
+            else:
+                inside = k == last or end <= starts[k + 1]  # within a gap
+            a, b = max(ts, lo), min(end, hi)
+            if not inside or b <= a:
+                continue  # a range holding a step is not what the step did
+            if covered and a <= covered[-1][1]:
+                covered[-1][1] = max(covered[-1][1], b)
+            else:
+                covered.append([a, b])
+        out: list[tuple[int, int]] = []
+        at = lo
+        for a, b in covered:
+            if a > at:
+                out.append((at, a))
+            at = max(at, b)
+        if at < hi:
+            out.append((at, hi))
+        return out
+
+    def durations(self) -> dict[tuple[str, str], list[int]]:
+        """Every range's duration by (name, category), each list sorted."""
+        if self._durations is None:
+            found: dict[tuple[str, str], list[int]] = {}
+            for ranges in self.threads.values():
+                for e in ranges:
+                    found.setdefault((e.name, e.category), []).append(e.dur or 0)
+            for durations in found.values():
+                durations.sort()
+            self._durations = found
+        return self._durations
+
+    def totals(self) -> dict[str, int]:
+        """Total ns in ranges by name, the profiler's own ranges left out."""
+        out: dict[str, int] = {}
+        own: dict[tuple[str, str], bool] = {}
+        for ranges in self.threads.values():
+            for e in ranges:
+                key = (e.name, e.category)
+                mine = own.get(key)
+                if mine is None:
+                    mine = own[key] = is_own(e.category, e.name)
+                if not mine:
+                    out[e.name] = out.get(e.name, 0) + (e.dur or 0)
+        return out
+
+    def devices(self) -> Iterator[tuple[str, list[Event]]]:
+        """(device, its memory counter's samples) for each device, by name."""
+        for (category, name), samples in sorted(self.counters.items()):
+            if category == DEVICE_STORAGE and name.startswith(MEMORY_PREFIX):
+                yield name[len(MEMORY_PREFIX) :], samples
+
+    def scopes(self) -> Iterator[tuple[str, list[Event]]]:
+        """(scope, its counter's samples) for each memory scope, by name."""
+        for (category, name), samples in sorted(self.counters.items()):
+            if category == SCOPE_STORAGE:
+                yield name, samples
+
+
+def counter_value(event: Event) -> float | None:
+    """A counter sample's value: its arg named like the counter, else its only number.
+
+    Example:
+        >>> from mxprof.trace import Event
+        >>> counter_value(Event("q", "", "C", ts=0, pid=1, tid=1, args={"q": 3}))
+        3.0
+    """
+    value = event.args.get(event.name)
+    if value is None:
+        numbers = [v for v in event.args.values() if isinstance(v, (int, float))]
+        value = numbers[0] if len(numbers) == 1 else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def value_at(samples: Sequence[Event], t: int) -> float:
+    """A counter's value at instant t: its last sample at or before t (0 before any)."""
+    lo, hi = 0, len(samples)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if samples[mid].ts <= t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return (counter_value(samples[lo - 1]) or 0.0) if lo else 0.0
+
+
+def outliers(durations: Sequence[int]) -> tuple[float, float, list[int]]:
+    """(median, threshold, positions of the steps longer than it, longest first):
+    the one outlier rule of the module docstring.
+
+    Example:
+        >>> median, threshold, found = outliers([8] * 5 + [11] + [8] * 4)
+        >>> median, round(threshold, 1), found
+        (8.0, 9.6, [5])
+    """
+    if not durations:
+        return 0.0, 0.0, []
+    median = float(statistics.median(durations))
+    mad = statistics.median(abs(d - median) for d in durations)
+    threshold = median + max(OUTLIER_MADS * MAD_SCALE * mad, OUTLIER_MIN_EXCESS * median)
+    found = [k for k, d in enumerate(durations) if d > threshold]
+    found.sort(key=lambda k: (-durations[k], k))
+    return median, threshold, found
+
+
+# ---- building the model ----
+
+_CACHE: weakref.WeakKeyDictionary[Trace, tuple[list[Event], tuple[Process, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def processes(trace: Trace) -> tuple[Process, ...]:
+    """The trace's processes (pids with events or a name), by pid order in the file.
+
+    Worked out on first use and kept while ``trace.events`` is the same list.
+
+    Example:
+        >>> import mxprof
+        >>> [p.label for p in processes(mxprof.load("merged.json"))]  # doctest: +SKIP
+        ['worker 0', 'worker 1', 'server 0']
+    """
+    events = trace.events
+    got = _CACHE.get(trace)
+    if got is not None and got[0] is events:
+        return got[1]
+    built = tuple(_build(trace, events))
+    _CACHE[trace] = (events, built)
+    return built
+
+
+def job(traces: Sequence[Trace]) -> list[Process]:
+    """The processes of several inputs of one job, labels unique across them.
+
+    With one input these are ``processes(trace)`` themselves; with several,
+    copies whose ``source`` is their input's index and whose label names the
+    file where it has no rank (and where two would read the same).
+    """
+    if len(traces) == 1:
+        return list(processes(traces[0]))
+    out: list[Process] = []
+    for i, trace in enumerate(traces):
+        for p in processes(trace):
+            name = p.label if p.rank is not None and p.role else f"{p.label} ({_file(trace, i)})"
+            out.append(dataclasses.replace(p, source=i, label=name, file=_file(trace, i)))
+    _unique(out, lambda p: f"pid {p.pid}, {p.file}")
+    return out
+
+
+def _unique(procs: list[Process], detail: Any) -> None:
+    """Labels equal across processes get detail(p) added, in brackets."""
+    seen: dict[str, int] = {}
+    for p in procs:
+        seen[p.label] = seen.get(p.label, 0) + 1
+    for p in procs:
+        if seen[p.label] > 1:
+            p.label = f"{p.label} ({detail(p)})"
+
+
+def _file(trace: Trace, i: int) -> str:
+    return os.path.basename(trace.path) if trace.path else f"trace {i + 1}"
+
+
+def _build(trace: Trace, events: list[Event]) -> list[Process]:
+    mine: dict[Id, Process] = {}
+    groups: dict[Id, dict[tuple[Id, str, str], list[Event]]] = {}
+    file = _file(trace, 0)
+    frames: dict[str, bool] = {}  # category -> whether its ranges are frames
+    stepping: dict[str, bool] = {}  # name -> whether it is ProfilerStep#N
+    p: Process | None = None
+    thread: list[Event] = []
+    tid: object = None
+    for e in events:  # sorted by pid, tid, ts: one thread after another
+        if p is None or e.pid != p.pid:
+            p = mine.get(e.pid)
+            if p is None:
+                p = mine[e.pid] = Process(Identity(e.pid, e.pid), "", None, file, 0, e.ts, e.ts, 0)
+                groups[e.pid] = {}
+            tid = None
+        p.events += 1
+        ts, dur = e.ts, e.dur
+        if ts < p.start:
+            p.start = ts
+        if dur is None:
+            if ts > p.end:
+                p.end = ts
+            p.phases[e.ph] = p.phases.get(e.ph, 0) + 1
+            p.tids.add(e.tid)
+            if e.ph == "C":
+                p.counters.setdefault((e.category, e.name), []).append(e)
+            continue
+        if ts + dur > p.end:
+            p.end = ts + dur
+        if e.tid != tid:
+            tid = e.tid
+            p.tids.add(tid)
+            thread = p.threads.setdefault(e.tid, [])
+        thread.append(e)
+        category = e.category
+        frame = frames.get(category)
+        if frame is None:
+            frame = frames[category] = is_frame(category)
+        if frame:
+            groups[e.pid].setdefault((e.tid, e.name, category), []).append(e)
+            continue
+        step = stepping.get(e.name)
+        if step is None:
+            step = stepping[e.name] = is_profiler_step(e.name)
+        if step:
+            groups[e.pid].setdefault((e.tid, PROFILER_STEPS, category), []).append(e)
+    for pid in trace.process_names:
+        if pid not in mine:  # named, but no event: a process that recorded nothing
+            mine[pid] = Process(Identity(pid, pid), "", None, file, 0, 0, 0, 0)
+            groups[pid] = {}
+    identities = _identities(trace, list(mine), [pid for pid, p in mine.items() if p.events])
+    for pid, p in mine.items():
+        p.identity = identities.get(pid, p.identity)
+        p.label = label(p.identity)
+        p.name = trace.process_names.get(pid)
+        p.thread_names = {t: n for (q, t), n in trace.thread_names.items() if q == pid}
+        for samples in p.counters.values():
+            samples.sort(key=lambda e: e.ts)
+        p.steps = _steps(p, groups[pid])
+        p.memory = _memory(p)
+    procs = list(mine.values())
+    _unique(procs, lambda p: f"pid {p.pid}")
+    return procs
+
+
+def _rank(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _identities(trace: Trace, pids: list[Id], active: list[Id]) -> dict[Id, Identity]:
+    """Identity of each pid the metadata names (see the module docstring);
+    active: the pids with events (a rank's info is its one process's)."""
+    out: dict[Id, Identity] = {}
+    meta = trace.metadata
+    info = meta.get("distributedInfo")
+    other = meta.get("otherData")
+    host = _text(other.get("host")) if isinstance(other, dict) else None
+    own = other.get("pid") if isinstance(other, dict) else None
+    if isinstance(info, dict) and "rank" in info:  # a rank's own file
+        recorded = info.get("pid", own)
+        pid = recorded if recorded in active else (active[0] if len(active) == 1 else None)
+        if pid is not None:
+            found = from_info(info, pid, recorded)
+            out[pid] = dataclasses.replace(found, host=found.host or host)
+    entries = info.get("ranks") if isinstance(info, dict) else None
+    if isinstance(entries, list):  # a merged file
+        entries = [r for r in entries if isinstance(r, dict)]
+        claims: dict[Any, int] = {}
+        for r in entries:
+            if "merged_pid" not in r:
+                claims[r.get("pid")] = claims.get(r.get("pid"), 0) + 1
+        for r in entries:
+            pid = r.get("merged_pid")
+            if "merged_pid" not in r and claims.get(r.get("pid")) == 1:
+                pid = r.get("pid")  # merged before merged_pid: its pid, if it was kept
+            if pid in pids and pid not in out:
+                out[pid] = from_info(r, pid, r.get("pid"))
+    if host is not None and len(pids) == 1 and pids[0] not in out and own in (pids[0], None):
+        out[pids[0]] = Identity(pids[0], pids[0], host=host)
+    return out
+
+
+def _steps(p: Process, groups: dict[tuple[Id, str, str], list[Event]]) -> Steps | None:
+    if not groups:
+        return None
+    (tid, name, category), ranges = max(
+        groups.items(), key=lambda kv: (len(kv[1]), sum(e.dur or 0 for e in kv[1]))
+    )
+    ranges.sort(key=lambda e: e.ts)  # already so on one thread; kept explicit
+    index = [step_number(e, k) for k, e in enumerate(ranges)]
+    durations = [e.dur or 0 for e in ranges]
+    children: dict[str, array[int]] = {}
+    inside = [0] * len(ranges)
+    between = [0] * max(len(ranges) - 1, 0)
+    covered_gap = [0] * len(between)
+    starts = [e.ts for e in ranges]
+    ends = [e.end for e in ranges]
+    child_end = list(starts)
+    gap_end = [ends[k] for k in range(len(between))]
+    is_step = {id(e) for e in ranges}
+    k, last = -1, len(starts) - 1
+    for e in p.threads.get(tid, ()):  # in ts order, a parent before its children
+        if id(e) in is_step:
+            continue
+        ts = e.ts
+        end = ts + (e.dur or 0)
+        while k < last and starts[k + 1] <= ts:
+            k += 1  # the last step that starts at or before ts
+        if k >= 0 and ts < ends[k]:  # starts inside step k
+            if end <= ends[k] and (ts >= child_end[k] or e.dur == 0):
+                column = children.get(e.name)
+                if column is None:
+                    column = children[e.name] = array("q", bytes(8 * len(ranges)))
+                column[k] += e.dur or 0
+                inside[k] += e.dur or 0
+                child_end[k] = max(child_end[k], end)
+        elif 0 <= k < len(between) and end <= starts[k + 1] and ts >= gap_end[k]:
+            covered_gap[k] += e.dur or 0  # a top-level range between steps k and k + 1
+            gap_end[k] = end
+    in_no_range = array("q", (max(d - i, 0) for d, i in zip(durations, inside)))
+    for k in range(len(between)):
+        between[k] = max(starts[k + 1] - ends[k] - covered_gap[k], 0)
+    median, threshold, found = outliers(durations)
+    return Steps(
+        name=name,
+        category=category,
+        tid=tid,
+        ranges=ranges,
+        index=index,
+        children=children,
+        in_no_range=in_no_range,
+        between=array("q", between),
+        median=median,
+        threshold=threshold,
+        outliers=found,
+    )
+
+
+def _memory(p: Process) -> list[MemoryPeak]:
+    devices = list(p.devices())
+    scopes = list(p.scopes())
+    out = []
+    for device, samples in devices:
+        values = [counter_value(e) or 0.0 for e in samples]
+        k = max(range(len(values)), key=values.__getitem__)  # the first sample at the peak
+        at = samples[k].ts
+        held = sorted(((value_at(s, at), name) for name, s in scopes), reverse=True)
+        kept = tuple((name, v) for v, name in held if v > 0)
+        out.append(
+            MemoryPeak(
+                device=device,
+                peak=values[k],
+                at=at,
+                tid=samples[k].tid,
+                last=values[-1],
+                scopes=kept,
+                holder=kept[0][0] if kept and len(devices) == 1 else None,
+            )
+        )
+    out.sort(key=lambda m: (-m.peak, m.device))
+    return out
