@@ -6,7 +6,10 @@ bytes loaded a counter, and each epoch ends with a marker.  It writes a
 Chrome trace (open it in https://ui.perfetto.dev or chrome://tracing) and
 prints the statistics table.
 
-    python examples/quickstart.py [trace.json]
+    python examples/quickstart.py [trace.json] [--slow-backward]
+
+``--slow-backward`` computes the gradients three times over: the same
+program with one phase slower, for ``mxprof diff`` to find.
 """
 
 import queue
@@ -20,7 +23,9 @@ EPOCHS = 3
 STEPS = 40
 BATCH = 256
 
-trace_path = sys.argv[1] if len(sys.argv) > 1 else "quickstart_trace.json"
+args = [a for a in sys.argv[1:] if a != "--slow-backward"]
+BACKWARD_PASSES = 3 if "--slow-backward" in sys.argv[1:] else 1
+trace_path = args[0] if args else "quickstart_trace.json"
 profiler.set_config(filename=trace_path, aggregate_stats=True, dump_period=0.5)
 
 train = profiler.Domain("train")
@@ -66,10 +71,11 @@ def main() -> None:
                 assert batch is not None
                 preds = predict(w, b, batch)
                 with backward:
-                    errs = [p - y for p, (_, y) in zip(preds, batch)]
-                    grad_w = 2 * sum(e * x for e, (x, _) in zip(errs, batch)) / len(batch)
-                    grad_b = 2 * sum(errs) / len(batch)
-                    loss = sum(e * e for e in errs) / len(batch)
+                    for _ in range(BACKWARD_PASSES):
+                        errs = [p - y for p, (_, y) in zip(preds, batch)]
+                        grad_w = 2 * sum(e * x for e, (x, _) in zip(errs, batch)) / len(batch)
+                        grad_b = 2 * sum(errs) / len(batch)
+                        loss = sum(e * e for e in errs) / len(batch)
                 update.start()
                 w -= lr * grad_w
                 b -= lr * grad_b

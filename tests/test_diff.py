@@ -159,14 +159,23 @@ def test_a_20_percent_shift_with_enough_events_is_flagged(tmp_path):
         flagged += row.flagged
         assert 8 < row.shift.pct < 32 and row.shift.by == "blocks", (seed, row)
     assert flagged >= 19
-    base = write_trace(tmp_path / "base.json", {"step": lognormal(1, 300), "io": lognormal(3, 300)})
+    # Three names on one thread: its common shift is taken out (spread 10 %).
+    base = write_trace(
+        tmp_path / "base.json",
+        {n: lognormal(i, 300, sigma=0.1) for i, n in enumerate(("step", "io", "save"))},
+    )
     new = write_trace(
-        tmp_path / "new.json", {"step": lognormal(2, 300, scale=1.2), "io": lognormal(4, 300)}
+        tmp_path / "new.json",
+        {
+            n: lognormal(10 + i, 300, sigma=0.1, scale=1.2 if n == "step" else 1)
+            for i, n in enumerate(("step", "io", "save"))
+        },
     )
     d = diff(base, new)
     rows = {r.name: r for r in d.rows}
     step = rows["step"]
-    assert step.flagged and step.direction == "slower"
+    assert step.flagged and step.gates and step.direction == "slower"
+    assert step.shift.thread == "tid 1" and abs(step.shift.thread_pct) < 5
     assert 5 < step.shift.low_pct < step.shift.pct < step.shift.high_pct
     assert "at 99% clears 5%" in step.why
     assert not rows["io"].flagged
@@ -242,6 +251,27 @@ def drifted_runs(seed, runs, scale=1.0, drift=0.04, n=1000):
         )
         for r in range(runs)
     ]
+
+
+def test_a_busier_machine_is_taken_out_of_a_threads_ranges():
+    """One run a side, the new one on a machine 30 % slower for every range
+    of the thread, and backward 20 % slower still: only backward is flagged,
+    by about 20 %, and the thread's common shift is said."""
+    names = ("forward", "backward", "update", "load")
+    base = {n: lognormal(60 + i, 300) for i, n in enumerate(names)}
+    new = {
+        n: lognormal(70 + i, 300, scale=1.3 * (1.2 if n == "backward" else 1))
+        for i, n in enumerate(names)
+    }
+    d = diff(Trace.from_raw(raw_events(base)), Trace.from_raw(raw_events(new)))
+    rows = {r.name: r for r in d.rows}
+    assert [r.name for r in d.regressions] == ["backward"]
+    assert 12 < rows["backward"].shift.pct < 28 and rows["backward"].gates
+    assert all(not rows[n].flagged for n in names if n != "backward")
+    assert rows["forward"].shift.typical_new / rows["forward"].shift.typical_base > 1.2  # raw
+    (common,) = d.threads.values()
+    assert 25 < common < 36
+    assert "as a whole +" in d.to_table()
 
 
 def test_several_runs_a_side_put_the_machine_into_the_interval():
@@ -326,10 +356,11 @@ def test_json_keys_are_the_documented_ones(tmp_path):
     (row,) = doc["rows"]
     assert set(row) == {
         "name", "categories", "base", "new", "delta", "change_pct", "shift", "direction",
-        "flagged", "why",
+        "flagged", "gates", "why",
     }  # fmt: skip
     assert set(row["shift"]) == {
-        "typical_base", "typical_new", "pct", "low_pct", "high_pct", "units", "by",
+        "typical_base", "typical_new", "pct", "low_pct", "high_pct", "units", "by", "thread",
+        "thread_pct",
     }  # fmt: skip
     assert row["shift"]["units"] == {"base": 12, "new": 12} and row["shift"]["by"] == "blocks"
     assert row["shift"]["low_pct"] < row["shift"]["pct"] < row["shift"]["high_pct"]
@@ -339,8 +370,10 @@ def test_json_keys_are_the_documented_ones(tmp_path):
     assert row["change_pct"]["avg"] == pytest.approx(
         100 * (row["new"]["avg"] / row["base"]["avg"] - 1)
     )
-    assert row["flagged"] and row["direction"] == "slower"
-    assert doc["regressions"] == ["step"] and doc["improvements"] == []
+    # One run a side and one name: compared raw, flagged, never a regression.
+    assert row["flagged"] and row["direction"] == "slower" and not row["gates"]
+    assert row["shift"]["thread"] is None and row["shift"]["thread_pct"] is None
+    assert doc["regressions"] == [] and doc["improvements"] == []
     assert [x["name"] for x in doc["only_base"]] == ["gone"] and doc["only_new"] == []
 
 
@@ -360,9 +393,11 @@ def test_the_table_is_aligned(tmp_path):
     assert lines[2].split() == ["Count", "Total", "Avg", "P50", "P99", "Typical"]
     assert len({width(ln) for ln in lines[1:8] if ln != lines[2]}) == 1  # rows fill the rule
     step = lines[5].split()
-    assert step[0] == "step" and step[1:3] == ["30", "30"] and step[-1] == "SLOWER"
+    # Two names, one run a side: compared raw, marked, never a regression.
+    assert step[0] == "step" and step[1:3] == ["30", "30"] and step[-1] == "SLOWER*"
     assert lines[6].split()[0] == "数据加载" and lines[6].split()[-2:] == ["+0.0%", "+0.0%..+0.0%"]
-    assert lines[-1] == "1 slower, 0 faster: interval beyond 5% (2 compared)"
+    assert lines[-2].startswith("* compared raw (one run a side")
+    assert lines[-1] == "0 slower, 0 faster: interval beyond 5% (2 compared)"
 
 
 def test_several_traces_a_side_pool_their_ranges(tmp_path):
@@ -401,11 +436,14 @@ def test_inputs_that_cannot_be_compared(tmp_path):
 
 
 def test_cli_exit_status_gates_on_flagged_regressions(cli, tmp_path):
-    write_trace(tmp_path / "base.json", {"step": lognormal(1, 100), "io": lognormal(3, 100)})
-    slower = {"step": lognormal(2, 100, scale=1.3), "io": lognormal(4, 100, scale=0.7)}
+    def spread(seed, scale=1.0):
+        return lognormal(seed, 200, sigma=0.1, scale=scale)
+
+    write_trace(tmp_path / "base.json", {"step": spread(1), "io": spread(3), "save": spread(7)})
+    slower = {"step": spread(2, 1.3), "io": spread(4, 0.7), "save": spread(8)}
     write_trace(tmp_path / "new.json", slower)
     write_trace(
-        tmp_path / "faster.json", {"step": lognormal(5, 100, scale=0.7), "io": lognormal(6, 100)}
+        tmp_path / "faster.json", {"step": spread(5, 0.7), "io": spread(6), "save": spread(9)}
     )
     proc = cli("diff", "base.json", "new.json", check=0)
     assert "1 slower, 1 faster" in proc.stdout and proc.stderr == ""

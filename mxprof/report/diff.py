@@ -95,9 +95,12 @@ Example:
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import math
 import os
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
@@ -115,6 +118,8 @@ ALPHA = 0.01
 BLOCKS = 32
 PER_BLOCK = 4
 MIN_BLOCKS = 4
+# A thread's common shift is taken out of its ranges when it has this many.
+MIN_GROUP = 3
 # The default minimum absolute change of the typical duration, ns.
 MIN_CHANGE_NS = 1000
 # The statistics of each side, in the order tables and JSON show them.
@@ -202,6 +207,8 @@ class Shift:
     high_pct: float | None
     units: tuple[int, int]
     by: str
+    thread: str | None = None  # the thread whose common shift was taken out
+    thread_pct: float | None = None  # that common shift, percent
 
     @property
     def judged(self) -> bool:
@@ -218,6 +225,8 @@ class Shift:
             "high_pct": self.high_pct,
             "units": {"base": self.units[0], "new": self.units[1]},
             "by": self.by,
+            "thread": self.thread,
+            "thread_pct": self.thread_pct,
         }
 
 
@@ -250,6 +259,14 @@ class DiffRow:
         return 100.0 * self.delta(stat) / before if before else None
 
     @property
+    def gates(self) -> bool:
+        """Whether a flag here can fail the gate: several runs a side, or its
+        thread's common shift taken out.  A range compared raw with one run
+        a side (alone on its thread, or with too few others) cannot tell a
+        busier machine from slower code: it is flagged, never a regression."""
+        return self.shift.by == "runs" or self.shift.thread is not None
+
+    @property
     def direction(self) -> str:
         """'slower', 'faster' or 'same': how the typical duration moved."""
         change = self.shift.typical_new - self.shift.typical_base
@@ -273,6 +290,8 @@ class Diff:
         shares: the function shares of the stack samples (``_shares.Shares``),
             or None unless both sides have samples.
         sampled: per side, its number of stack samples.
+        threads: each thread whose common shift was taken out of its
+            ranges, and that shift in percent.
 
     Example:
         >>> d = diff("base.json", "new.json")  # doctest: +SKIP
@@ -295,8 +314,23 @@ class Diff:
         for name, cats in new.categories.items():
             self.categories[name] = self.categories.get(name, set()) | cats
         rows = []
-        for name in base_all.keys() & new_all.keys():
-            shift = typical_shift(base.of(name), new.of(name))
+        common_names = sorted(base_all.keys() & new_all.keys())
+        offsets = thread_offsets(base, new, common_names)
+        self.threads = {thread: pct for thread, _, pct, _ in offsets.values()}
+        for name in common_names:
+            if name in offsets:
+                thread, offs, common, variance = offsets[name]
+                raw = typical_shift(base.of(name), new.of(name))
+                shift = typical_shift(base.of(name), new.of(name), offs, variance)
+                shift = dataclasses.replace(
+                    shift,
+                    typical_base=raw.typical_base,
+                    typical_new=raw.typical_new,
+                    thread=thread,
+                    thread_pct=common,
+                )
+            else:
+                shift = typical_shift(base.of(name), new.of(name))
             flagged, why = _judge(shift, threshold, min_change)
             categories = tuple(sorted(self.categories[name]))
             b, n = self.base_stats[name], self.new_stats[name]
@@ -312,12 +346,12 @@ class Diff:
     def regressions(self) -> list[DiffRow]:
         """Flagged rows whose typical duration got slower, in ``rows`` order
         (never a function share: they are relative, see the module docstring)."""
-        return [r for r in self.rows if r.flagged and r.direction == "slower"]
+        return [r for r in self.rows if r.flagged and r.gates and r.direction == "slower"]
 
     @property
     def improvements(self) -> list[DiffRow]:
         """Flagged rows whose typical duration got faster, in ``rows`` order."""
-        return [r for r in self.rows if r.flagged and r.direction == "faster"]
+        return [r for r in self.rows if r.flagged and r.gates and r.direction == "faster"]
 
     def to_json(self) -> dict[str, Any]:
         """The comparison as plain data; the keys are in the module docstring.
@@ -359,6 +393,7 @@ class Diff:
                     "shift": r.shift.to_json(),
                     "direction": r.direction,
                     "flagged": r.flagged,
+                    "gates": r.gates,
                     "why": r.why,
                 }
                 for r in self.rows
@@ -443,16 +478,30 @@ def diff(
     return Diff(*sides, float(threshold), float(min_change))
 
 
-def typical_shift(base: Sequence[Sequence[int]], new: Sequence[Sequence[int]]) -> Shift:
+def typical_shift(
+    base: Sequence[Sequence[int]],
+    new: Sequence[Sequence[int]],
+    offsets: tuple[Sequence[float], Sequence[float]] | None = None,
+    offset_variance: float = 0.0,
+) -> Shift:
     """The typical shift between two sides, each a list of runs, each run a
     name's durations (ns) in time order (the rule is in the module docstring).
+
+    ``offsets``, per side and run, are log speeds taken out of each run
+    before the comparison (its thread's common shift); none by default.
+    ``offset_variance`` is the variance of that estimate where the spread of
+    the runs does not hold it already (one run a side).
 
     Example:
         >>> s = typical_shift([[100, 110, 90, 100] * 10], [[120, 132, 108, 120] * 10])
         >>> round(s.pct), round(s.low_pct), round(s.high_pct)
         (20, 20, 20)
     """
-    sides = [[_blocks(run) for run in runs] for runs in (base, new)]
+    zero = ([0.0] * len(base), [0.0] * len(new))
+    sides = [
+        [[v - off for v in _blocks(run)] for run, off in zip(runs, offs)]
+        for runs, offs in zip((base, new), offsets or zero)
+    ]
     centers = [[statistics.fmean(b) for b in runs if b] for runs in sides]
     typical = [
         math.exp(sum(c) / len(c)) if c else statistics.median(_all(runs)) or 0.0
@@ -471,9 +520,88 @@ def typical_shift(base: Sequence[Sequence[int]], new: Sequence[Sequence[int]]) -
         return Shift(typical[0], typical[1], _ratio_pct(typical), None, None, units, by)
     se, df = spread
     log_shift = math.log(typical[1] / typical[0])
-    half = _t995(df) * se
+    half = _t995(df) * math.sqrt(se * se + offset_variance)
     low, high = 100 * math.expm1(log_shift - half), 100 * math.expm1(log_shift + half)
     return Shift(typical[0], typical[1], 100 * math.expm1(log_shift), low, high, units, by)
+
+
+def _centers(runs: Sequence[Sequence[int]]) -> list[float] | None:
+    """Each run's mean of block log medians; None if a run is too short to block."""
+    out = []
+    for run in runs:
+        blocks = _blocks(run)
+        if not blocks:
+            return None
+        out.append(statistics.fmean(blocks))
+    return out
+
+
+def thread_offsets(
+    base: _Side, new: _Side, names: Sequence[str]
+) -> dict[str, tuple[str, tuple[list[float], list[float]], float, float]]:
+    """Each run's speed on each thread, to be taken out of its ranges.
+
+    A run's ranges on one thread slow down together when the machine is
+    busier (another job takes the CPU): that moves every one of them by one
+    factor, and says nothing of the code.  For a thread with at least
+    ``MIN_GROUP`` names present in every run of both sides that hold no
+    other of them (leaves: a parent range moves with whichever child
+    moved), each run's *offset* is the median over those names of (its log
+    center less the name's mean over the base runs): the base runs' offsets
+    centre on 0, and a new run's is its thread's common shift; every name
+    of the thread, parents too, is compared with it taken out.  One name slower than
+    its thread's others stands out of that median; a machine that is
+    slower for all of them does not.
+
+    With one run a side the common shift is itself an estimate, whose
+    variance (that of a median of k shifts: about pi/2 times their mean
+    variance over k) widens each of the thread's intervals; with several
+    runs, the runs' spread already holds it.
+
+    Returns:
+        name -> (thread, (base offsets, new offsets) per run, the thread's
+        common shift in percent, the variance of its log), for the names
+        of such threads.
+    """
+    groups: dict[str, list[tuple[str, list[float], list[float]]]] = {}
+    for name in names:
+        thread = base.thread_of(name)
+        if thread is None or thread != new.thread_of(name):
+            continue
+        if len(base.of(name)) != len(base.runs) or len(new.of(name)) != len(new.runs):
+            continue  # not in every run: its runs cannot be lined up with the others'
+        b, n = _centers(base.of(name)), _centers(new.of(name))
+        if b is not None and n is not None:
+            groups.setdefault(thread, []).append((name, b, n))
+    out: dict[str, tuple[str, tuple[list[float], list[float]], float, float]] = {}
+    several = max(len(base.runs), len(new.runs)) > 1
+    for thread, everyone in groups.items():
+        # Only leaves speak for the machine: a parent moves with whichever child moved.
+        members = [
+            m
+            for m in everyone
+            if not any(base.contains(m[0], other[0]) for other in everyone if other is not m)
+        ]
+        if len(members) < MIN_GROUP:
+            continue
+        variance = 0.0
+        if not several:
+            spreads = [
+                _blocks_spread([_blocks(base.of(name)[0]), _blocks(new.of(name)[0])])
+                for name, _, _ in members
+            ]
+            known = [se * se for se, _ in filter(None, spreads)]
+            if known:
+                variance = math.pi / 2 * statistics.fmean(known) / len(known)
+        ref = {name: statistics.fmean(b) for name, b, _ in members}
+        offsets = tuple(
+            [statistics.median(m[side][r] - ref[m[0]] for m in members) for r in range(count)]
+            for side, count in ((1, len(base.runs)), (2, len(new.runs)))
+        )
+        common = 100 * math.expm1(statistics.fmean(offsets[1]) - statistics.fmean(offsets[0]))
+        for name, _, _ in everyone:
+            out[name] = (thread, (offsets[0], offsets[1]), common, variance)
+    return out
 
 
 def _all(runs: Sequence[Sequence[int]]) -> list[int]:
@@ -537,6 +665,8 @@ class _Side:
             raise ConfigError(f"{which}: no trace given")
         self.labels: list[str] = []
         self.runs: list[dict[str, list[int]]] = []
+        self.threads: list[dict[str, str]] = []  # per run: name -> its thread
+        self.spans: dict[str, tuple[list[int], list[int]]] = {}  # first run: starts, ends
         self.categories: dict[str, set[str]] = {}
         self.truncated = False
         self.samples = Tally()
@@ -546,13 +676,42 @@ class _Side:
             self.truncated |= trace.truncated
             self.samples.add(trace.samples.samples)
             timed: dict[str, list[tuple[int, int]]] = {}
+            where: dict[str, Counter[tuple[int, int]]] = {}
             for event in trace:
                 if event.dur is not None and not is_own(event.category, event.name):
                     timed.setdefault(event.name, []).append((event.ts, event.dur))
                     self.categories.setdefault(event.name, set()).add(event.category)
+                    where.setdefault(event.name, Counter())[(event.pid, event.tid)] += 1
             self.runs.append({name: [d for _, d in sorted(v)] for name, v in timed.items()})
+            if not self.spans:  # the first run's, for which name holds which
+                for name, v in timed.items():
+                    ordered = sorted(v)
+                    self.spans[name] = ([t for t, _ in ordered], [t + d for t, d in ordered])
+            self.threads.append(
+                {name: _thread_label(trace, c.most_common(1)[0][0]) for name, c in where.items()}
+            )
         self.names = set().union(*self.runs) if self.runs else set()
         self.label = " + ".join(self.labels)
+
+    def thread_of(self, name: str) -> str | None:
+        """The thread that records name, by its name (a tid where it has none),
+        if every run of this side agrees; else None."""
+        seen = {threads[name] for threads in self.threads if name in threads}
+        return seen.pop() if len(seen) == 1 else None
+
+    def contains(self, outer: str, inner: str) -> bool:
+        """Whether most of inner's ranges (in the first run, up to 32 looked
+        at) lie inside one of outer's: outer is its parent, and moves with it."""
+        starts, ends = self.spans.get(outer, ([], []))
+        inner_starts = self.spans.get(inner, ([], []))[0]
+        if not starts or not inner_starts:
+            return False
+        looked = inner_starts[:: max(1, len(inner_starts) // 32)]
+        inside = 0
+        for t in looked:
+            i = bisect.bisect_right(starts, t) - 1
+            inside += i >= 0 and ends[i] >= t
+        return 2 * inside > len(looked)
 
     def of(self, name: str) -> list[list[int]]:
         """Each run's durations of name in time order (a run without it: left out)."""
@@ -561,6 +720,12 @@ class _Side:
     def pooled(self) -> dict[str, list[int]]:
         """Each name's durations over every run, sorted ascending."""
         return {name: sorted(_all(self.of(name))) for name in self.names}
+
+
+def _thread_label(trace: Trace, key: tuple[int, int]) -> str:
+    # Names, not ids, line threads up across runs: tids are numbered in order
+    # of first use, which another run may change.
+    return trace.thread_names.get(key) or f"tid {key[1]}"
 
 
 def _nearest_rank(ordered: Sequence[int], percent: int) -> int:
@@ -638,7 +803,7 @@ def _interval(shift: Shift) -> str:
 
 def _flag(row: DiffRow) -> str:
     if row.flagged:
-        return row.direction.upper()
+        return row.direction.upper() + ("" if row.gates else "*")
     return "noise" if "does not clear" in row.why else ""
 
 
@@ -664,6 +829,16 @@ def _table(d: Diff) -> str:
                 f"{display(n)} ({stats[n].count} x {format_ns(stats[n].avg)})" for n in only
             )
             lines.append(f"only in {_label(which)}: {listed}")
+    for thread, pct in sorted(d.threads.items()):
+        lines.append(
+            f"{display(thread)} as a whole {pct:+.1f}%: taken out of its ranges' shifts "
+            "(a busier machine and code slower everywhere look alike)"
+        )
+    if any(r.flagged and not r.gates for r in d.rows):
+        lines.append(
+            "* compared raw (one run a side, too few other ranges on its thread to take the "
+            "machine's speed out): never a regression; give several runs a side to gate on it"
+        )
     if d.rows or d.shares is None:
         slower, faster = len(d.regressions), len(d.improvements)
         lines.append(
