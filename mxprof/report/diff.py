@@ -108,6 +108,7 @@ from typing import Any, Union
 from .._render import display, format_ns, grouped_table, is_own
 from ..errors import ConfigError, ProfilerError
 from ..trace import Trace, load
+from ..trace._convert import ThreadKey
 from ._shares import Shares, Tally, compare
 
 # The interval's confidence, and the shares' family-wise level (1 - CONFIDENCE).
@@ -594,9 +595,15 @@ def thread_offsets(
             if known:
                 variance = math.pi / 2 * statistics.fmean(known) / len(known)
         ref = {name: statistics.fmean(b) for name, b, _ in members}
-        offsets = tuple(
-            [statistics.median(m[side][r] - ref[m[0]] for m in members) for r in range(count)]
-            for side, count in ((1, len(base.runs)), (2, len(new.runs)))
+        offsets = (
+            [
+                statistics.median(b[r] - ref[name] for name, b, _ in members)
+                for r in range(len(base.runs))
+            ],
+            [
+                statistics.median(n[r] - ref[name] for name, _, n in members)
+                for r in range(len(new.runs))
+            ],
         )
         common = 100 * math.expm1(statistics.fmean(offsets[1]) - statistics.fmean(offsets[0]))
         for name, _, _ in everyone:
@@ -676,7 +683,7 @@ class _Side:
             self.truncated |= trace.truncated
             self.samples.add(trace.samples.samples)
             timed: dict[str, list[tuple[int, int]]] = {}
-            where: dict[str, Counter[tuple[int, int]]] = {}
+            where: dict[str, Counter[ThreadKey]] = {}
             for event in trace:
                 if event.dur is not None and not is_own(event.category, event.name):
                     timed.setdefault(event.name, []).append((event.ts, event.dur))
@@ -722,7 +729,7 @@ class _Side:
         return {name: sorted(_all(self.of(name))) for name in self.names}
 
 
-def _thread_label(trace: Trace, key: tuple[int, int]) -> str:
+def _thread_label(trace: Trace, key: ThreadKey) -> str:
     # Names, not ids, line threads up across runs: tids are numbered in order
     # of first use, which another run may change.
     return trace.thread_names.get(key) or f"tid {key[1]}"
