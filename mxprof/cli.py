@@ -25,7 +25,7 @@ from ._render import ROW_SORT_KEYS
 from ._version import __version__
 from .averages import KeyAverages
 from .errors import ProfilerError, TraceFormatError
-from .report import ReportUnavailable, report
+from .report import report
 from .report.diff import DiffError, diff
 from .report.ranks import analyze
 from .trace import Trace, export, load, samples
@@ -354,7 +354,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Write the HTML report of traces; every failure is a usage error (status 2)."""
     try:
         written = report(args.traces, args.output, baseline=args.baseline)
-    except (TraceFormatError, OSError, ReportUnavailable) as e:
+    except (TraceFormatError, OSError) as e:
         print(f"mxprof report: {e}", file=sys.stderr)
         return 2
     print(f"mxprof report: written to {written}", file=sys.stderr)
@@ -458,7 +458,7 @@ def parser() -> argparse.ArgumentParser:
     )
     mg.set_defaults(func=cmd_merge)
 
-    rr = sub.add_parser("report", help="one self-contained HTML page of traces (needs plotly)")
+    rr = sub.add_parser("report", help="one self-contained HTML page of traces")
     rr.add_argument("traces", nargs="+", help="trace files (several: side by side)")
     rr.add_argument("-o", "--output", required=True, help="the HTML file to write")
     rr.add_argument(

@@ -3,24 +3,22 @@
 import gzip
 import json
 import os
+import pathlib
+import re
 import time
 from html.parser import HTMLParser
 
 import _bench
+import plotly.offline  # a core dependency: the report is never skipped
 import pytest
 
 import mxprof
+import mxprof.report
 from mxprof import _testing
 from mxprof.errors import OutputError, TraceFormatError, TraceReadError
-
-pytest.importorskip("plotly", reason="the report needs plotly (pip install 'mxprof[report]')")
-
-import plotly.offline  # noqa: E402
-
-import mxprof.report  # noqa: E402
-from mxprof.report import _html, _sections, _series  # noqa: E402
-from mxprof.report.diff import diff  # noqa: E402
-from mxprof.report.hints import find_hints  # noqa: E402
+from mxprof.report import _html, _sections, _series
+from mxprof.report.diff import diff
+from mxprof.report.hints import find_hints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -511,3 +509,16 @@ def test_a_recorded_trace_with_samples_has_its_functions_in_the_flame_graphs(tmp
     )  # fmt: skip
     assert spinning > 0
     assert max(v for p, v in phase.items() if p[-1] == "spin_in_phase") == spinning
+
+
+def test_the_report_comes_with_the_default_install():
+    """plotly is a core dependency: `pip install mxprof` writes the page, no extra needed."""
+    text = pathlib.Path(ROOT, "pyproject.toml").read_text(encoding="utf-8")
+    core = re.search(r"^dependencies = \[(.*?)\]", text, re.M | re.S).group(1)
+    assert '"plotly>=5"' in core
+    assert 'report = ["plotly>=5"]' in text  # the old extra still installs
+    # No "needs plotly" path is left: nothing to catch, nothing to tell the user.
+    assert not hasattr(mxprof.report, "ReportUnavailable")
+    cli = pathlib.Path(ROOT, "mxprof", "cli.py").read_text(encoding="utf-8")
+    assert "plotly" not in cli
+
