@@ -522,3 +522,35 @@ def test_the_report_comes_with_the_default_install():
     cli = pathlib.Path(ROOT, "mxprof", "cli.py").read_text(encoding="utf-8")
     assert "plotly" not in cli
 
+
+def figure(text, div_id):
+    """The data of the figure plotly.io drew into div_id, from the page's text."""
+    call = re.search(r'Plotly\.newPlot\(\s*"' + re.escape(div_id) + r'",\s*', text)
+    data, _ = json.JSONDecoder().raw_decode(text, call.end())
+    return data
+
+
+def test_single_value_plots_draw(tmp_path):
+    """One step, one loss sample, one memory point: each still draws (a marker,
+    a histogram bin with a width) rather than a line through one point."""
+    page, trace = make_report(tmp_path, training(steps=1))
+    text = (tmp_path / "r.html").read_text(encoding="utf-8")
+    s = _sections.build([str(trace)], [mxprof.load(trace)])
+    (loss,) = s.counters
+    assert (loss.samples, loss.values) == (1, [100.0])
+    drawn = figure(text, "counter-0")
+    assert drawn[0]["mode"] == "markers" and drawn[0]["y"] == [100.0]
+    assert drawn[0]["x"] == [loss.times[0] / 1e9]
+    (device,) = figure(text, "memory-devices")
+    assert device["mode"] == "markers" and device["y"] == [float(1 << 20)]
+    scopes = figure(text, "memory-scopes")
+    assert sorted(p["y"][0] for p in scopes) == [1 << 19, 1 << 19]
+    assert all(p["mode"] == "markers" for p in scopes)
+    # The one step's duration histogram: one bin around its 8 ms, with a width.
+    step = next(i for i, r in enumerate(s.rows) if r.name == "step")
+    h = s.histograms[step]
+    assert h.counts == [1] and h.edges[0] < 8_000_000 < h.edges[1]
+    assert h.edges == [8_000_000 * 0.95, 8_000_000 * 1.05]
+    # Longer series stay lines.
+    two = _sections.build([str(trace)], [mxprof.load(make_report(tmp_path, training(2))[1])])
+    assert _html._line(two.counters[0])["mode"] == "lines"

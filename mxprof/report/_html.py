@@ -180,7 +180,9 @@ def plot(
     div_id: str, data: list[dict[str, Any]], layout: dict[str, Any], small: bool = False
 ) -> str:
     """One plotly figure as a div and its drawing call (plotly.js comes once, in the head)."""
-    import plotly.io as pio  # the report extra; checked in mxprof.report.report
+    # plotly is a core dependency, imported here rather than at the top so that
+    # every other command of the CLI (which imports this package) starts without it.
+    import plotly.io as pio
 
     base = {"template": TEMPLATE, "margin": {"l": 60, "r": 20, "t": 40, "b": 50}}
     figure = {"data": data, "layout": {**base, **layout}}
@@ -201,7 +203,7 @@ def _seconds(values: Sequence[float]) -> list[float]:
 
 def page(sections: Sections, hints: str, diff: str) -> str:
     """The whole document."""
-    import plotly.offline  # the report extra
+    import plotly.offline  # a core dependency; imported when a page is drawn (see plot)
 
     parts = [
         _header(sections),
@@ -420,9 +422,11 @@ def _steps(s: Sections) -> str:
 
 
 def _line(series: Series, name: str | None = None) -> dict[str, Any]:
+    """A counter's series as a step line; a series of one sample as a marker,
+    since a line through one point draws nothing."""
     return {
         "type": "scatter",
-        "mode": "lines",
+        "mode": "lines" if len(series.times) > 1 else "markers",
         "line": {"shape": "hv"},
         "name": name or series.name,
         "x": _seconds(series.times),
