@@ -554,3 +554,55 @@ def test_single_value_plots_draw(tmp_path):
     # Longer series stay lines.
     two = _sections.build([str(trace)], [mxprof.load(make_report(tmp_path, training(2))[1])])
     assert _html._line(two.counters[0])["mode"] == "lines"
+
+
+def recorded_training(path, steps):
+    """A trace as mxprof's core writes it: steps as frames holding 8 short ranges
+    (two levels deep) and a counter sample: 10 events a step, and the counter's
+    first value."""
+    _testing.start(path)
+    train = mxprof.Domain("train")
+    step = train.new_frame("step")
+    loss = train.new_counter("loss", 0)
+    outer, inner = train.new_task("forward"), train.new_task("layer")
+    for i in range(steps):
+        with step:
+            for _ in range(2):
+                with outer:
+                    for _ in range(3):
+                        with inner:
+                            pass
+            loss.set_value(i)
+    _testing.finish(path)
+
+
+def test_the_loaded_events_cost_few_bytes_each(tmp_path):
+    """Item 8 of issue 22: what the report holds per event, measured by tracemalloc
+    (deterministic: no timing). Every event's phase is one shared string (msgspec
+    made one per event: 50 bytes), a short range's length one int per value, and the
+    nesting behind key_averages is two int64 arrays (lists of ints took up to 72
+    bytes an event)."""
+    import tracemalloc
+    from array import array
+
+    from mxprof.trace.model import read_events
+
+    path = tmp_path / "t.json"
+    recorded_training(path, 20_000)
+    tracemalloc.start()
+    try:
+        trace = read_events(path)
+        rows = trace.key_averages()
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert len(trace) == 200_001 and {r.name: r.count for r in rows}["layer"] == 120_000
+    assert len({id(e.ph) for e in trace}) == 2  # "X" and "C", each one string
+    parents, selfs = trace._parts()
+    assert isinstance(parents, array) and isinstance(selfs, array)
+    # An Event is 80 bytes, its ts 32, its place in the list 8 (its dur is shared);
+    # the durations behind the statistics 8, the nesting 16, the args of steps and
+    # counters (a fifth of these events) 35: about 187. Before: 278 (a ph string
+    # and a dur int per event, the nesting in lists of ints).
+    assert held / len(trace) < 200, held / len(trace)
+
