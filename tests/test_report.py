@@ -606,3 +606,18 @@ def test_the_loaded_events_cost_few_bytes_each(tmp_path):
     # and a dur int per event, the nesting in lists of ints).
     assert held / len(trace) < 200, held / len(trace)
 
+
+def test_samples_alone_make_a_page(tmp_path):
+    """An uninstrumented script under `mxprof run` writes samples and no ranges:
+    its page is the flame graph, not an error that the trace holds no events."""
+    samples = [(10 + i, ["main", "train", "forward"], None) for i in range(5)]
+    samples += [(20 + i, ["main", "wait"], None) for i in range(2)]
+    page, trace = make_report(tmp_path, sampled(samples, []))
+    assert len(mxprof.load(trace)) == 0
+    flames = page_flames(page)
+    assert flame_paths(flames, flames["program"]) == {
+        ("main",): 7, ("main", "train"): 5, ("main", "train", "forward"): 5,
+        ("main", "wait"): 2,
+    }  # fmt: skip
+    text = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "The input holds no ranges" in text and "No steps" in text

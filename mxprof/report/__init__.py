@@ -54,8 +54,11 @@ def _paths(inputs: Inputs, what: str) -> list[str]:
 
 def _load(path: str) -> Trace:
     trace = read_events(path)
-    if not len(trace) and not trace.truncated:
-        raise TraceFormatError(f"{shown(path)}: the trace holds no events; nothing to report")
+    # Stack samples alone (an uninstrumented script under `mxprof run`) make a page.
+    if not len(trace) and not len(trace.samples) and not trace.truncated:
+        raise TraceFormatError(
+            f"{shown(path)}: the trace holds no events and no samples; nothing to report"
+        )
     return trace
 
 
@@ -127,7 +130,7 @@ def report(paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) ->
 
     Raises:
         TraceReadError: an input cannot be read (missing, no permission).
-        TraceFormatError: an input is not a trace, or holds no events.
+        TraceFormatError: an input is not a trace, or holds no events and no samples.
         OutputError: the page cannot be written there (no such directory, no
             permission, a directory); nothing is left behind.
 
