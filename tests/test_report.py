@@ -151,6 +151,12 @@ def test_sections_find_steps_outliers_memory_peaks_and_counters(tmp_path):
     assert s.tallies["dropped_events"] == 3 and s.config["host"] == {str(trace): "h"}
     page = _html.page(s, "", "")
     assert "3 events were dropped" in page and "max_events" in page
+    # The recording's settings are folded away: not in the way of the first screen.
+    assert (
+        '<details id="config"><summary>Recorded by: the trace\'s <code>otherData</code> (1 key)'
+        in page
+    )
+    assert page.index('<details id="config">') < page.index('<table class="config">')
 
 
 def test_several_processes_side_by_side(tmp_path):
@@ -621,3 +627,17 @@ def test_samples_alone_make_a_page(tmp_path):
     }  # fmt: skip
     text = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert "The input holds no ranges" in text and "No steps" in text
+
+
+def test_the_summary_shows_only_the_tallies_that_are_not_zero(tmp_path):
+    """The first screen is for the run: zero tallies are one box, the others each one."""
+    facts = re.compile(r'<div class="v">([^<]*)</div><div class="k">([^<]*)</div>')
+    page, _ = make_report(tmp_path, training(), otherData={"dropped_events": 0, "cut_ranges": 0})
+    text = (tmp_path / "r.html").read_text(encoding="utf-8")
+    shown = {k: v for v, k in facts.findall(text)}
+    assert shown["drops and misuse tallies: every one zero"] == "0"
+    assert "cut ranges" not in shown and "unpaired begins/ends (left out)" not in shown
+    make_report(tmp_path, training(), otherData={"dropped_events": 4, "cut_ranges": 0})
+    shown = {k: v for v, k in facts.findall((tmp_path / "r.html").read_text(encoding="utf-8"))}
+    assert shown["dropped events"] == "4" and "cut ranges" not in shown
+    assert "drops and misuse tallies: every one zero" not in shown
