@@ -96,14 +96,18 @@ def record(path: str, events: int) -> int:
 
 # `mxprof report TRACE -o PAGE`, then the peak resident memory of this process
 # (load, sections, page) and of the child it forked for the hints (its
-# children's largest: beside() waits for it), in bytes.
+# children's largest: beside() waits for it), in bytes, and the CPU time of
+# each (less sensitive than wall time to other work on a shared machine).
 _REPORT = """
 import json, resource, sys
 from mxprof.cli import main
 code = main(["report", sys.argv[1], "-o", sys.argv[2]])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-print(json.dumps({"code": code, "self": peak, "child": child}))
+me = resource.getrusage(resource.RUSAGE_SELF)
+kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({
+    "code": code, "self": me.ru_maxrss * 1024, "child": kids.ru_maxrss * 1024,
+    "cpu_s": me.ru_utime + me.ru_stime, "child_cpu_s": kids.ru_utime + kids.ru_stime,
+}))
 sys.exit(code)
 """
 
@@ -162,6 +166,8 @@ def main() -> None:
         "report_child_peak_rss_bytes": [p["child"] for p in peaks],
         "report_peak_rss_median_bytes": statistics.median(p["self"] for p in peaks),
         "report_child_peak_rss_median_bytes": statistics.median(p["child"] for p in peaks),
+        "report_cpu_s": [p["cpu_s"] for p in peaks],
+        "report_child_cpu_s": [p["child_cpu_s"] for p in peaks],
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
     }
@@ -177,6 +183,11 @@ def main() -> None:
     print(
         f"size                          {size / 1e6:8.2f} MB "
         f"(plotly.js {plotly_js / 1e6:.2f} MB, the rest {(size - plotly_js) / 1e6:.2f} MB)"
+    )
+    print(
+        "CPU time, median              "
+        f"{statistics.median(result['report_cpu_s']):8.2f} s building, "
+        f"{statistics.median(result['report_child_cpu_s']):.2f} s its forked child"
     )
     print(
         f"peak memory, median           {result['report_peak_rss_median_bytes'] / 1e9:8.2f} GB "
