@@ -1,6 +1,7 @@
 """The HTML report of a big trace: how long ``mxprof report`` takes and how large the page is.
 
     python benchmarks/report.py [--quick] [--events 10000000] [--repeats 3] [--json out.json]
+                                [--against TREE]
 
 A trace of ``--events`` events is recorded with the live core (training-like:
 steps as frames, each with data loading, forward and backward ranges, a few
@@ -112,12 +113,35 @@ sys.exit(code)
 """
 
 
+def build(trace: str, page: str, tree: str | None) -> tuple[float, dict[str, float]]:
+    """One report in a process of its own, with this mxprof or tree's: (wall s, _REPORT's)."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = os.path.abspath(tree)
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", _REPORT, trace, page],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    return time.perf_counter() - t0, json.loads(done.stdout.splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small run: checks the script")
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", help="also write the numbers to this file")
+    parser.add_argument(
+        "--against",
+        metavar="TREE",
+        help="also build each report with the mxprof of this source tree (a checkout with a "
+        "built core), alternated with this one's, so that other work on the machine falls "
+        "on both alike",
+    )
     args = parser.parse_args()
     if args.quick:
         args.events, args.repeats = 20_000, 1
@@ -132,18 +156,15 @@ def main() -> None:
         loaded = len(read_events(trace))
         load_s = time.perf_counter() - t0
         times, peaks = [], []
+        other: list[tuple[float, dict[str, float]]] = []
         for _ in range(args.repeats):
             # As a user runs it: `mxprof report` in a process of its own (this one
             # has the live profiler loaded, in which the report does not fork).
-            t0 = time.perf_counter()
-            done = subprocess.run(
-                [sys.executable, "-c", _REPORT, trace, page],
-                check=True,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            times.append(time.perf_counter() - t0)
-            peaks.append(json.loads(done.stdout.splitlines()[-1]))
+            took, peak = build(trace, page, None)
+            times.append(took)
+            peaks.append(peak)
+            if args.against:
+                other.append(build(trace, page, args.against))
         size = os.path.getsize(page)
         trace_bytes = os.path.getsize(trace)
     finally:
@@ -194,6 +215,24 @@ def main() -> None:
         f"building, {result['report_child_peak_rss_median_bytes'] / 1e9:.2f} GB its forked "
         "child (the hints)"
     )
+    if other:
+        walls = [t for t, _ in other]
+        print(
+            f"\n{args.against}, alternated with the above:\n"
+            f"build (whole report), median  {statistics.median(walls):8.2f} s: "
+            + ", ".join(f"{t:.2f}" for t in walls)
+            + f"\nCPU time, median              "
+            f"{statistics.median(p['cpu_s'] for _, p in other):8.2f} s building, "
+            f"{statistics.median(p['child_cpu_s'] for _, p in other):.2f} s its forked child\n"
+            f"peak memory, median           "
+            f"{statistics.median(p['self'] for _, p in other) / 1e9:8.2f} GB building, "
+            f"{statistics.median(p['child'] for _, p in other) / 1e9:.2f} GB its forked child"
+        )
+        result["against"] = {
+            "tree": args.against,
+            "report_s": walls,
+            "reports": [p for _, p in other],
+        }
     # The targets are for 10 M events. A smaller run is projected linearly
     # (the page's size does not grow with the events; the build time does).
     projected = "" if scale >= 1 else f" (projected from {args.events:,} events)"
