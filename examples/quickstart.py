@@ -3,8 +3,9 @@
 Fits y = 3x + 2 by gradient descent, with a data-loading thread feeding
 batches through a queue.  Every phase is a task, each step a frame, the
 bytes loaded a counter, and each epoch ends with a marker.  It writes a
-Chrome trace (open it in https://ui.perfetto.dev or chrome://tracing) and
-prints the statistics table.
+Chrome trace (open it in https://ui.perfetto.dev or chrome://tracing), its
+HTML report beside it (``<trace stem>.report.html``, one page that opens in
+any browser, offline) and prints the statistics table.
 
     python examples/quickstart.py [trace.json] [--slow-backward]
 
@@ -12,6 +13,7 @@ prints the statistics table.
 program with one phase slower, for ``mxprof diff`` to find.
 """
 
+import os
 import queue
 import random
 import sys
@@ -87,6 +89,8 @@ def main() -> None:
     profiler.dump()
     print(profiler.dumps(sort_by="total"))
     print(f"trace written to {trace_path}")
+    page = os.path.splitext(trace_path)[0] + ".report.html"
+    print(f"report written to {profiler.report(trace_path, page)}")
 
 
 if __name__ == "__main__":

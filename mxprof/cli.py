@@ -34,7 +34,7 @@ from ._render import ROW_SORT_KEYS
 from ._version import __version__
 from .averages import KeyAverages
 from .errors import ConfigError, ProfilerError, TraceFormatError
-from .report import ReportUnavailable, report
+from .report import report
 from .report.diff import MIN_CHANGE_NS, DiffError, diff
 from .report.hints import find_hints, not_checked
 from .report.hints import to_json as hints_json
@@ -498,7 +498,7 @@ def parser() -> argparse.ArgumentParser:
     )
     mg.set_defaults(func=cmd_merge)
 
-    rr = sub.add_parser("report", help="one self-contained HTML page of traces (needs plotly)")
+    rr = sub.add_parser("report", help="one self-contained HTML page of traces")
     rr.add_argument("traces", nargs="+", help="trace files (several: side by side)")
     rr.add_argument(
         "-o",
@@ -622,7 +622,6 @@ _BAD_INPUT = (
     OSError,  # an output that cannot be written (OutputError ...)
     ConfigError,
     DiffError,
-    ReportUnavailable,
     export.ExportError,
 )
 

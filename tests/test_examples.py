@@ -54,6 +54,10 @@ def test_quickstart(tmp_path):
     assert {"MainThread", "data-loader"} <= threads
     frames = [e["args"]["frame"] for e in _testing.events(trace, "X", "step")]
     assert sorted(frames) == list(range(120))
+    # The README's quick start gives the report too, on a default install.
+    assert "report written to quickstart_trace.report.html" in out
+    page = (tmp_path / "quickstart_trace.report.html").read_text(encoding="utf-8")
+    assert "<p>120 steps of <code>step</code>" in page
 
 
 @pytest.mark.parametrize("path", ["custom.json", "sub/dir.json"])

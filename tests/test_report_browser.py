@@ -15,12 +15,11 @@ import pytest
 import mxprof
 from mxprof import _testing, memory
 
-pytest.importorskip("plotly", reason="the report needs plotly (pip install 'mxprof[report]')")
 webdriver = pytest.importorskip(
     "selenium.webdriver", reason="the browser test needs selenium (the test extra)"
 )
 
-import mxprof.report  # noqa: E402 - after the skips for its dependency
+import mxprof.report  # noqa: E402 - after the skip for selenium
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")

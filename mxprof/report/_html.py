@@ -61,6 +61,7 @@ pre { background: #f6f6f6; padding: 0.6em; overflow: auto; font-size: 0.85em; }
 .fact { border: 1px solid #e4e4e4; border-radius: 4px; padding: 0.3em 0.7em; min-width: 7em; }
 .fact .v { font-size: 1.15em; font-weight: 600; } .fact .k { color: #666; font-size: 0.8em; }
 .plot { height: 380px; } .plot.small { height: 260px; }
+details > summary { cursor: pointer; margin: 0.6em 0; }
 """
 
 # The flame graphs: plotly icicles (root at the bottom, width = samples) of
@@ -180,7 +181,9 @@ def plot(
     div_id: str, data: list[dict[str, Any]], layout: dict[str, Any], small: bool = False
 ) -> str:
     """One plotly figure as a div and its drawing call (plotly.js comes once, in the head)."""
-    import plotly.io as pio  # the report extra; checked in mxprof.report.report
+    # plotly is a core dependency, imported here rather than at the top so that
+    # every other command of the CLI (which imports this package) starts without it.
+    import plotly.io as pio
 
     base = {"template": TEMPLATE, "margin": {"l": 60, "r": 20, "t": 40, "b": 50}}
     figure = {"data": data, "layout": {**base, **layout}}
@@ -201,7 +204,7 @@ def _seconds(values: Sequence[float]) -> list[float]:
 
 def page(sections: Sections, hints: str, diff: str) -> str:
     """The whole document."""
-    import plotly.offline  # the report extra
+    import plotly.offline  # a core dependency; imported when a page is drawn (see plot)
 
     parts = [
         _header(sections),
@@ -252,10 +255,14 @@ def _summary(s: Sections) -> str:
         ("instants", s.counts["instants"]),
         ("counter samples", s.counts["counter samples"]),
         ("range names", len(s.rows)),
-        ("unpaired begins/ends (left out)", s.counts["unpaired begins/ends"]),
     ]
+    if s.counts["unpaired begins/ends"]:
+        facts.append(("unpaired begins/ends (left out)", s.counts["unpaired begins/ends"]))
     if s.tallies:
-        facts += [(k.replace("_", " "), s.tallies.get(k, 0)) for k in TALLIES]
+        # A box per tally that is not zero; all zero (the usual case) is one box,
+        # so that the first screen keeps room for what the run did.
+        problems = [(k.replace("_", " "), s.tallies[k]) for k in TALLIES if s.tallies.get(k)]
+        facts += problems or [("drops and misuse tallies: every one zero", 0)]
     else:
         facts.append(("drops and misuse tallies", s.tallies_missing))
     boxes = "".join(
@@ -271,8 +278,13 @@ def _summary(s: Sections) -> str:
         )
     if s.config:
         rows = [(k, "; ".join(f"{v}" for v in by_file.values())) for k, by_file in s.config.items()]
-        out.append("<p>Recorded by (the trace's <code>otherData</code>):</p>")
-        out.append(_table(["key", "value"], rows, "config"))
+        # Folded: a recording's settings are some thirty rows, and would push the
+        # ranges, samples and steps below the first screen.
+        out.append(
+            '<details id="config"><summary>Recorded by: the trace\'s <code>otherData</code> '
+            f"({len(rows)} {'key' if len(rows) == 1 else 'keys'})</summary>"
+            f"{_table(['key', 'value'], rows, 'config')}</details>"
+        )
     else:
         out.append('<p class="muted">The trace does not say which configuration produced it.</p>')
     return "\n".join(out)
@@ -431,9 +443,11 @@ def _steps(s: Sections) -> str:
 
 
 def _line(series: Series, name: str | None = None) -> dict[str, Any]:
+    """A counter's series as a step line; a series of one sample as a marker,
+    since a line through one point draws nothing."""
     return {
         "type": "scatter",
-        "mode": "lines",
+        "mode": "lines" if len(series.times) > 1 else "markers",
         "line": {"shape": "hv"},
         "name": name or series.name,
         "x": _seconds(series.times),
