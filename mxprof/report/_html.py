@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .._render import format_bytes, format_ns
+from .._render import format_bytes, format_ns, plot_text, visible
 from .._tallies import TALLIES
 from .._version import __version__
 from ._sections import (
@@ -83,7 +83,7 @@ _FLAME_SCRIPT = """
       ids.push("n" + i); labels.push(fr[0]); values.push(f.value[i]);
       parents.push(f.parent[i] < 0 ? "root" : "n" + f.parent[i]);
       where.push(fr[1] + ":" + fr[2]);
-      colors.push(fr[0] === "<waiting>" ? "#9ecae1" : WARM[f.frame[i] % WARM.length]);
+      colors.push(fr[0] === "&lt;waiting&gt;" ? "#9ecae1" : WARM[f.frame[i] % WARM.length]);
     }
     return [{type: "icicle", ids: ids, labels: labels, parents: parents, values: values,
       customdata: where, marker: {colors: colors}, branchvalues: "total",
@@ -91,9 +91,13 @@ _FLAME_SCRIPT = """
       textinfo: "label", hovertemplate:
         "%{label}<br>%{customdata}<br>%{value} samples (%{percentRoot:.1%})<extra></extra>"}];
   }
+  // A range's name becomes the root's label: plain text, as the frames are.
+  function plain(text) {
+    return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
   function draw(id, f, root) {
     var div = document.getElementById(id);
-    Plotly.react(div, icicle(f, root), div.layout);
+    Plotly.react(div, icicle(f, plain(root)), div.layout);
   }
   draw("flame-program", flames.program, "program");
   window.mxprofFlame = function (row, name) {
@@ -168,8 +172,8 @@ _SCRIPT = """
 
 
 def esc(value: object) -> str:
-    """Text for HTML: escaped, quotes too."""
-    return html.escape(str(value), quote=True)
+    """Text for HTML: escaped, quotes too, and invisible characters shown (``visible``)."""
+    return html.escape(visible(str(value)), quote=True)
 
 
 def script_json(value: object) -> str:
@@ -186,7 +190,7 @@ def plot(
     import plotly.io as pio
 
     base = {"template": TEMPLATE, "margin": {"l": 60, "r": 20, "t": 40, "b": 50}}
-    figure = {"data": data, "layout": {**base, **layout}}
+    figure = {"data": [_as_text(trace) for trace in data], "layout": _as_text({**base, **layout})}
     fragment: str = pio.to_html(
         figure,
         include_plotlyjs=False,
@@ -196,6 +200,23 @@ def plot(
         default_height="260px" if small else "380px",
     )
     return fragment
+
+
+# Figure keys whose strings plotly draws (its pseudo-HTML included): names
+# from the trace go there, so they are made text (``plot_text``) first.
+_DRAWN = frozenset({"name", "text", "labels", "hovertext", "x", "y"})
+
+
+def _as_text(figure: Any, drawn: bool = False) -> Any:
+    """figure (a trace or a layout) with every string plotly draws as a label
+    made plain text; templates, types and ids are left alone."""
+    if isinstance(figure, dict):
+        return {k: _as_text(v, k in _DRAWN) for k, v in figure.items()}
+    if isinstance(figure, list):
+        return [_as_text(v, drawn) for v in figure]
+    if isinstance(figure, str) and drawn:
+        return plot_text(figure)
+    return figure
 
 
 def _seconds(values: Sequence[float]) -> list[float]:
@@ -379,7 +400,8 @@ def _flames(s: Sections) -> str:
         plot("flame-range", [], {"margin": {"l": 10, "r": 10, "t": 10, "b": 10}}),
     ]
     data = {
-        "frames": [list(f) for f in fl.frames],
+        # Drawn by the page's script as icicle labels and hover text: plain text.
+        "frames": [[plot_text(f[0]), plot_text(str(f[1])), *f[2:]] for f in fl.frames],
         "program": _flame_json(fl.program),
         "ranges": {str(i): _flame_json(f) for i, f in fl.ranges.items()},
     }
