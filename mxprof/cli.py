@@ -128,31 +128,36 @@ def _sample_rate(text: str) -> float:
 
 
 def _report_files(paths: Sequence[str]) -> list[str]:
-    """Name the trace files this run wrote, and return those that hold events.
+    """Name the trace files this run wrote, and return those the report is of.
 
     The script may have chosen its own filename (several times), and
     dump(finished=True) while running continues in <stem>-1<ext>, so -o is
     not necessarily where the events went: the -o file, completed when the
-    script switched to its own before recording anything, holds none, and
-    the report is made of the others.
+    script switched to its own before recording any range, holds none (at
+    most the stack samples taken before the switch), and the report is made
+    of the files with ranges.  Where no file has any (a script nobody
+    instrumented), it is made of the files with stack samples.
     """
     written = [p for p in paths if os.path.isfile(p)]
-    recorded = [p for p in written if _holds_events(p)]
+    held = {p: _holds(p) for p in written}
+    recorded = [p for p in written if held[p][0]] or [p for p in written if held[p][1]]
     for path in written:
-        empty = "" if path in recorded else " (no events: not in the report)"
-        print(f"mxprof: trace written to {path}{empty}", file=sys.stderr)
+        left = "" if path in recorded else " (no ranges: not in the report)"
+        print(f"mxprof: trace written to {path}{left}", file=sys.stderr)
     if not written:
         print("mxprof: no trace file written", file=sys.stderr)
     return recorded
 
 
-def _holds_events(path: str) -> bool:
-    """Whether a trace file of this run holds any event (a file that cannot
-    be read counts as holding some: the report then says what is wrong)."""
+def _holds(path: str) -> tuple[bool, bool]:
+    """Whether a trace file of this run holds events, and stack samples (a
+    file that cannot be read counts as holding events: the report then says
+    what is wrong)."""
     try:
-        return len(load(path)) > 0
+        trace = load(path)
+        return len(trace) > 0, len(trace.samples) > 0
     except TraceFormatError:
-        return True
+        return True, False
 
 
 # What report_path strips from a trace's name: the suffixes mxprof writes.
