@@ -3,12 +3,17 @@
 Fits y = 3x + 2 by gradient descent, with a data-loading thread feeding
 batches through a queue.  Every phase is a task, each step a frame, the
 bytes loaded a counter, and each epoch ends with a marker.  It writes a
-Chrome trace (open it in https://ui.perfetto.dev or chrome://tracing) and
-prints the statistics table.
+Chrome trace (open it in https://ui.perfetto.dev or chrome://tracing), its
+HTML report beside it (``<trace stem>.report.html``, one page that opens in
+any browser, offline) and prints the statistics table.
 
-    python examples/quickstart.py [trace.json]
+    python examples/quickstart.py [trace.json] [--slow-backward]
+
+``--slow-backward`` computes the gradients three times over: the same
+program with one phase slower, for ``mxprof diff`` to find.
 """
 
+import os
 import queue
 import random
 import sys
@@ -20,7 +25,9 @@ EPOCHS = 3
 STEPS = 40
 BATCH = 256
 
-trace_path = sys.argv[1] if len(sys.argv) > 1 else "quickstart_trace.json"
+args = [a for a in sys.argv[1:] if a != "--slow-backward"]
+BACKWARD_PASSES = 3 if "--slow-backward" in sys.argv[1:] else 1
+trace_path = args[0] if args else "quickstart_trace.json"
 profiler.set_config(filename=trace_path, aggregate_stats=True, dump_period=0.5)
 
 train = profiler.Domain("train")
@@ -66,10 +73,11 @@ def main() -> None:
                 assert batch is not None
                 preds = predict(w, b, batch)
                 with backward:
-                    errs = [p - y for p, (_, y) in zip(preds, batch)]
-                    grad_w = 2 * sum(e * x for e, (x, _) in zip(errs, batch)) / len(batch)
-                    grad_b = 2 * sum(errs) / len(batch)
-                    loss = sum(e * e for e in errs) / len(batch)
+                    for _ in range(BACKWARD_PASSES):
+                        errs = [p - y for p, (_, y) in zip(preds, batch)]
+                        grad_w = 2 * sum(e * x for e, (x, _) in zip(errs, batch)) / len(batch)
+                        grad_b = 2 * sum(errs) / len(batch)
+                        loss = sum(e * e for e in errs) / len(batch)
                 update.start()
                 w -= lr * grad_w
                 b -= lr * grad_b
@@ -81,6 +89,8 @@ def main() -> None:
     profiler.dump()
     print(profiler.dumps(sort_by="total"))
     print(f"trace written to {trace_path}")
+    page = os.path.splitext(trace_path)[0] + ".report.html"
+    print(f"report written to {profiler.report(trace_path, page)}")
 
 
 if __name__ == "__main__":

@@ -96,6 +96,39 @@ def display(name: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in name)
 
 
+def visible(text: str) -> str:
+    """The text with every character that would not show as itself escaped
+    (controls, bidirectional overrides, zero-width and other format
+    characters: ``\\u202e``), line breaks and tabs kept: a name from a trace
+    someone else wrote cannot reverse or hide what the page shows.
+
+    Example:
+        >>> visible("abc\\u202edef"), visible("two\\nlines")
+        ('abc\\\\u202edef', 'two\\nlines')
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() or c in "\n\t" else c.encode("unicode_escape").decode() for c in text
+    )
+
+
+def plot_text(text: str) -> str:
+    """Text for plotly's labels, legends and titles, shown as text.
+
+    plotly draws a pseudo-HTML subset (``<a href>``, ``<span style>``,
+    ``<b>``, ``<br>``) in every label; with ``&``, ``<`` and ``>`` as
+    entities (which it draws as the characters) a name is only text, and
+    invisible characters are shown escaped (``visible``).
+
+    Example:
+        >>> plot_text('<a href="x">y</a>')
+        '&lt;a href="x"&gt;y&lt;/a&gt;'
+    """
+    shown = visible(text)
+    return shown.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def width(text: str) -> int:
     """Columns text takes on a terminal: East Asian wide characters take two.
 

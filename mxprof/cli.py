@@ -34,8 +34,8 @@ from ._render import ROW_SORT_KEYS
 from ._version import __version__
 from .averages import KeyAverages
 from .errors import ConfigError, ProfilerError, TraceFormatError
-from .report import ReportUnavailable, report
-from .report.diff import DiffError, diff
+from .report import report
+from .report.diff import MIN_CHANGE_NS, DiffError, diff
 from .report.hints import find_hints, not_checked
 from .report.hints import to_json as hints_json
 from .report.ranks import analyze
@@ -128,31 +128,36 @@ def _sample_rate(text: str) -> float:
 
 
 def _report_files(paths: Sequence[str]) -> list[str]:
-    """Name the trace files this run wrote, and return those that hold events.
+    """Name the trace files this run wrote, and return those the report is of.
 
     The script may have chosen its own filename (several times), and
     dump(finished=True) while running continues in <stem>-1<ext>, so -o is
     not necessarily where the events went: the -o file, completed when the
-    script switched to its own before recording anything, holds none, and
-    the report is made of the others.
+    script switched to its own before recording any range, holds none (at
+    most the stack samples taken before the switch), and the report is made
+    of the files with ranges.  Where no file has any (a script nobody
+    instrumented), it is made of the files with stack samples.
     """
     written = [p for p in paths if os.path.isfile(p)]
-    recorded = [p for p in written if _holds_events(p)]
+    held = {p: _holds(p) for p in written}
+    recorded = [p for p in written if held[p][0]] or [p for p in written if held[p][1]]
     for path in written:
-        empty = "" if path in recorded else " (no events: not in the report)"
-        print(f"mxprof: trace written to {path}{empty}", file=sys.stderr)
+        left = "" if path in recorded else " (no ranges: not in the report)"
+        print(f"mxprof: trace written to {path}{left}", file=sys.stderr)
     if not written:
         print("mxprof: no trace file written", file=sys.stderr)
     return recorded
 
 
-def _holds_events(path: str) -> bool:
-    """Whether a trace file of this run holds any event (a file that cannot
-    be read counts as holding some: the report then says what is wrong)."""
+def _holds(path: str) -> tuple[bool, bool]:
+    """Whether a trace file of this run holds events, and stack samples (a
+    file that cannot be read counts as holding events: the report then says
+    what is wrong)."""
     try:
-        return len(load(path)) > 0
+        trace = load(path)
+        return len(trace) > 0, len(trace.samples) > 0
     except TraceFormatError:
-        return True
+        return True, False
 
 
 # What report_path strips from a trace's name: the suffixes mxprof writes.
@@ -292,11 +297,17 @@ def cmd_diff(args: argparse.Namespace) -> int:
     flagged (a range slower: function shares are relative, so they are shown
     and flagged but never fail), 2 when they cannot be compared (1 would read
     as a regression)."""
-    try:
-        result = diff(args.base, args.new, threshold=args.threshold)
-    except (TraceFormatError, OSError, DiffError) as e:  # each names its file(s)
-        print(f"mxprof diff: {e}", file=sys.stderr)
-        return 2
+    if args.new_runs is None:
+        if len(args.traces) != 2:
+            raise CommandError(
+                f"give BASE NEW, or BASE... -- NEW... ({len(args.traces)} traces and no --)"
+            )
+        base, new = args.traces[:1], args.traces[1:]
+    elif not args.new_runs:
+        raise CommandError("no trace after --: give BASE... -- NEW...")
+    else:
+        base, new = args.traces, args.new_runs
+    result = diff(base, new, threshold=args.threshold, min_change=args.min_change)
     for side, paths in (("base", result.base), ("new", result.new)):
         if result.truncated[side]:
             print(
@@ -366,6 +377,18 @@ def _number(text: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+# Longer suffixes first: "ms" before "s".
+_TIME_UNITS = (("ns", 1), ("us", 1_000), ("ms", 1_000_000), ("s", 1_000_000_000))
+
+
+def _duration_ns(text: str) -> float:
+    """A time as ns: a number with a unit (ns, us, ms, s), or a bare number of ns."""
+    for unit, scale in _TIME_UNITS:
+        if text.endswith(unit):
+            return _percent(text[: -len(unit)]) * scale
+    return _percent(text)
 
 
 def _percent(text: str) -> float:
@@ -480,7 +503,7 @@ def parser() -> argparse.ArgumentParser:
     )
     mg.set_defaults(func=cmd_merge)
 
-    rr = sub.add_parser("report", help="one self-contained HTML page of traces (needs plotly)")
+    rr = sub.add_parser("report", help="one self-contained HTML page of traces")
     rr.add_argument("traces", nargs="+", help="trace files (several: side by side)")
     rr.add_argument(
         "-o",
@@ -500,30 +523,47 @@ def parser() -> argparse.ArgumentParser:
 
     df = sub.add_parser(
         "diff",
-        help="compare two profiles name by name (and function by function, when sampled)",
-        description="Per range name: count, total, avg, P50, P99 of both sides and the change. "
-        "A row is flagged when its average moved by more than --threshold percent and a "
-        "two-sided Mann-Whitney U test on the durations puts the change beyond the noise "
-        "(p < 0.01). When both sides have stack samples, a second section compares each "
-        "function's inclusive and self share of the samples: flagged when it moved by more "
-        "than --threshold percentage points and a two-sided two-proportion z test on the "
-        "sample counts puts the change beyond the noise (p < 0.01 over the number of "
-        "functions, Bonferroni). The profiler's own ranges are left out.",
+        usage="mxprof diff [options] BASE NEW\n       mxprof diff [options] BASE... -- NEW...",
+        help="compare profiles name by name (and function by function, when sampled)",
+        description="Per range name: count, total, avg, P50, P99 of both sides, and the typical "
+        "shift: how much the typical duration moved, in percent, with a 99%% confidence "
+        "interval. The unit of noise is not the event but a block (a run's events of a name, "
+        "in time order, cut into at most 32 blocks of at least 4, each giving its median) or, "
+        "with several runs a side (BASE... -- NEW...), the run: the interval is Student's t on "
+        "the difference of the sides' geometric means of block medians, from the spread of "
+        "the blocks (one run a side) or of the runs (several). A row is flagged only when the "
+        "whole interval clears --threshold percent and the typical duration moved by at least "
+        "--min-change. With one run a side a slower machine cannot be told from slower code: "
+        "give several runs a side (five or more) to gate on. When both sides have stack "
+        "samples, each function's inclusive and self share is compared too, flagged when its "
+        "interval (two proportions, 99%% over the number of functions, Bonferroni) clears "
+        "--threshold percentage points. The profiler's own ranges are left out.",
         epilog="Exit status: 0; 1 with --fail-on-regression when a regression (a range "
         "slower) is flagged; 2 when the inputs cannot be read, or have no range name in "
         "common and not both have stack samples. A flagged function share never gives 1: "
         "shares are relative (one function growing makes the others shrink).",
     )
-    df.add_argument("base", help="the trace to compare against")
-    df.add_argument("new", help="the trace to compare")
+    df.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help="BASE NEW; or the base runs, then --, then the new runs",
+    )
     df.add_argument("--format", default="table", choices=("table", "json"), help="output (table)")
     df.add_argument(
         "--threshold",
         type=_percent,
         metavar="PCT",
         default=5.0,
-        help="percent the average must change by to be flagged, and percentage points a "
-        "function's share must (5)",
+        help="percent the typical shift's interval must clear to be flagged, and percentage "
+        "points a function share's must (5)",
+    )
+    df.add_argument(
+        "--min-change",
+        type=_duration_ns,
+        metavar="TIME",
+        default=MIN_CHANGE_NS,
+        help="the least change of the typical duration that is flagged, e.g. 2us, 0.5ms (1us)",
     )
     df.add_argument(
         "--fail-on-regression",
@@ -587,7 +627,6 @@ _BAD_INPUT = (
     OSError,  # an output that cannot be written (OutputError ...)
     ConfigError,
     DiffError,
-    ReportUnavailable,
     export.ExportError,
 )
 
@@ -600,7 +639,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> main(["stats", "missing.json"])  # doctest: +SKIP
         2
     """
-    args = parser().parse_args(argv)  # a usage error exits 2 here (argparse)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # diff's BASE... -- NEW...: argparse drops the --, so the sides are split here.
+    new_runs = None
+    if words[:1] == ["diff"] and "--" in words:
+        cut = words.index("--")
+        words, new_runs = words[:cut], words[cut + 1 :]
+    args = parser().parse_args(words)  # a usage error exits 2 here (argparse)
+    args.new_runs = new_runs
     try:
         # run's stdout is its script's: how the script meets a closed pipe is its own.
         with _output_to_a_reader(guarded=args.command != "run"):

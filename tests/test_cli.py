@@ -54,6 +54,20 @@ def write(tmp_path, name, text):
     return path
 
 
+PLAIN = """
+import time
+
+
+def spin():
+    end = time.perf_counter() + 0.3
+    while time.perf_counter() < end:
+        pass
+
+
+spin()
+"""
+
+
 def test_run_profiles_a_script_and_keeps_its_exit_status(cli, tmp_path):
     write(tmp_path, "app.py", SCRIPT)
     proc = cli("run", "-o", "app.json", "--sort", "count", "app.py", "5", "3", check=3)
@@ -149,7 +163,7 @@ def test_run_names_the_files_the_script_wrote(cli, tmp_path):
     # cli.json is where the run began (the core completes it at the switch, with
     # no event of the script); each of the others holds the script's events
     assert written == [
-        "cli.json (no events: not in the report)",
+        "cli.json (no ranges: not in the report)",
         "own.json",
         "own2.json",
         "own2-1.json",
@@ -422,6 +436,16 @@ def test_run_reports_every_trace_file_with_events_named_after_the_first(tmp_path
     assert "mxprof: report written to own.report.html" in proc.stderr.splitlines()
 
 
+def test_run_of_a_script_nobody_instrumented_reports_its_samples(cli, tmp_path):
+    """Samples alone make the page: the file was left out as "no events"."""
+    write(tmp_path, "plain.py", PLAIN)
+    proc = cli("run", "--sample", "500", "plain.py", check=0)
+    assert "mxprof: report written to profile.report.html" in proc.stderr, proc.stderr
+    assert "not in the report" not in proc.stderr
+    page = (tmp_path / "profile.report.html").read_text(encoding="utf-8")
+    assert 'id="flames"' in page and "spin" in page
+
+
 def test_run_no_report_writes_none(tmp_path):
     write(tmp_path, "app.py", SCRIPT)
     proc, calls = run_with_stub(tmp_path, "ok", "--no-report", "app.py", "2", "0")
@@ -501,7 +525,7 @@ def test_run_of_a_script_with_its_own_file_reports_its_ranges_without_the_writer
     write(tmp_path, "flushing.py", FLUSHING)
     proc = _testing.cli("run", "flushing.py", cwd=tmp_path, check=True)
     lines = proc.stderr.splitlines()
-    assert "mxprof: trace written to profile.json (no events: not in the report)" in lines
+    assert "mxprof: trace written to profile.json (no ranges: not in the report)" in lines
     assert "mxprof: report written to own.report.html" in lines
     own = {(r.name, r.category) for r in mxprof.load(tmp_path / "own.json").key_averages()}
     assert ("flush", "mxprof") in own  # the writer's ranges are in the file ...

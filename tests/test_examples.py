@@ -54,6 +54,10 @@ def test_quickstart(tmp_path):
     assert {"MainThread", "data-loader"} <= threads
     frames = [e["args"]["frame"] for e in _testing.events(trace, "X", "step")]
     assert sorted(frames) == list(range(120))
+    # The README's quick start gives the report too, on a default install.
+    assert "report written to quickstart_trace.report.html" in out
+    page = (tmp_path / "quickstart_trace.report.html").read_text(encoding="utf-8")
+    assert "<p>120 steps of <code>step</code>" in page
 
 
 @pytest.mark.parametrize("path", ["custom.json", "sub/dir.json"])
@@ -159,7 +163,7 @@ def test_quickstart_run_by_the_command_reports_the_scripts_own_file(tmp_path):
     proc = _testing.cli("run", os.path.join(EXAMPLES, "quickstart.py"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
-    assert "mxprof: trace written to profile.json (no events: not in the report)" in lines
+    assert "mxprof: trace written to profile.json (no ranges: not in the report)" in lines
     assert "mxprof: trace written to quickstart_trace.json" in lines
     assert "mxprof: report written to quickstart_trace.report.html" in lines
     page = (tmp_path / "quickstart_trace.report.html").read_text(encoding="utf-8")

@@ -10,8 +10,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 import mxprof
 from mxprof import _testing
 
@@ -159,7 +157,6 @@ def test_the_live_profiler_loads_at_the_first_use_of_its_names(tmp_path):
 
 def test_the_report_starts_no_session(tmp_path):
     """mxprof report reads files only: the offline tier and plotly, nothing live."""
-    pytest.importorskip("plotly", reason="the report needs plotly (pip install 'mxprof[report]')")
     trace = recorded(tmp_path)
     out = python(
         """

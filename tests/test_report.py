@@ -3,24 +3,22 @@
 import gzip
 import json
 import os
+import pathlib
+import re
 import time
 from html.parser import HTMLParser
 
 import _bench
+import plotly.offline  # a core dependency: the report is never skipped
 import pytest
 
 import mxprof
+import mxprof.report
 from mxprof import _testing
 from mxprof.errors import OutputError, TraceFormatError, TraceReadError
-
-pytest.importorskip("plotly", reason="the report needs plotly (pip install 'mxprof[report]')")
-
-import plotly.offline  # noqa: E402
-
-import mxprof.report  # noqa: E402
-from mxprof.report import _html, _sections, _series  # noqa: E402
-from mxprof.report.diff import diff  # noqa: E402
-from mxprof.report.hints import find_hints  # noqa: E402
+from mxprof.report import _html, _sections, _series
+from mxprof.report.diff import diff
+from mxprof.report.hints import find_hints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -155,6 +153,12 @@ def test_sections_find_steps_outliers_memory_peaks_and_counters(tmp_path):
     assert s.tallies["dropped_events"] == 3 and s.config["host"] == {str(trace): "h"}
     page = _html.page(s, "", "")
     assert "3 events were dropped" in page and "max_events" in page
+    # The recording's settings are folded away: not in the way of the first screen.
+    assert (
+        '<details id="config"><summary>Recorded by: the trace\'s <code>otherData</code> (1 key)'
+        in page
+    )
+    assert page.index('<details id="config">') < page.index('<table class="config">')
 
 
 def test_several_processes_side_by_side(tmp_path):
@@ -514,3 +518,129 @@ def test_a_recorded_trace_with_samples_has_its_functions_in_the_flame_graphs(tmp
     )  # fmt: skip
     assert spinning > 0
     assert max(v for p, v in phase.items() if p[-1] == "spin_in_phase") == spinning
+
+
+def test_the_report_comes_with_the_default_install():
+    """plotly is a core dependency: `pip install mxprof` writes the page, no extra needed."""
+    text = pathlib.Path(ROOT, "pyproject.toml").read_text(encoding="utf-8")
+    core = re.search(r"^dependencies = \[(.*?)\]", text, re.M | re.S).group(1)
+    assert '"plotly>=5"' in core
+    assert 'report = ["plotly>=5"]' in text  # the old extra still installs
+    # No "needs plotly" path is left: nothing to catch, nothing to tell the user.
+    assert not hasattr(mxprof.report, "ReportUnavailable")
+    cli = pathlib.Path(ROOT, "mxprof", "cli.py").read_text(encoding="utf-8")
+    assert "plotly" not in cli
+
+
+def figure(text, div_id):
+    """The data of the figure plotly.io drew into div_id, from the page's text."""
+    call = re.search(r'Plotly\.newPlot\(\s*"' + re.escape(div_id) + r'",\s*', text)
+    data, _ = json.JSONDecoder().raw_decode(text, call.end())
+    return data
+
+
+def test_single_value_plots_draw(tmp_path):
+    """One step, one loss sample, one memory point: each still draws (a marker,
+    a histogram bin with a width) rather than a line through one point."""
+    page, trace = make_report(tmp_path, training(steps=1))
+    text = (tmp_path / "r.html").read_text(encoding="utf-8")
+    s = _sections.build([str(trace)], [mxprof.load(trace)])
+    (loss,) = s.counters
+    assert (loss.samples, loss.values) == (1, [100.0])
+    drawn = figure(text, "counter-0")
+    assert drawn[0]["mode"] == "markers" and drawn[0]["y"] == [100.0]
+    assert drawn[0]["x"] == [loss.times[0] / 1e9]
+    (device,) = figure(text, "memory-devices")
+    assert device["mode"] == "markers" and device["y"] == [float(1 << 20)]
+    scopes = figure(text, "memory-scopes")
+    assert sorted(p["y"][0] for p in scopes) == [1 << 19, 1 << 19]
+    assert all(p["mode"] == "markers" for p in scopes)
+    # The one step's duration histogram: one bin around its 8 ms, with a width.
+    step = next(i for i, r in enumerate(s.rows) if r.name == "step")
+    h = s.histograms[step]
+    assert h.counts == [1] and h.edges[0] < 8_000_000 < h.edges[1]
+    assert h.edges == [8_000_000 * 0.95, 8_000_000 * 1.05]
+    # Longer series stay lines.
+    two = _sections.build([str(trace)], [mxprof.load(make_report(tmp_path, training(2))[1])])
+    assert _html._line(two.counters[0])["mode"] == "lines"
+
+
+def recorded_training(path, steps):
+    """A trace as mxprof's core writes it: steps as frames holding 8 short ranges
+    (two levels deep) and a counter sample: 10 events a step, and the counter's
+    first value."""
+    _testing.start(path)
+    train = mxprof.Domain("train")
+    step = train.new_frame("step")
+    loss = train.new_counter("loss", 0)
+    outer, inner = train.new_task("forward"), train.new_task("layer")
+    for i in range(steps):
+        with step:
+            for _ in range(2):
+                with outer:
+                    for _ in range(3):
+                        with inner:
+                            pass
+            loss.set_value(i)
+    _testing.finish(path)
+
+
+def test_the_loaded_events_cost_few_bytes_each(tmp_path):
+    """Item 8 of issue 22: what the report holds per event, measured by tracemalloc
+    (deterministic: no timing). Every event's phase is one shared string (msgspec
+    made one per event: 50 bytes), a short range's length one int per value, and the
+    nesting behind key_averages is two int64 arrays (lists of ints took up to 72
+    bytes an event)."""
+    import tracemalloc
+    from array import array
+
+    from mxprof.trace.model import read_events
+
+    path = tmp_path / "t.json"
+    recorded_training(path, 20_000)
+    tracemalloc.start()
+    try:
+        trace = read_events(path)
+        rows = trace.key_averages()
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert len(trace) == 200_001 and {r.name: r.count for r in rows}["layer"] == 120_000
+    assert len({id(e.ph) for e in trace}) == 2  # "X" and "C", each one string
+    parents, selfs = trace._parts()
+    assert isinstance(parents, array) and isinstance(selfs, array)
+    # An Event is 80 bytes, its ts 32, its place in the list 8 (its dur is shared);
+    # the durations behind the statistics 8, the nesting 16, the args of steps and
+    # counters (a fifth of these events) 35: about 187. Before: 278 (a ph string
+    # and a dur int per event, the nesting in lists of ints).
+    assert held / len(trace) < 200, held / len(trace)
+
+
+def test_samples_alone_make_a_page(tmp_path):
+    """An uninstrumented script under `mxprof run` writes samples and no ranges:
+    its page is the flame graph, not an error that the trace holds no events."""
+    samples = [(10 + i, ["main", "train", "forward"], None) for i in range(5)]
+    samples += [(20 + i, ["main", "wait"], None) for i in range(2)]
+    page, trace = make_report(tmp_path, sampled(samples, []))
+    assert len(mxprof.load(trace)) == 0
+    flames = page_flames(page)
+    assert flame_paths(flames, flames["program"]) == {
+        ("main",): 7, ("main", "train"): 5, ("main", "train", "forward"): 5,
+        ("main", "wait"): 2,
+    }  # fmt: skip
+    text = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "The input holds no ranges" in text and "No steps" in text
+
+
+def test_the_summary_shows_only_the_tallies_that_are_not_zero(tmp_path):
+    """The first screen is for the run: zero tallies are one box, the others each one."""
+    facts = re.compile(r'<div class="v">([^<]*)</div><div class="k">([^<]*)</div>')
+    page, _ = make_report(tmp_path, training(), otherData={"dropped_events": 0, "cut_ranges": 0})
+    text = (tmp_path / "r.html").read_text(encoding="utf-8")
+    shown = {k: v for v, k in facts.findall(text)}
+    assert shown["drops and misuse tallies: every one zero"] == "0"
+    assert "cut ranges" not in shown and "unpaired begins/ends (left out)" not in shown
+    make_report(tmp_path, training(), otherData={"dropped_events": 4, "cut_ranges": 0})
+    shown = {k: v for v, k in facts.findall((tmp_path / "r.html").read_text(encoding="utf-8"))}
+    assert shown["dropped events"] == "4" and "cut ranges" not in shown
+    assert "drops and misuse tallies: every one zero" not in shown

@@ -15,12 +15,11 @@ import pytest
 import mxprof
 from mxprof import _testing, memory
 
-pytest.importorskip("plotly", reason="the report needs plotly (pip install 'mxprof[report]')")
 webdriver = pytest.importorskip(
     "selenium.webdriver", reason="the browser test needs selenium (the test extra)"
 )
 
-import mxprof.report  # noqa: E402 - after the skips for its dependency
+import mxprof.report  # noqa: E402 - after the skip for selenium
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
@@ -247,3 +246,71 @@ def test_the_flame_graphs_follow_the_selected_range(tmp_path, browser):
         assert title == f"Samples in {name} ({in_range[('d', name)]})"
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []
+
+
+# Names a trace from someone else may carry: plotly draws a pseudo-HTML
+# subset in labels, legends and titles, and a bidirectional override
+# reverses what follows it.
+HOSTILE = {
+    "link": '<a href="https://example.com/">click</a>',
+    "styled": '<span style="font-size:90px;color:red">big</span>',
+    "reversed": "abc\u202edef",
+    "bold": "<b>bold</b><br>next",
+}
+
+
+def test_names_from_the_trace_are_shown_as_text(tmp_path, clock, browser):
+    """No link, no styled text, no reversed display: every name reads as it is
+    written, the invisible override shown escaped (\\u202e)."""
+    trace = tmp_path / "hostile.json"
+    _testing.start(trace)
+    domain = mxprof.Domain("d")
+    step = domain.new_frame("step")
+    tasks = [domain.new_task(name) for name in HOSTILE.values()]
+    counter = domain.new_counter(HOSTILE["styled"], 0)
+    for i in range(6):
+        with step:
+            for task in tasks:
+                with task:
+                    clock(1_000_000 + 10_000 * i)
+            counter.set_value(i)
+    _testing.finish(trace)
+    page = tmp_path / "hostile.html"
+    mxprof.report.report([str(trace)], page)
+    html = page.read_text(encoding="utf-8")
+    assert "\u202e" not in html  # not even inside the page's data
+
+    browser.get(page.as_uri())
+    wait_for(browser, "document.readyState === 'complete' && window.Plotly !== undefined")
+    wait_for(
+        browser,
+        "document.querySelectorAll('.plotly-graph-div svg.main-svg').length > 0 && "
+        "document.querySelector('#steps svg .legendtext') !== null",
+    )
+    drawn = browser.execute_script(
+        """
+        var svg = document.querySelectorAll('.plotly-graph-div svg');
+        var links = 0, styled = 0, texts = [];
+        svg.forEach(function (s) {
+          links += s.querySelectorAll('a').length;
+          s.querySelectorAll('text, tspan').forEach(function (t) {
+            var style = (t.getAttribute('style') || '').replace(/\\s/g, '');
+            if (style.indexOf('font-size:90px') >= 0) styled += 1;
+            if (t.querySelector('tspan') === null) texts.push(t.textContent);
+          });
+        });
+        var bold = 'svg text[style*="bold"], svg tspan[style*="bold"]';
+        return {links: links, styled: styled, texts: texts, body: document.body.innerText,
+                bold: document.querySelectorAll(bold).length};
+        """
+    )
+    assert drawn["links"] == 0 and drawn["styled"] == 0 and drawn["bold"] == 0, drawn
+    legend = " ".join(drawn["texts"])
+    # The steps chart's legend holds each top-level range name, as written.
+    assert HOSTILE["link"] in legend and HOSTILE["styled"] in legend
+    assert "abc\\u202edef" in legend and "\u202e" not in legend
+    assert "<b>bold</b><br>next" in legend
+    # The ranges table too: the names as text, the override shown escaped.
+    names = [row["name"] for row in table(browser)]
+    assert HOSTILE["link"] in names and "abc\\u202edef" in names
+    assert "\u202e" not in drawn["body"]

@@ -10,7 +10,8 @@ table and the selected range's histogram), steps, counters, memory,
 processes side by side (several processes) and how to open the timeline.
 
 Part of the offline tier: it reads files and never loads the live profiler.
-Its one dependency beyond mxprof is plotly (``pip install mxprof[report]``).
+It draws with plotly, a core dependency of mxprof: a default install writes
+the page (``mxprof run`` does after every run).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import types
 from collections.abc import Iterator, Sequence
 from typing import Union
 
-from ..errors import OutputError, ProfilerError, TraceFormatError
+from ..errors import OutputError, TraceFormatError
 from ..trace import Trace
 from ..trace.model import read_events
 from ..trace.processes import job
@@ -37,14 +38,10 @@ from .diff import Diff
 from .diff import diff as compare
 from .hints import find_hints, not_checked
 
-__all__ = ["ReportUnavailable", "report"]
+__all__ = ["report"]
 
 PathArg = Union[str, "os.PathLike[str]"]
 Inputs = Union[PathArg, Sequence[PathArg]]
-
-
-class ReportUnavailable(ProfilerError):
-    """The report needs plotly: ``pip install mxprof[report]``."""
 
 
 def _paths(inputs: Inputs, what: str) -> list[str]:
@@ -58,8 +55,11 @@ def _paths(inputs: Inputs, what: str) -> list[str]:
 
 def _load(path: str) -> Trace:
     trace = read_events(path)
-    if not len(trace) and not trace.truncated:
-        raise TraceFormatError(f"{shown(path)}: the trace holds no events; nothing to report")
+    # Stack samples alone (an uninstrumented script under `mxprof run`) make a page.
+    if not len(trace) and not len(trace.samples) and not trace.truncated:
+        raise TraceFormatError(
+            f"{shown(path)}: the trace holds no events and no samples; nothing to report"
+        )
     return trace
 
 
@@ -131,22 +131,15 @@ def report(paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) ->
 
     Raises:
         TraceReadError: an input cannot be read (missing, no permission).
-        TraceFormatError: an input is not a trace, or holds no events.
+        TraceFormatError: an input is not a trace, or holds no events and no samples.
         OutputError: the page cannot be written there (no such directory, no
             permission, a directory); nothing is left behind.
-        ReportUnavailable: plotly is not installed.
 
     Example:
         >>> import mxprof.report
         >>> mxprof.report.report("trace.json", "report.html")  # doctest: +SKIP
         'report.html'
     """
-    try:
-        import plotly  # noqa: F401 - the optional dependency, checked before any work
-    except ImportError:
-        raise ReportUnavailable(
-            "the report needs plotly: pip install 'mxprof[report]' (or pip install plotly)"
-        ) from None
     inputs = _paths(paths, "input")
     bases = _paths(baseline, "baseline") if baseline is not None else []
     out = os.fspath(output)

@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .._render import format_bytes, format_ns
+from .._render import format_bytes, format_ns, plot_text, visible
 from .._tallies import TALLIES
 from .._version import __version__
 from ._sections import (
@@ -61,6 +61,7 @@ pre { background: #f6f6f6; padding: 0.6em; overflow: auto; font-size: 0.85em; }
 .fact { border: 1px solid #e4e4e4; border-radius: 4px; padding: 0.3em 0.7em; min-width: 7em; }
 .fact .v { font-size: 1.15em; font-weight: 600; } .fact .k { color: #666; font-size: 0.8em; }
 .plot { height: 380px; } .plot.small { height: 260px; }
+details > summary { cursor: pointer; margin: 0.6em 0; }
 """
 
 # The flame graphs: plotly icicles (root at the bottom, width = samples) of
@@ -82,7 +83,7 @@ _FLAME_SCRIPT = """
       ids.push("n" + i); labels.push(fr[0]); values.push(f.value[i]);
       parents.push(f.parent[i] < 0 ? "root" : "n" + f.parent[i]);
       where.push(fr[1] + ":" + fr[2]);
-      colors.push(fr[0] === "<waiting>" ? "#9ecae1" : WARM[f.frame[i] % WARM.length]);
+      colors.push(fr[0] === "&lt;waiting&gt;" ? "#9ecae1" : WARM[f.frame[i] % WARM.length]);
     }
     return [{type: "icicle", ids: ids, labels: labels, parents: parents, values: values,
       customdata: where, marker: {colors: colors}, branchvalues: "total",
@@ -90,9 +91,13 @@ _FLAME_SCRIPT = """
       textinfo: "label", hovertemplate:
         "%{label}<br>%{customdata}<br>%{value} samples (%{percentRoot:.1%})<extra></extra>"}];
   }
+  // A range's name becomes the root's label: plain text, as the frames are.
+  function plain(text) {
+    return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
   function draw(id, f, root) {
     var div = document.getElementById(id);
-    Plotly.react(div, icicle(f, root), div.layout);
+    Plotly.react(div, icicle(f, plain(root)), div.layout);
   }
   draw("flame-program", flames.program, "program");
   window.mxprofFlame = function (row, name) {
@@ -167,8 +172,8 @@ _SCRIPT = """
 
 
 def esc(value: object) -> str:
-    """Text for HTML: escaped, quotes too."""
-    return html.escape(str(value), quote=True)
+    """Text for HTML: escaped, quotes too, and invisible characters shown (``visible``)."""
+    return html.escape(visible(str(value)), quote=True)
 
 
 def script_json(value: object) -> str:
@@ -180,10 +185,12 @@ def plot(
     div_id: str, data: list[dict[str, Any]], layout: dict[str, Any], small: bool = False
 ) -> str:
     """One plotly figure as a div and its drawing call (plotly.js comes once, in the head)."""
-    import plotly.io as pio  # the report extra; checked in mxprof.report.report
+    # plotly is a core dependency, imported here rather than at the top so that
+    # every other command of the CLI (which imports this package) starts without it.
+    import plotly.io as pio
 
     base = {"template": TEMPLATE, "margin": {"l": 60, "r": 20, "t": 40, "b": 50}}
-    figure = {"data": data, "layout": {**base, **layout}}
+    figure = {"data": [_as_text(trace) for trace in data], "layout": _as_text({**base, **layout})}
     fragment: str = pio.to_html(
         figure,
         include_plotlyjs=False,
@@ -195,13 +202,30 @@ def plot(
     return fragment
 
 
+# Figure keys whose strings plotly draws (its pseudo-HTML included): names
+# from the trace go there, so they are made text (``plot_text``) first.
+_DRAWN = frozenset({"name", "text", "labels", "hovertext", "x", "y"})
+
+
+def _as_text(figure: Any, drawn: bool = False) -> Any:
+    """figure (a trace or a layout) with every string plotly draws as a label
+    made plain text; templates, types and ids are left alone."""
+    if isinstance(figure, dict):
+        return {k: _as_text(v, k in _DRAWN) for k, v in figure.items()}
+    if isinstance(figure, list):
+        return [_as_text(v, drawn) for v in figure]
+    if isinstance(figure, str) and drawn:
+        return plot_text(figure)
+    return figure
+
+
 def _seconds(values: Sequence[float]) -> list[float]:
     return [v / 1e9 for v in values]
 
 
 def page(sections: Sections, hints: str, diff: str) -> str:
     """The whole document."""
-    import plotly.offline  # the report extra
+    import plotly.offline  # a core dependency; imported when a page is drawn (see plot)
 
     parts = [
         _header(sections),
@@ -252,10 +276,14 @@ def _summary(s: Sections) -> str:
         ("instants", s.counts["instants"]),
         ("counter samples", s.counts["counter samples"]),
         ("range names", len(s.rows)),
-        ("unpaired begins/ends (left out)", s.counts["unpaired begins/ends"]),
     ]
+    if s.counts["unpaired begins/ends"]:
+        facts.append(("unpaired begins/ends (left out)", s.counts["unpaired begins/ends"]))
     if s.tallies:
-        facts += [(k.replace("_", " "), s.tallies.get(k, 0)) for k in TALLIES]
+        # A box per tally that is not zero; all zero (the usual case) is one box,
+        # so that the first screen keeps room for what the run did.
+        problems = [(k.replace("_", " "), s.tallies[k]) for k in TALLIES if s.tallies.get(k)]
+        facts += problems or [("drops and misuse tallies: every one zero", 0)]
     else:
         facts.append(("drops and misuse tallies", s.tallies_missing))
     boxes = "".join(
@@ -271,8 +299,13 @@ def _summary(s: Sections) -> str:
         )
     if s.config:
         rows = [(k, "; ".join(f"{v}" for v in by_file.values())) for k, by_file in s.config.items()]
-        out.append("<p>Recorded by (the trace's <code>otherData</code>):</p>")
-        out.append(_table(["key", "value"], rows, "config"))
+        # Folded: a recording's settings are some thirty rows, and would push the
+        # ranges, samples and steps below the first screen.
+        out.append(
+            '<details id="config"><summary>Recorded by: the trace\'s <code>otherData</code> '
+            f"({len(rows)} {'key' if len(rows) == 1 else 'keys'})</summary>"
+            f"{_table(['key', 'value'], rows, 'config')}</details>"
+        )
     else:
         out.append('<p class="muted">The trace does not say which configuration produced it.</p>')
     return "\n".join(out)
@@ -367,7 +400,8 @@ def _flames(s: Sections) -> str:
         plot("flame-range", [], {"margin": {"l": 10, "r": 10, "t": 10, "b": 10}}),
     ]
     data = {
-        "frames": [list(f) for f in fl.frames],
+        # Drawn by the page's script as icicle labels and hover text: plain text.
+        "frames": [[plot_text(f[0]), plot_text(str(f[1])), *f[2:]] for f in fl.frames],
         "program": _flame_json(fl.program),
         "ranges": {str(i): _flame_json(f) for i, f in fl.ranges.items()},
     }
@@ -431,9 +465,11 @@ def _steps(s: Sections) -> str:
 
 
 def _line(series: Series, name: str | None = None) -> dict[str, Any]:
+    """A counter's series as a step line; a series of one sample as a marker,
+    since a line through one point draws nothing."""
     return {
         "type": "scatter",
-        "mode": "lines",
+        "mode": "lines" if len(series.times) > 1 else "markers",
         "line": {"shape": "hv"},
         "name": name or series.name,
         "x": _seconds(series.times),

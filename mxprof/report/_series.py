@@ -64,15 +64,20 @@ def histogram(durations: Sequence[int], bins: int = HIST_BINS) -> Histogram:
     """Every duration counted into ``bins`` log-spaced bins from the least to the largest.
 
     ``durations`` must be sorted: each bin's share is then found by bisection.
+    When every duration is the same (one range, say one step), the one bin
+    spans 5 % either side of it, so that it has a width to draw on the
+    page's log axis (a bin from v to v draws nothing).
 
     Example:
         >>> h = histogram([10, 100, 1000], bins=2)
         >>> h.counts
         [1, 2]
+        >>> histogram([100, 100])
+        Histogram(edges=[95.0, 105.0], counts=[2])
     """
     least, most = durations[0], durations[-1]
     if least == most:
-        return Histogram([least, most], [len(durations)])
+        return Histogram([least * 0.95, most * 1.05], [len(durations)])
     lo, hi = math.log(max(least, 1)), math.log(most)
     step = (hi - lo) / bins
 

@@ -11,16 +11,18 @@ Functions are matched by qualified name and file name without its directory
 checkout or environment elsewhere moves its directory).  Two functions that
 agree on both are one row.
 
-A share is *flagged* when it moved by more than ``threshold`` percentage
-points (the diff's threshold, read as points) and a two-sided two-proportion
-z test on the sample counts rejects "one share on both sides" at the diff's
-alpha divided by the number of functions compared (Bonferroni): a program
-has hundreds of functions, and at the diff's alpha per function two runs of
-the same code would flag some by chance; so corrected, the chance that any
-function of the same code is flagged stays under alpha.  The test takes
-samples as independent draws, which they are not quite (a function running
-for 100 ms gives 100 samples in a row at 1 kHz): the threshold in points is
-the guard against what it misses, as the time threshold is for durations.
+A share is *flagged* as the diff flags a duration: when the whole
+confidence interval of its change, in percentage points, clears
+``threshold`` points (the diff's threshold, read as points).  The interval
+is the two-proportion one (each side's share with its own binomial
+variance) at the diff's alpha divided by the number of functions compared
+(Bonferroni): a program has hundreds of functions, and at the diff's alpha
+per function two runs of the same code would put some interval off zero by
+chance; so corrected, the chance that any interval of the same code misses
+stays under alpha.  The interval takes samples as independent draws, which
+they are not quite (a function running for 100 ms gives 100 samples in a row
+at 1 kHz): the threshold in points is the guard against what it misses, as
+it is for durations.  The two-proportion z test's p-value is shown beside.
 
 Shares are relative: when one function takes more of the samples, every
 other takes less, even at the same speed.  So a flagged share points at
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -44,7 +47,7 @@ from ..trace.samples import Frame, Sample
 TABLE_ROWS = 20
 
 Key = tuple[str, str]  # qualified name, file name without its directory
-TEST = "two-proportion-z"
+TEST = "two-proportion-interval"
 
 
 def key_of(frame: Frame) -> Key:
@@ -96,13 +99,21 @@ class ShareChange:
     new_pct: float
     delta_pts: float  # new_pct - base_pct
     p_value: float
+    low_pts: float  # the change's interval at the row's level, points
+    high_pts: float
 
     @classmethod
-    def of(cls, base: int, base_total: int, new: int, new_total: int) -> ShareChange:
-        """The change of base of base_total samples to new of new_total (both > 0)."""
-        base_pct, new_pct = 100.0 * base / base_total, 100.0 * new / new_total
+    def of(
+        cls, base: int, base_total: int, new: int, new_total: int, alpha: float = 0.01
+    ) -> ShareChange:
+        """The change of base of base_total samples to new of new_total (both
+        > 0), its interval at 1 - alpha (two-sided)."""
+        p1, p2 = base / base_total, new / new_total
         p = two_proportions(base, base_total, new, new_total)
-        return cls(base, new, base_pct, new_pct, new_pct - base_pct, p)
+        z = statistics.NormalDist().inv_cdf(1 - alpha / 2)
+        half = 100 * z * math.sqrt(p1 * (1 - p1) / base_total + p2 * (1 - p2) / new_total)
+        delta = 100.0 * (p2 - p1)
+        return cls(base, new, 100.0 * p1, 100.0 * p2, delta, p, delta - half, delta + half)
 
     def to_json(self) -> dict[str, float]:
         """The fields as plain data."""
@@ -112,6 +123,8 @@ class ShareChange:
             "base_pct": self.base_pct,
             "new_pct": self.new_pct,
             "delta_pts": self.delta_pts,
+            "low_pts": self.low_pts,
+            "high_pts": self.high_pts,
             "p_value": self.p_value,
         }
 
@@ -222,8 +235,12 @@ def compare(base: Tally, new: Tally, threshold: float, alpha: float) -> Shares:
     keys = base.inclusive.keys() | new.inclusive.keys()
     alpha_row = alpha / max(len(keys), 1)
     for key in keys:
-        incl = ShareChange.of(base.inclusive[key], base.total, new.inclusive[key], new.total)
-        own = ShareChange.of(base.innermost[key], base.total, new.innermost[key], new.total)
+        incl = ShareChange.of(
+            base.inclusive[key], base.total, new.inclusive[key], new.total, alpha_row
+        )
+        own = ShareChange.of(
+            base.innermost[key], base.total, new.innermost[key], new.total, alpha_row
+        )
         flagged, direction, why = _judge(incl, own, threshold, alpha_row)
         line = (new.frames.get(key) or base.frames[key])[2]
         rows.append(ShareRow(key[0], key[1], line, incl, own, flagged, direction, why))
@@ -257,14 +274,14 @@ def _judge(
     chosen: ShareChange | None = None
     said = []
     for what, change in (("inclusive", incl), ("self", own)):
-        text = f"{what} {change.delta_pts:+.1f} pts, p={_p(change.p_value)}"
-        if abs(change.delta_pts) <= threshold:
-            said.append(f"{text}: within {threshold:g} pts")
-        elif change.p_value >= alpha:
-            said.append(f"{text}: within the noise (p >= {alpha:.2g})")
-        else:
-            said.append(f"{text}: beyond {threshold:g} pts and the noise (p < {alpha:.2g})")
+        text = f"{what} {change.delta_pts:+.1f} pts [{change.low_pts:+.1f}, {change.high_pts:+.1f}]"
+        if change.low_pts > threshold or change.high_pts < -threshold:
+            said.append(f"{text}: the interval clears {threshold:g} pts")
             chosen = chosen or change
+        elif abs(change.delta_pts) > threshold:
+            said.append(f"{text}: the interval does not clear {threshold:g} pts")
+        else:
+            said.append(f"{text}: within {threshold:g} pts")
     delta = (chosen or incl).delta_pts
     direction = "grew" if delta > 0 else "shrank" if delta < 0 else "same"
     return chosen is not None, direction, "; ".join(said)
@@ -277,7 +294,7 @@ def _p(value: float) -> str:
 def _flag(row: ShareRow) -> str:
     if row.flagged:
         return row.direction.upper()
-    return "noise" if "within the noise" in row.why else ""  # a share moved, p too high
+    return "noise" if "does not clear" in row.why else ""  # moved, but not its interval
 
 
 # (group, column, cell of a row)
@@ -310,16 +327,16 @@ def _table(shares: Shares) -> list[str]:
     heads = [(group, column) for group, column, _ in _COLUMNS]
     lines = [
         f"Function shares of stack samples: {shares.base_samples} -> {shares.new_samples} "
-        f"samples (threshold {shares.threshold:g} points, two-sided two-proportion z test "
-        f"at alpha {shares.alpha:g} over {len(shares.rows)} functions: {shares.alpha_row:.2g} "
-        "each)",
+        f"samples (flagged when a change's interval clears {shares.threshold:g} points; "
+        f"two-proportion intervals at {1 - shares.alpha:.0%} over {len(shares.rows)} "
+        f"functions: {1 - shares.alpha_row:.4g} each)",
         *grouped_table("Function", [r.label for r in rows], heads, cells),
     ]
     left = len(shares.rows) - len(rows)
     more = f"; {left} more, unflagged, not shown" if left else ""
     lines.append(
-        f"{len(shares.grew)} grew, {len(shares.shrank)} shrank beyond {shares.threshold:g} "
-        f"points and the noise ({len(shares.rows)} functions compared{more})"
+        f"{len(shares.grew)} grew, {len(shares.shrank)} shrank: interval beyond "
+        f"{shares.threshold:g} points ({len(shares.rows)} functions compared{more})"
     )
     lines.append(
         "Shares are relative (one growing makes the others shrink): flagged, never a "

@@ -12,7 +12,7 @@ import os
 import re
 from array import array
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from itertools import compress
+from itertools import compress, count, islice
 from operator import attrgetter, eq
 from typing import Any, overload
 
@@ -132,7 +132,7 @@ class Trace(Sequence[Event]):
         self.unmatched = unmatched
         # (parent index, self ns) per event; computed on first use. A subset
         # carries its source's, so filtering never changes a range's self time.
-        self._structure: tuple[list[int], list[int]] | None = None
+        self._structure: tuple[Sequence[int], Sequence[int]] | None = None
         # Of a file read without keeping its events: their count and statistics.
         self._summary: _Summary | None = None
         # _groups() and _lengths() of the events, once worked out.
@@ -253,7 +253,7 @@ class Trace(Sequence[Event]):
     def __repr__(self) -> str:
         return f"Trace({self.path!r}, {len(self)} events{', truncated' * self.truncated})"
 
-    def _parts(self) -> tuple[list[int], list[int]]:
+    def _parts(self) -> tuple[Sequence[int], Sequence[int]]:
         if self._structure is None:
             self._structure = structure(self.events)
         return self._structure
@@ -458,10 +458,12 @@ def _in_order(threads: dict[ThreadKey, list[Event]]) -> list[Event]:
     for key in sorted(threads, key=lambda k: (str(k[0]), str(k[1]))):
         events = threads[key]
         events.sort(key=_TS)  # stable: file order at one ts
-        starts = list(map(_TS, events))
-        same = list(map(eq, starts, starts[1:]))  # [i]: events i and i + 1 start together
-        if True in same:  # at one ts, longer first (then file order)
-            ties = list(compress(range(len(same)), same))
+        # i where events i and i + 1 start together, found without a list per
+        # event (three of them took 240 MB of a 10 M-event load at its peak).
+        starts = map(_TS, events)
+        nexts = map(_TS, islice(events, 1, None))
+        ties = list(compress(count(), map(eq, starts, nexts)))
+        if ties:  # at one ts, longer first (then file order)
             k = 0
             while k < len(ties):
                 first = last = ties[k]
