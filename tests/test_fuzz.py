@@ -24,7 +24,7 @@ SECONDS = int(os.environ.get("MXPROF_FUZZ_SECONDS", "15"))
         ("fuzz_reader.py", "corpus"),  # JSON text
         ("fuzz_gzip.py", "corpus_gzip"),  # files through their gzip stream, as load reads them
         ("fuzz_perfetto.py", "corpus_perfetto"),
-        ("fuzz_sqlite.py", "corpus_sqlite"),  # nvprof and Nsight databases
+        ("fuzz_sqlite.py", "corpus_sqlite"),  # nvprof and Nsight databases (slower: sqlite)
         ("fuzz_wire.py", "corpus_wire"),  # the distributed wire decoder
     ],
 )
@@ -53,5 +53,6 @@ def test_fuzz_target_finds_nothing(tmp_path, target, seeds):
         for line in log.splitlines()
         if "stat::number_of_executed_units" in line
     ]
-    assert runs and runs[0] > 1000, log[-2000:]  # it really ran
+    # It really ran (a database is opened by sqlite for each input: fewer runs).
+    assert runs and runs[0] > (100 if target == "fuzz_sqlite.py" else 1000), log[-2000:]
     assert not list(tmp_path.glob("crash-*"))

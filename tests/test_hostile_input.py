@@ -404,3 +404,14 @@ def test_a_base_time_out_of_range_is_no_base_in_merge(tmp_path, base):
     status, err = run("merge", path, path, "-o", tmp_path / "merged.json")
     assert status == 0, err
     assert sum(e.get("ph") == "X" for e in read_raw(tmp_path / "merged.json")[0]) == 2
+
+
+@pytest.mark.parametrize("args", [b'"python"', b"[1, 2]", b"7"])
+def test_merge_takes_a_process_name_whose_args_are_not_an_object(tmp_path, args):
+    """Found by the mutation run after the merge of main: dict('...') raised ValueError."""
+    path = tmp_path / "names.json"
+    meta = b'{"name":"process_name","ph":"M","pid":1,"tid":0,"args":' + args + b"}"
+    path.write_bytes(b'{"traceEvents":[\n' + meta + b",\n" + json.dumps(EVENT).encode() + b"\n]}\n")
+    status, err = run("merge", path, path, "-o", tmp_path / "merged.json")
+    assert status == 0, err
+    assert sum(e.get("ph") == "X" for e in read_raw(tmp_path / "merged.json")[0]) == 2

@@ -546,7 +546,8 @@ def _write_inputs(
                 moved["pid"] = pids[pid]
                 if moved.get("ph") == "M" and moved.get("name") == "process_name":
                     named.add(pid)
-                    args = dict(moved.get("args") or {})
+                    given = moved.get("args")
+                    args = dict(given) if isinstance(given, dict) else {}
                     args["name"] = _process_name(inp.path, d, pid, args.get("name", pid))
                     moved["args"] = args
                 kept.append(moved)
