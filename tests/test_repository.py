@@ -57,7 +57,7 @@ def collected(where, *marker):
 def test_the_default_run_leaves_out_only_the_slow_tests(tmp_path):
     default, slow = collected(tmp_path), collected(tmp_path, "-m", "slow")
     everything = collected(tmp_path, "-m", "")
-    assert "tests/test_fuzz.py::test_fuzz_target_finds_nothing[fuzz_reader.py]" in slow
+    assert "tests/test_fuzz.py::test_fuzz_target_finds_nothing[fuzz_reader.py-corpus]" in slow
     assert "tests/test_repository.py::test_changelog_has_an_unreleased_section" in default
     assert not default & slow and default | slow == everything
 
