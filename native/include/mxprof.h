@@ -512,6 +512,16 @@ int mxp_sample_stack_get(uint32_t id, uint32_t *parent_out, uint32_t *frame_out)
 int mxp_sample_add(int64_t os_tid, uint32_t track, uint32_t stack, uint32_t *range_out,
                    uint32_t *tid_out);
 
+/* The ranges open now on OS thread os_tid that were begun while recording
+ * and are not closed elsewhere: object ids outermost first in ids_out and
+ * how long each has been open in ns in ages_out (up to cap; *n_out the
+ * count, 0 for a thread that never recorded).  Read as the sampler reads
+ * the innermost one, without stopping the thread.  MXP_E_STATE when the
+ * thread stayed in the middle of a stack edit (try again).  Thread-safe;
+ * for `mxprof ctl where` and `status`. */
+int mxp_ranges_open(int64_t os_tid, uint32_t *ids_out, int64_t *ages_out, uint32_t cap,
+                    uint32_t *n_out);
+
 /* Samples per (range, stack) since the statistics began (they restart with
  * every statistics reset, as the aggregates do). */
 typedef struct mxp_sample_count {
