@@ -36,13 +36,19 @@ class CtlError(Exception):
 
 
 def _alive(pid: int) -> bool:
+    """Whether process pid exists and has not exited (a zombie has)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # another user's
-    return True
+        pass  # another user's
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read(512)
+    except OSError:
+        return True  # no /proc: kill() said it exists
+    return text[text.rfind(b")") + 2 : text.rfind(b")") + 3] not in (b"Z", b"X")
 
 
 def _os_threads(pid: int) -> str:
