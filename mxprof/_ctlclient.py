@@ -87,7 +87,9 @@ def _no_endpoint(pid: int) -> CtlError:
     )
 
 
-def request(pid: int, cmd: str, args: dict[str, Any] | None = None, timeout: float = 2.0) -> Any:
+def request(
+    pid: int, cmd: str, args: dict[str, Any] | None = None, timeout: float = 2.0, job: bool = False
+) -> Any:
     """Send one command to process pid; its result.
 
     Raises:
@@ -114,7 +116,10 @@ def request(pid: int, cmd: str, args: dict[str, Any] | None = None, timeout: flo
         except socket.timeout:
             raise _late(pid, cmd, timeout) from None
         try:
-            _ctlwire.write_message(sock, {"cmd": cmd, "args": args or {}})
+            message: dict[str, Any] = {"cmd": cmd, "args": args or {}}
+            if job:
+                message["job"] = True
+            _ctlwire.write_message(sock, message)
             reply = _ctlwire.read_message(sock, _ctlwire.MAX_REPLY, timeout)
         except _ctlwire.ProtocolError as e:
             if "in time" in str(e):
@@ -442,6 +447,8 @@ def run(args: Any, out: TextIO | None = None) -> int:
         raise CtlError(f"the target must be 'list' or a process id, got {args.target!r}") from None
     action = args.action or "status"
     _check_options(args, action)
+    if args.job:
+        return _run_job(pid, action, args, out)
     if action == "attach":
         path = attach(pid, timeout=max(timeout, 10.0))
         _emit({"pid": pid, "socket": path}, fmt, out, f"process {pid}: control endpoint at {path}")
@@ -469,6 +476,65 @@ def run(args: Any, out: TextIO | None = None) -> int:
     return 0
 
 
+# ---- a whole job ----
+
+# What a job command waits for: the rank-0 worker gives each process 10 s
+# (_ctlserver.JOB_TIMEOUT); a merged trace takes its collect.
+_JOB_WAIT = {"start": 30.0, "stop": 300.0, "dump": 300.0}
+
+
+def _run_job(pid: int, action: str, args: Any, out: TextIO) -> int:
+    """``ctl PID --job ACTION``: PID is the rank-0 worker; every process
+    answers.  Exit status 2 when any process failed (after printing all)."""
+    if action in ("top", "attach"):
+        raise CtlError(f"`ctl PID --job {action}` is not offered: run it per process")
+    request_args: dict[str, Any] = {}
+    if action == "start":
+        request_args = _start_args(args)
+    elif args.output is not None:
+        request_args["filename"] = os.path.abspath(args.output)
+    wait = max(args.timeout, _JOB_WAIT.get(action, 15.0))
+    result = request(pid, action, request_args, timeout=wait, job=True)
+    ranks: dict[str, Any] = result.get("ranks", {})
+    failed = {label: r["error"] for label, r in ranks.items() if not r.get("ok")}
+    if args.format == "json":
+        out.write(json.dumps(result, indent=1) + "\n")
+    else:
+        for label, r in ranks.items():
+            if not r.get("ok"):
+                out.write(f"{label}: error: {r.get('error')}\n")
+            elif action == "where":
+                render_where(r["result"], out, title=label)
+                out.write("\n")
+            elif action == "status":
+                out.write(f"== {label}\n")
+                render_status(r["result"], out)
+            else:
+                out.write(f"{label}: {action} ok {r['result'].get('trace') or ''}\n")
+        if result.get("trace"):
+            verb = "recording; merged trace will be" if action == "start" else "merged trace:"
+            out.write(f"{verb} {result['trace']}\n")
+        for gap in result.get("missing") or []:
+            out.write(f"missing from the merged trace: {gap.get('process')}: {gap.get('why')}\n")
+    if failed:
+        raise CtlError(
+            f"{len(failed)} of {len(ranks)} processes failed: "
+            + "; ".join(f"{label}: {error}" for label, error in failed.items())
+        )
+    return 0
+
+
+def _start_args(args: Any) -> dict[str, Any]:
+    request_args: dict[str, Any] = {}
+    if args.duration is not None:
+        request_args["duration"] = args.duration
+    if args.output is not None:
+        request_args["filename"] = os.path.abspath(args.output)
+    if args.sample is not None:
+        request_args["sample_rate"] = args.sample
+    return request_args
+
+
 def _check_options(args: Any, action: str) -> None:
     given = {
         "--duration": args.duration is not None,
@@ -478,19 +544,15 @@ def _check_options(args: Any, action: str) -> None:
         "--interval": args.interval != 1.0,
     }
     allowed = {"start": {"--duration", "-o", "--sample"}, "top": {"--iterations", "--interval"}}
+    if args.job:  # -o names the merged trace
+        allowed = {**allowed, "dump": {"-o"}, "stop": {"-o"}}
     for option, present in given.items():
         if present and option not in allowed.get(action, set()):
             raise CtlError(f"{option} does not apply to `ctl PID {action}`")
 
 
 def _start(pid: int, args: Any, timeout: float, fmt: str, out: TextIO) -> None:
-    request_args: dict[str, Any] = {}
-    if args.duration is not None:
-        request_args["duration"] = args.duration
-    if args.output is not None:
-        request_args["filename"] = os.path.abspath(args.output)
-    if args.sample is not None:
-        request_args["sample_rate"] = args.sample
+    request_args = _start_args(args)
     r = request(pid, "start", request_args, timeout=max(timeout, 10.0))
     if args.duration is None:
         _emit(

@@ -46,7 +46,7 @@ from ._session import SESSION
 from ._version import __version__
 from .errors import ProfilerError
 
-__all__ = ["apply", "close", "enabled", "path", "start"]
+__all__ = ["answer", "apply", "close", "enabled", "path", "set_job", "start"]
 
 REQUEST_TIMEOUT = 2.0  # s for a whole request to arrive once connected
 REPLY_TIMEOUT = 10.0  # s for a reply to be taken
@@ -200,20 +200,31 @@ def _answer(conn: socket.socket) -> None:
     except _ctlwire.ProtocolError as e:
         _reply(conn, {"ok": False, "error": f"bad request: {e}"})
         return
-    cmd, args = request.get("cmd"), request.get("args", {})
+    cmd, args, job = request.get("cmd"), request.get("args", {}), request.get("job", False)
+    if job is True:
+        _reply(conn, _answer_job(cmd, args))
+    elif job is not False:
+        _reply(conn, {"ok": False, "error": f"bad request: job must be true or false, got {job!r}"})
+    else:
+        _reply(conn, answer(cmd, args))
+
+
+def answer(cmd: Any, args: Any) -> dict[str, Any]:
+    """Run one ctl command here; its reply, ``{"ok": true, "result": ...}``
+    or ``{"ok": false, "error": TEXT}``.  Never raises: what a command
+    raises is the reply (mxprof.distributed's peers answer ``--job`` with it).
+    """
     handler = _COMMANDS.get(cmd) if isinstance(cmd, str) else None
     if handler is None:
-        reply = {"ok": False, "error": f"bad request: unknown command {cmd!r}"}
-    elif not isinstance(args, dict):
-        reply = {"ok": False, "error": f"bad request: args must be an object, got {args!r}"}
-    else:
-        try:
-            reply = {"ok": True, "result": handler(args)}
-        except (ProfilerError, _Refused) as e:
-            reply = {"ok": False, "error": str(e)}
-        except Exception as e:  # never into the program: the asker gets it
-            reply = {"ok": False, "error": f"{cmd} failed: {e!r}"}
-    _reply(conn, reply)
+        return {"ok": False, "error": f"bad request: unknown command {cmd!r}"}
+    if not isinstance(args, dict):
+        return {"ok": False, "error": f"bad request: args must be an object, got {args!r}"}
+    try:
+        return {"ok": True, "result": handler(args)}
+    except (ProfilerError, _Refused) as e:
+        return {"ok": False, "error": str(e)}
+    except Exception as e:  # never into the program: the asker gets it
+        return {"ok": False, "error": f"{cmd} failed: {e!r}"}
 
 
 def _reply(conn: socket.socket, reply: dict[str, Any]) -> None:
@@ -524,6 +535,93 @@ def cmd_top(args: dict[str, Any]) -> dict[str, Any]:
                 continue
             rows.append([info.domain, info.name, s.count, s.total, s.p99])
         return {"rows": rows, "since": "last" if mine else "start", "state": SESSION.state}
+
+
+# ---- a whole job (mxprof ctl PID --job ...) ----
+
+# The rank-0 worker of a distributed job registers these (mxprof.distributed):
+# its label; fanout(cmd, args, timeout) -> every other process's reply by
+# label; collect(path) -> the merged trace's summary.
+Fanout = Callable[..., dict[str, Any]]
+_job: dict[str, Any] = {}
+JOB_TIMEOUT = 10.0  # s each process gets to answer a fanned-out command
+
+
+def set_job(
+    label: str | None, fanout: Fanout | None = None, collect: Callable[..., Any] | None = None
+) -> None:
+    """Make ``--job`` commands fan out through a distributed job's hub (None: not a hub)."""
+    _job.clear()
+    if label is not None and fanout is not None and collect is not None:
+        _job.update(label=label, fanout=fanout, collect=collect)
+
+
+def _answer_job(cmd: Any, args: Any) -> dict[str, Any]:
+    if not _job:
+        return {
+            "ok": False,
+            "error": "--job needs the rank-0 worker of a distributed job (one that called "
+            "mxprof.distributed.init); this process is not one",
+        }
+    if cmd not in ("status", "where", "start", "stop", "dump", "snapshot"):
+        return {"ok": False, "error": f"bad request: {cmd!r} cannot be sent to a whole job"}
+    if not isinstance(args, dict):
+        return {"ok": False, "error": f"bad request: args must be an object, got {args!r}"}
+    try:
+        with _own.lock:
+            return {"ok": True, "result": _job_command(cmd, args)}
+    except (ProfilerError, _Refused) as e:
+        return {"ok": False, "error": str(e)}
+    except Exception as e:  # never into the program
+        return {"ok": False, "error": f"{cmd} --job failed: {e!r}"}
+
+
+def _fanout(cmd: str, args: dict[str, Any]) -> dict[str, Any]:
+    """cmd here and on every other process: each reply by label, this one first."""
+    replies = {_job["label"]: answer(cmd, args)}
+    replies.update(_job["fanout"](cmd, args, JOB_TIMEOUT))
+    return replies
+
+
+def _job_command(cmd: str, args: dict[str, Any]) -> dict[str, Any]:
+    """start: every process records into a file of its own (the duration is
+    kept here); dump: one merged trace of what they hold now; stop: the
+    merged trace, then every process stops and is as before."""
+    if cmd in ("status", "where", "snapshot"):
+        return {"ranks": _fanout(cmd, args)}
+    merged = _arg(args, "filename", str, None)
+    if cmd == "start":
+        duration = _arg(args, "duration", (int, float), None)
+        if duration is not None and not 0 < duration < 1e7:
+            raise _Refused(f"bad request: duration must be > 0 seconds, got {duration!r}")
+        local = {k: v for k, v in args.items() if k not in ("filename", "duration")}
+        replies = _fanout("start", local)
+        _job["merged"] = merged or f"mxprof-ctl-job-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        if duration is not None:
+            timer = threading.Timer(duration, _job_expire)
+            timer.daemon = True
+            timer.name = "mxprof-control-timer"
+            _sampler.own_thread(timer).start()
+        return {"ranks": replies, "trace": os.path.abspath(_job["merged"]), "duration": duration}
+    path = merged or _job.get("merged")
+    if path is None:
+        raise _Refused("no merged trace to write: give -o FILE (or `ctl --job start` first)")
+    summary = _job["collect"](path)
+    replies = _fanout("stop", {}) if cmd == "stop" else {}
+    if cmd == "stop":
+        _job.pop("merged", None)
+    missing = summary.get("missing") if isinstance(summary, dict) else None
+    return {"ranks": replies, "trace": os.path.abspath(path), "missing": missing}
+
+
+def _job_expire() -> None:
+    with _own.lock:
+        if not _job or "merged" not in _job:
+            return
+        try:
+            _job_command("stop", {})
+        except Exception as e:  # on a timer thread: nobody to raise to
+            _warn(f"mxprof: ending the job recording `mxprof ctl --job` began failed: {e!r}")
 
 
 _COMMANDS: dict[str, Callable[[dict[str, Any]], Any]] = {

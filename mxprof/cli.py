@@ -643,6 +643,11 @@ def parser() -> argparse.ArgumentParser:
         "--timeout", type=_positive_float, default=_ctlclient.DEFAULT_TIMEOUT,
         help="seconds to wait for an answer (2)",
     )  # fmt: skip
+    ct.add_argument(
+        "--job", action="store_true",
+        help="PID is a distributed job's rank-0 worker: every process answers (status, where, "
+        "snapshot) or records (start; dump and stop write one merged trace, -o names it)",
+    )  # fmt: skip
     ct.add_argument("--duration", type=_positive_float, help="start: seconds to record, then write")
     ct.add_argument("-o", "--output", help="start: the trace file (the target's config otherwise)")
     ct.add_argument("--sample", type=_sample_rate, help="start: also sample stacks at HZ")

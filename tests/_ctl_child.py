@@ -2,7 +2,8 @@
 
 BLOCK: how its main thread waits, inside range train:step --
 ``sleep`` (time.sleep), ``lock`` (threading.Lock().acquire), ``gil`` (a C
-call that keeps the GIL: libc's sleep through ctypes.PyDLL).
+call that keeps the GIL: libc's sleep through ctypes.PyDLL), ``spin`` (a
+Python loop).
 STATE: ``idle`` (the program never records) or ``run`` (it records itself,
 with statistics).  A worker thread records train:work ranges of 10 ms.
 Prints "ready PID" once it can be asked; waits at most 60 s.
@@ -42,8 +43,10 @@ def main() -> None:
             lock.acquire(timeout=60)
         elif block == "gil":
             ctypes.PyDLL(None).sleep(60)  # PyDLL keeps the GIL through the call
-        elif block == "exit":
-            pass
+        elif block == "spin":  # running Python: the GIL changes hands every switch interval
+            end = time.monotonic() + 60
+            while time.monotonic() < end:
+                pass
 
 
 if __name__ == "__main__":
