@@ -216,7 +216,7 @@ def test_start_refuses_while_the_program_records_itself(spawn, tmp_path):
 # ---- top, snapshot ----
 
 
-def test_top_shows_the_ranges_of_each_interval_and_leaves_the_process_idle(spawn):
+def test_top_shows_the_ranges_of_each_interval_and_leaves_the_process_idle(spawn, tmp_path):
     proc = spawn("lock", "idle")
     code, out, err = ctl(
         proc.pid, "top", "--iterations", "2", "--interval", "0.3", "--format", "json"
@@ -232,6 +232,8 @@ def test_top_shows_the_ranges_of_each_interval_and_leaves_the_process_idle(spawn
     status = ctl_json(proc.pid, "status")
     assert status["state"] == "stop" and status["ctl_recording"] is None
     assert status["config"]["write_trace"] is True
+    assert status["config"]["aggregate_stats"] is True  # the program's, as it was
+    assert not (tmp_path / "own.json").exists()  # statistics only: no trace file
 
 
 def test_top_on_a_recording_program_takes_differences(spawn):
