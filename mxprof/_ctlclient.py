@@ -433,7 +433,7 @@ def run(args: Any, out: TextIO | None = None) -> int:
     if args.target == "list":
         if args.action is not None:
             raise CtlError(f"`ctl list` takes no action, got {args.action!r}")
-        procs = list_processes(timeout=min(timeout, 1.0))
+        procs = list_processes(timeout=timeout)
         if fmt == "json":
             out.write(json.dumps(procs, indent=1) + "\n")
         else:

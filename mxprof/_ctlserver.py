@@ -327,16 +327,18 @@ def _distributed() -> dict[str, Any] | None:
 
 
 def cmd_status(args: dict[str, Any]) -> dict[str, Any]:
-    """State, configuration, tallies, open ranges per thread."""
-    with SESSION.lock:
-        cfg = SESSION.config.as_dict()
-        state = {
-            "state": SESSION.state,
-            "paused": SESSION.paused,
-            "profile_open": SESSION.profile_open,
-            "trace": SESSION.config.filename if SESSION.profile_open else None,
-            "trace_files": list(SESSION.trace_paths),
-        }
+    """State, configuration, tallies, open ranges per thread.
+
+    Read without the session lock (the configuration is one frozen object,
+    swapped whole), so that a program busy in a long write still answers."""
+    cfg = SESSION.config
+    state = {
+        "state": SESSION.state,
+        "paused": SESSION.paused,
+        "profile_open": SESSION.profile_open,
+        "trace": cfg.filename if SESSION.profile_open else None,
+        "trace_files": list(SESSION.trace_paths),
+    }
     ranges = {}
     for t in _threads():
         if t["ranges"]:
@@ -347,7 +349,7 @@ def cmd_status(args: dict[str, Any]) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "mxprof_version": __version__,
         **state,
-        "config": cfg,
+        "config": cfg.as_dict(),
         "pending_events": int(_native.trace_pending()),
         "tallies": _native.counts(),
         "sampler": _sampler.kind() if _sampler.rate() else None,
