@@ -119,7 +119,9 @@ def request(
             message: dict[str, Any] = {"cmd": cmd, "args": args or {}}
             if job:
                 message["job"] = True
-            _ctlwire.write_message(sock, message)
+            # Refused before it read the request: its reply says why.
+            with contextlib.suppress(BrokenPipeError):
+                _ctlwire.write_message(sock, message)
             reply = _ctlwire.read_message(sock, _ctlwire.MAX_REPLY, timeout)
         except _ctlwire.ProtocolError as e:
             if "in time" in str(e):

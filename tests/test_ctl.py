@@ -8,6 +8,7 @@ wall time: where's one-second target is measured in benchmarks/ctl.py.
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import struct
@@ -547,3 +548,49 @@ def test_job_fans_out_to_every_rank_of_a_4_rank_loopback_job(ctl_dir, tmp_path):
         for proc in procs:
             proc.wait(timeout=30)
             proc.stdout.close()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="a second user needs root to switch to it")
+def test_a_real_second_user_is_refused_by_its_peer_credentials(endpoint, ctl_dir):
+    # The directory (0700) and the socket (0600) already keep other users
+    # out; opened up here, the peer check is what refuses them.
+    path = _ctlwire.socket_path(os.getpid(), ctl_dir)
+    os.chmod(ctl_dir, 0o711)
+    os.chmod(path, 0o666)
+    code = textwrap.dedent(
+        """
+        import json, os, socket, struct, sys
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(20)
+        s.connect(sys.argv[1])
+        data = json.dumps({"cmd": "status", "args": {}}).encode()
+        try:
+            s.sendall(struct.pack(">I", len(data)) + data)
+        except BrokenPipeError:
+            pass  # refused before the request was read
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+        print(os.getuid(), reply[4:].decode())
+        """
+    )
+    try:
+        # The system's interpreter (stdlib only): the test's may be out of its reach.
+        python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+        out = subprocess.run(
+            [python, "-I", "-c", code, path],
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            user=65534,
+        )
+    finally:
+        os.chmod(ctl_dir, 0o700)
+    assert out.returncode == 0, out.stderr
+    uid, reply = out.stdout.split(" ", 1)
+    assert uid == "65534", out.stderr
+    assert json.loads(reply) == {
+        "ok": False,
+        "error": "refused: uid 65534 is not this process's user",
+    }
