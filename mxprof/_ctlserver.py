@@ -378,6 +378,7 @@ class _Own:
         self.until: float | None = None
         self.timer: threading.Timer | None = None
         self.last_top = 0.0
+        self.generation = 0  # which recording a timer belongs to (a late one ends nothing)
         self.lock = threading.RLock()
 
     def describe(self) -> dict[str, Any] | None:
@@ -403,6 +404,7 @@ class _Own:
                 SESSION.configure(self.saved)
                 raise
         self.kind = kind
+        self.generation += 1
         self.path = SESSION.config.filename if kind == "start" else None
         self.until = None if seconds is None else time.monotonic() + seconds
         self.last_top = time.monotonic()
@@ -413,14 +415,16 @@ class _Own:
             self.timer.cancel()
         self.timer = None
         if seconds is not None:
-            timer = threading.Timer(seconds, self._expire)
+            timer = threading.Timer(seconds, self._expire, (self.generation,))
             timer.daemon = True
             timer.name = "mxprof-control-timer"
             self.timer = _sampler.own_thread(timer)  # type: ignore[assignment]
             timer.start()
 
-    def _expire(self) -> None:
+    def _expire(self, generation: int) -> None:
         with self.lock:
+            if generation != self.generation or self.kind is None:
+                return  # that recording has ended already
             if self.kind == "top" and time.monotonic() - self.last_top < TOP_LEASE:
                 self._arm(TOP_LEASE)  # still watched
                 return
@@ -463,10 +467,14 @@ def cmd_start(args: dict[str, Any]) -> dict[str, Any]:
     filename = _arg(args, "filename", str, None)
     rate = _arg(args, "sample_rate", (int, float), None)
     values: dict[str, Any] = {
-        "filename": filename or f"mxprof-ctl-{os.getpid()}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        "filename": filename or f"mxprof-ctl-{os.getpid()}-{time.strftime('%Y%m%d-%H%M%S')}.json",
+        "write_trace": True,  # a trace is what start is for, whatever the program set
     }
     if rate is not None:
         values["sample_rate"] = rate
+    where = os.path.dirname(os.path.abspath(values["filename"]))
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise _Refused(f"cannot write {values['filename']!r}: {where!r} is not a writable folder")
     with _own.lock:
         if _own.kind is not None:
             raise _Refused(f"`mxprof ctl` is recording here already ({_own.kind})")
@@ -599,8 +607,9 @@ def _job_command(cmd: str, args: dict[str, Any]) -> dict[str, Any]:
         local = {k: v for k, v in args.items() if k not in ("filename", "duration")}
         replies = _fanout("start", local)
         _job["merged"] = merged or f"mxprof-ctl-job-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        _job["generation"] = _job.get("generation", 0) + 1
         if duration is not None:
-            timer = threading.Timer(duration, _job_expire)
+            timer = threading.Timer(duration, _job_expire, (_job["generation"],))
             timer.daemon = True
             timer.name = "mxprof-control-timer"
             _sampler.own_thread(timer).start()
@@ -616,10 +625,10 @@ def _job_command(cmd: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"ranks": replies, "trace": os.path.abspath(path), "missing": missing}
 
 
-def _job_expire() -> None:
+def _job_expire(generation: int) -> None:
     with _own.lock:
-        if not _job or "merged" not in _job:
-            return
+        if "merged" not in _job or _job.get("generation") != generation:
+            return  # stopped already (and perhaps started again)
         try:
             _job_command("stop", {})
         except Exception as e:  # on a timer thread: nobody to raise to

@@ -301,6 +301,9 @@ def test_errors_exit_2_with_a_clear_message(spawn, ctl_dir):
     proc = spawn("sleep", "idle")
     code, _, err = ctl(proc.pid, "where", "--duration", "1")
     assert code == 2 and "--duration does not apply" in err
+    code, _, err = ctl(proc.pid, "start", "-o", "/nonexistent-mxprof/x.json")
+    assert code == 2 and "'/nonexistent-mxprof' is not a writable folder" in err
+    assert ctl_json(proc.pid, "status")["state"] == "stop"  # nothing began
     code, _, err = ctl(proc.pid, "attach")
     if sys.version_info < (3, 14):
         assert code == 2 and "unavailable: it needs CPython 3.14+" in err
