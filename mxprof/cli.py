@@ -648,11 +648,19 @@ def parser() -> argparse.ArgumentParser:
         help="PID is a distributed job's rank-0 worker: every process answers (status, where, "
         "snapshot) or records (start; dump and stop write one merged trace, -o names it)",
     )  # fmt: skip
-    ct.add_argument("--duration", type=_positive_float, help="start: seconds to record, then write")
-    ct.add_argument("-o", "--output", help="start: the trace file (the target's config otherwise)")
-    ct.add_argument("--sample", type=_sample_rate, help="start: also sample stacks at HZ")
-    ct.add_argument("--interval", type=_positive_float, default=1.0, help="top: seconds per frame")
-    ct.add_argument("--iterations", type=_count, help="top: stop after N frames")
+    ct.add_argument(
+        "--duration", type=_positive_float, metavar="S", help="start: seconds to record, then write"
+    )
+    ct.add_argument(
+        "-o", "--output", metavar="FILE",
+        help="start: the trace file (default: mxprof-ctl-<pid>-<time>.json in the target's "
+        "folder); with --job, the merged trace",
+    )  # fmt: skip
+    ct.add_argument("--sample", type=_sample_rate, metavar="HZ", help="start: also sample stacks")
+    ct.add_argument(
+        "--interval", type=_positive_float, default=1.0, metavar="S", help="top: seconds per frame"
+    )
+    ct.add_argument("--iterations", type=_count, metavar="N", help="top: stop after N frames")
     ct.set_defaults(func=cmd_ctl)
     return p
 
