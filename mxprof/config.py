@@ -131,6 +131,33 @@ def _process(key: str, value: Any) -> str:
     return str(value)
 
 
+MAX_WINDOW = 86_400.0  # s: a flight recorder's window (one day)
+MIN_RING_BYTES = 1 << 20
+MAX_RING_BYTES = 1 << 40
+
+
+def _window(key: str, value: Any) -> float:
+    allowed = f"a number of seconds from 0 (off) to {MAX_WINDOW:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key} must be {allowed}, got {type(value).__name__} {value!r}")
+    if not (0 <= value <= MAX_WINDOW):  # NaN fails this too
+        raise ConfigError(f"{key} must be {allowed}, got {value!r}")
+    return float(value)
+
+
+def _ring_bytes(key: str, value: Any) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not MIN_RING_BYTES <= value <= MAX_RING_BYTES
+    ):
+        raise ConfigError(
+            f"{key} must be an int number of bytes from {MIN_RING_BYTES} (1 MiB) to "
+            f"{MAX_RING_BYTES} (1 TiB), got {value!r}"
+        )
+    return int(value)
+
+
 Source = Literal["profile_symbolic", "profile_imperative", "profile_memory", "profile_api"]
 
 
@@ -277,6 +304,40 @@ class Config:
         "mxprof: what samples count: 'wall' (every thread at every instant; one blocked "
         "then is sampled as <waiting> under the function that waits, so shares are of "
         "elapsed time) or 'cpu' (only threads on a CPU at the instant: shares of CPU time)",
+    )
+
+    flight_recorder: float = _key(
+        0.0,
+        _window,
+        "mxprof: a flight recorder: keep only the last this many seconds of everything "
+        "recorded in memory and write nothing until mxprof.trigger() or a trigger key "
+        "asks for a snapshot (0 = off: the trace file as usual; at most 86400); takes "
+        "effect when a profile begins",
+    )
+    flight_recorder_after: float = _key(
+        0.0,
+        _window,
+        "mxprof: a snapshot also holds this many seconds after its trigger, and is "
+        "written when they have passed (or at exit)",
+    )
+    flight_recorder_bytes: int = _key(
+        256 << 20,
+        _ring_bytes,
+        "mxprof: the most memory the flight recorder's events may take (24 bytes each); "
+        "when a window's events need more, the oldest go, and snapshots say how much "
+        "shorter their window is",
+    )
+    flight_recorder_interval: float = _key(
+        10.0,
+        _window,
+        "mxprof: at most one snapshot per this many seconds; triggers in between are "
+        "counted, and named in the next snapshot (0 = no limit)",
+    )
+    flight_recorder_max: int = _key(
+        20,
+        _count,
+        "mxprof: at most this many snapshot files per profile; later triggers are "
+        "counted only",
     )
 
     def with_(self, **changes: Any) -> Config:
