@@ -18,7 +18,7 @@ thread it fires on (a signal handler, a dying thread, a training step).
   of the last ``trigger_slow_step_steps`` steps of the same frame.  Frames
   tell this module of their begin and end (``ranges.set_steps``); no other
   range pays anything.
-- ``trigger_memory`` / ``trigger_rss``: a device's or scope's bytes in use
+- ``trigger_memory`` / ``trigger_rss``: a scope's bytes in use
   (``mxprof.memory``), or the process's resident memory, above a
   threshold; once per crossing, armed again when it falls back below.
 - ``watchdog``: no step ended for that many seconds while recording.  The
@@ -83,7 +83,8 @@ def _title(rid: int) -> str:
 
 
 class _Exceptions:
-    """The chained excepthooks.  Once put in place a hook stays in the chain
+    """The chained excepthooks (bound methods: compared with ==, never `is`).
+    Once put in place a hook stays in the chain
     while another was put in front of it (taking it out would cut that one's
     chain); while off it only hands over to the hook it replaced."""
 
@@ -95,17 +96,17 @@ class _Exceptions:
     def set(self, on: bool) -> None:
         self.on = on
         if on:
-            if sys.excepthook is not self.sys_hook and self.sys_previous is None:
+            if sys.excepthook != self.sys_hook and self.sys_previous is None:
                 self.sys_previous = sys.excepthook
                 sys.excepthook = self.sys_hook
-            if threading.excepthook is not self.thread_hook and self.thread_previous is None:
+            if threading.excepthook != self.thread_hook and self.thread_previous is None:
                 self.thread_previous = threading.excepthook
                 threading.excepthook = self.thread_hook
             return
-        if sys.excepthook is self.sys_hook:
+        if sys.excepthook == self.sys_hook:
             sys.excepthook = self.sys_previous
             self.sys_previous = None
-        if threading.excepthook is self.thread_hook:
+        if threading.excepthook == self.thread_hook:
             threading.excepthook = self.thread_previous
             self.thread_previous = None
 
@@ -199,7 +200,7 @@ class _Signal:
 
     def remove(self) -> None:
         """Give the signal back its disposition (from the main thread)."""
-        if self.signum and signal.getsignal(self.signum) is self.handler:
+        if self.signum and signal.getsignal(self.signum) == self.handler:
             signal.signal(self.signum, self.previous)
         self.signum = 0
         self.active = False
@@ -300,7 +301,8 @@ class _Monitor:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.stopping = threading.Event()
-        self.above: set[tuple[bool, int]] = set()  # (is scope, key) over trigger_memory
+        self.above: set[int] = set()  # scopes over trigger_memory
+        self.looks = 0  # how many times it looked (tests wait on it)
         self.rss_above = False
         self.rss = _rss_reader()
         self.rss_warned = False
@@ -324,6 +326,7 @@ class _Monitor:
                 return
             with contextlib.suppress(Exception):  # a failed look must not end the looking
                 self.look()
+            self.looks += 1
 
     def look(self) -> None:
         session = self.session
@@ -345,7 +348,9 @@ class _Monitor:
 
     def memory(self, limit: int) -> None:
         for s in _native.memory_usage():
-            key = (s.is_scope, s.key)
+            if not s.is_scope:
+                continue  # a device's use is its scopes' sum: one crossing, one snapshot
+            key = s.key
             if s.current <= limit:
                 self.above.discard(key)
             elif key not in self.above:
@@ -354,7 +359,7 @@ class _Monitor:
 
                 name = next((u.name for u in memory.usage() if u.counter == s.counter), str(s.key))
                 details = {
-                    "kind": "scope" if s.is_scope else "device",
+                    "kind": "scope",
                     "name": name,
                     "bytes": s.current,
                     "threshold": limit,

@@ -424,8 +424,8 @@ class Config:
     trigger_memory: int = _key(
         0,
         _bytes,
-        "mxprof: with a flight recorder, a device's or a scope's memory in use "
-        "(mxprof.memory) rising above this many bytes takes a snapshot (reason "
+        "mxprof: with a flight recorder, a scope's memory in use (mxprof.memory, "
+        "per scope) rising above this many bytes takes a snapshot (reason "
         "'memory'), once per crossing (0 = off; checked every 0.1 s)",
     )
     trigger_rss: int = _key(
