@@ -44,7 +44,6 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import threading
@@ -161,7 +160,8 @@ class _Signal:
         self.active = False
 
     def set(self, name: str) -> None:
-        want = int(signal.Signals[name]) if name else 0
+        sig = getattr(signal.Signals, name, None) if name else None
+        want = int(sig) if sig is not None else 0  # (a name this platform lacks: none)
         self.active = bool(want) and want == self.signum
         if want == self.signum:
             return
@@ -256,7 +256,9 @@ class _Steps:
         if lengths is None or lengths.maxlen != self.steps:
             lengths = self.lengths[rid] = collections.deque(lengths or (), maxlen=self.steps)
         if len(lengths) == self.steps:
-            median = statistics.median(lengths)
+            ordered = sorted(lengths)  # a step's cost: ~1 µs for 20 (statistics.median: 3)
+            half = len(ordered) // 2
+            median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
             if length > self.factor * median:
                 self.slow(rid, length, median)
         lengths.append(length)

@@ -182,7 +182,7 @@ def _signal(key: str, value: Any) -> str:
     return sig.name
 
 
-_UNCATCHABLE = {signal.SIGKILL, signal.SIGSTOP}
+_UNCATCHABLE = {getattr(signal, n) for n in ("SIGKILL", "SIGSTOP") if hasattr(signal, n)}
 MAX_SLOW_FACTOR = 1e6
 MAX_STEPS = 100_000
 

@@ -3,7 +3,6 @@ run, asserting on the snapshot it wrote.  Every wait is bounded; none
 asserts on wall time (the watchdog's seconds are a threshold, not a check)."""
 
 import glob
-import json
 import os
 import signal
 import subprocess
@@ -126,9 +125,7 @@ def test_an_uncaught_exception_in_a_worker_thread_keeps_the_chain(tmp_path, monk
     assert threading.excepthook is before
 
 
-def test_system_exit_in_a_thread_and_trigger_exception_off_take_no_snapshot(
-    tmp_path, monkeypatch
-):
+def test_system_exit_in_a_thread_and_trigger_exception_off_take_no_snapshot(tmp_path, monkeypatch):
     seen = []
     monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.exc_type))
     hooks = sys.excepthook, threading.excepthook
@@ -429,9 +426,7 @@ def test_the_watchdog_names_the_stuck_thread_while_it_waits_in_c(tmp_path, how):
     samples = _testing.events(trace, "i")
     main_samples = [e for e in samples if e["tid"] == cut["tid"] and e["cat"] == "mxprof.sample"]
     assert [e["name"] for e in main_samples] == ["<waiting>"]
-    stacks = {
-        e["args"]["id"]: e["args"] for e in _testing.events(trace, "M", "mxprof_stack")
-    }
+    stacks = {e["args"]["id"]: e["args"] for e in _testing.events(trace, "M", "mxprof_stack")}
     frames = {e["args"]["id"]: e["args"] for e in _testing.events(trace, "M", "mxprof_frame")}
     node, names = main_samples[0]["args"]["stack"], []
     while node:
