@@ -282,21 +282,6 @@ STEPS = _Steps()
 # ---- the memory triggers and the watchdog: one thread ----
 
 
-def _rss_reader() -> Any:
-    """A function returning the process's resident bytes, or None where
-    /proc cannot tell."""
-    try:
-        fd = os.open("/proc/self/statm", os.O_RDONLY)
-    except OSError:
-        return None
-    page = os.sysconf("SC_PAGE_SIZE")
-
-    def rss() -> int:
-        return int(os.pread(fd, 128, 0).split()[1]) * page
-
-    return rss
-
-
 class _Monitor:
     """The thread ``mxprof-triggers``: memory thresholds and the watchdog."""
 
@@ -306,8 +291,7 @@ class _Monitor:
         self.above: set[int] = set()  # scopes over trigger_memory
         self.looks = 0  # how many times it looked (tests wait on it)
         self.rss_above = False
-        self.rss = _rss_reader()
-        self.rss_warned = False
+        self.statm = -2  # fd of /proc/self/statm; -2 not opened yet, -1 none
         self.armed_ns = _native.clock_ns()  # the watchdog counts from the later of this
         self.fired_at: int | None = None  # and the last step's end; fired for that end
         self.thread = _sampler.own_thread(
@@ -321,14 +305,18 @@ class _Monitor:
             self.thread.join(timeout=10.0)
 
     def run(self) -> None:
-        while True:
-            cfg = self.session.config
-            wait = min(POLL, cfg.watchdog / 4) if cfg.watchdog else POLL
-            if self.stopping.wait(wait):
-                return
-            with contextlib.suppress(Exception):  # a failed look must not end the looking
-                self.look()
-            self.looks += 1
+        try:
+            while True:
+                cfg = self.session.config
+                wait = min(POLL, max(cfg.watchdog / 4, 0.01)) if cfg.watchdog else POLL
+                if self.stopping.wait(wait):
+                    return
+                with contextlib.suppress(Exception):  # a failed look must not end the looking
+                    self.look()
+                self.looks += 1
+        finally:
+            if self.statm >= 0:
+                os.close(self.statm)
 
     def look(self) -> None:
         session = self.session
@@ -369,12 +357,15 @@ class _Monitor:
                 flight.trigger("memory", details, wait=False)
 
     def resident(self, limit: int) -> None:
-        if self.rss is None:
-            if not self.rss_warned:
-                self.rss_warned = True
+        if self.statm == -2:
+            try:
+                self.statm = os.open("/proc/self/statm", os.O_RDONLY)
+            except OSError:
+                self.statm = -1
                 _warn("mxprof: trigger_rss needs /proc/self/statm, which this system lacks")
+        if self.statm < 0:
             return
-        rss = self.rss()
+        rss = int(os.pread(self.statm, 128, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
         if rss <= limit:
             self.rss_above = False
         elif not self.rss_above:
