@@ -38,6 +38,7 @@ C code that released the GIL (a lock, a sleep, a collective).
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import json
@@ -55,6 +56,10 @@ from . import _native, _sampler, _threads, flight, ranges
 
 if TYPE_CHECKING:
     from ._session import Session
+
+# Bound once: a step's observer runs these on every Frame's begin and end.
+_clock = _native.clock_ns
+get_ident = threading.get_ident
 
 POLL = 0.1  # s between two looks of the memory triggers and the watchdog
 STACK_DEPTH = 100  # frames per thread in a hang's details, innermost first
@@ -82,10 +87,10 @@ def _title(rid: int) -> str:
 
 
 class _Exceptions:
-    """The chained excepthooks (bound methods: compared with ==, never `is`).
-    Once put in place a hook stays in the chain
-    while another was put in front of it (taking it out would cut that one's
-    chain); while off it only hands over to the hook it replaced."""
+    """The chained excepthooks.  Once put in place, a hook stays in the
+    chain while another was put in front of it (taking it out would cut that
+    one's chain); while off it only hands over to the hook it replaced.
+    The hooks are bound methods: compared with ==, never ``is``."""
 
     def __init__(self) -> None:
         self.on = False
@@ -231,37 +236,42 @@ class _Steps:
 
     def reset(self) -> None:
         self.begun: dict[tuple[int, int], list[int]] = {}  # (thread, frame id) -> begins
-        self.lengths: dict[int, collections.deque[int]] = {}  # frame id -> last lengths
+        # Per frame id: its last lengths in order, and the same sorted.
+        self.lengths: dict[int, tuple[collections.deque[int], list[int]]] = {}
         self.last_end_ns = _native.clock_ns()
         self.factor = 0.0
         self.steps = 20
 
     def begin(self, rid: int) -> None:
-        key = (threading.get_ident(), rid)
+        if not self.factor:
+            return  # the watchdog needs only the ends
+        key = (get_ident(), rid)
         begun = self.begun.get(key)
         if begun is None:
             begun = self.begun[key] = []
-        begun.append(_native.clock_ns())
+        begun.append(_clock())
 
     def end(self, rid: int) -> None:
-        now = _native.clock_ns()
-        self.last_end_ns = now
-        begun = self.begun.get((threading.get_ident(), rid))
-        if not begun:
-            return  # begun before the triggers were on, or on another thread
-        length = now - begun.pop()
+        now = self.last_end_ns = _clock()
         if not self.factor:
             return
-        lengths = self.lengths.get(rid)
-        if lengths is None or lengths.maxlen != self.steps:
-            lengths = self.lengths[rid] = collections.deque(lengths or (), maxlen=self.steps)
-        if len(lengths) == self.steps:
-            ordered = sorted(lengths)  # a step's cost: ~1 µs for 20 (statistics.median: 3)
-            half = len(ordered) // 2
-            median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+        begun = self.begun.get((get_ident(), rid))
+        if not begun:
+            return  # begun before the trigger was on, or on another thread
+        length = now - begun.pop()
+        kept = self.lengths.get(rid)
+        if kept is None or len(kept[1]) > self.steps:
+            kept = self.lengths[rid] = (collections.deque(), [])
+        order, ordered = kept
+        n = len(ordered)
+        if n == self.steps:
+            half = n // 2
+            median = ordered[half] if n % 2 else (ordered[half - 1] + ordered[half]) / 2
             if length > self.factor * median:
                 self.slow(rid, length, median)
-        lengths.append(length)
+            del ordered[bisect.bisect_left(ordered, order.popleft())]
+        order.append(length)
+        bisect.insort(ordered, length)
 
     def slow(self, rid: int, length: int, median: float) -> None:
         with contextlib.suppress(Exception):

@@ -483,3 +483,17 @@ def test_trigger_signal_values_are_normalised():
     for value, name in [("usr1", "SIGUSR1"), (signal.SIGUSR2, "SIGUSR2"), (None, ""), ("", "")]:
         mxprof.set_config(trigger_signal=value)
         assert mxprof._session.SESSION.config.trigger_signal == name
+
+
+def test_the_step_trigger_benchmark_runs(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(
+        [sys.executable, os.path.join(root, "benchmarks", "flight_triggers.py")]
+        + ["--number", "200", "--repeats", "1"],
+        capture_output=True,
+        text=True,
+        timeout=LIMIT * 2,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "| `with frame: pass` | slow step on |" in proc.stdout
