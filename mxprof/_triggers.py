@@ -464,7 +464,7 @@ def hang(session: Session, seconds: float, stop: threading.Event) -> str | None:
         if (
             native is not None
             and sid
-            and _native.sample_add(native, 0, sid, slots.range, slots.tid) == 0
+            and _native.sample_add(native, 0, sid, slots.range, slots.tid) >= 0  # 1: NEW_THREAD
             and slots.tid[0]
         ):
             tids[ident] = int(slots.tid[0])

@@ -426,6 +426,7 @@ def test_the_watchdog_names_the_stuck_thread_while_it_waits_in_c(tmp_path, how):
     samples = _testing.events(trace, "i")
     main_samples = [e for e in samples if e["tid"] == cut["tid"] and e["cat"] == "mxprof.sample"]
     assert [e["name"] for e in main_samples] == ["<waiting>"]
+    assert len([e for e in samples if e["cat"] == "mxprof.sample"]) == 2  # one per thread
     stacks = {e["args"]["id"]: e["args"] for e in _testing.events(trace, "M", "mxprof_stack")}
     frames = {e["args"]["id"]: e["args"] for e in _testing.events(trace, "M", "mxprof_frame")}
     node, names = main_samples[0]["args"]["stack"], []
@@ -433,6 +434,45 @@ def test_the_watchdog_names_the_stuck_thread_while_it_waits_in_c(tmp_path, how):
         names.append(frames[stacks[node]["frame"]]["function"])
         node = stacks[node].get("parent", 0)
     assert names[:2] == ["<waiting>", "wait_here"]
+
+
+def test_the_watchdog_fires_once_per_hang_and_names_the_earliest_range(tmp_path, capsys):
+    record(tmp_path)
+    d = mxprof.Domain("job")
+    step, load, poll = mxprof.Frame(d, "step"), mxprof.Task(d, "load"), mxprof.Task(d, "poll")
+    began, release = threading.Event(), threading.Event()
+
+    def loader():
+        with load:  # opened before the main thread's range: this thread is the stuck one
+            began.set()
+            release.wait(LIMIT)
+
+    worker = threading.Thread(target=loader, name="loader")
+    worker.start()
+    began.wait(LIMIT)
+    with poll:
+        mxprof.set_config(watchdog=0.2)  # counts from here
+        monitor = _triggers.STATE.monitor
+        wait_for(lambda: flight.counts()["written"] == 1, "the first hang's snapshot")
+        seen = monitor.looks
+        wait_for(lambda: monitor.looks >= seen + 5, "more looks")
+        assert flight.counts()["triggers"] == 1  # once per hang
+    with step:  # a step ends: armed again
+        pass
+    wait_for(lambda: flight.counts()["written"] == 2, "the second hang's snapshot")
+    release.set()
+    worker.join(LIMIT)
+    (first, _), (second, _) = [(info(t)["details"], t) for _, t in snapshots(tmp_path)]
+    assert first["stuck_thread"] == "loader"
+    threads = {t["name"]: t for t in first["threads"]}
+    assert threads["loader"]["innermost_range"] == "job:load"
+    assert threads["MainThread"]["innermost_range"] == "job:poll"
+    assert threads["loader"]["range_began_us"] < threads["MainThread"]["range_began_us"]
+    assert second["stuck_thread"] == "loader"
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("mxprof watchdog")]
+    assert len(lines) == 2
+    assert "thread 'loader' is stuck in range 'job:load'" in lines[0]
+    assert lines[0].split("; ")[1].endswith(" Condition.wait")  # Event.wait's, in Python
 
 
 def test_the_watchdog_is_quiet_while_steps_end(tmp_path):
