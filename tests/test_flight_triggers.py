@@ -143,6 +143,30 @@ def test_system_exit_in_a_thread_and_trigger_exception_off_take_no_snapshot(tmp_
     assert flight.counts()["triggers"] == 0
 
 
+def test_a_hook_put_in_front_later_keeps_the_chain(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(sys, "excepthook", lambda *exc: seen.append(("original", exc[0])))
+    record(tmp_path)
+    ours = sys.excepthook
+
+    def theirs(*exc):
+        seen.append(("theirs", exc[0]))
+        ours(*exc)
+
+    sys.excepthook = theirs
+    mxprof.set_config(trigger_exception=False)  # off: ours cannot leave, theirs calls it
+    assert sys.excepthook is theirs
+    sys.excepthook(KeyError, KeyError("x"), None)
+    assert flight.counts()["triggers"] == 0
+    mxprof.set_config(trigger_exception=True)  # on again, not put in a second time
+    assert sys.excepthook is theirs
+    sys.excepthook(KeyError, KeyError("y"), None)
+    assert seen == [("theirs", KeyError), ("original", KeyError)] * 2
+    wait_for(lambda: flight.counts()["written"] == 1, "the snapshot")
+    ((_, trace),) = snapshots(tmp_path)
+    assert info(trace)["details"]["message"] == "'y'"
+
+
 # ---- a signal ----
 
 
@@ -172,6 +196,22 @@ def test_sigusr2_takes_a_snapshot_and_the_handler_goes_with_the_profile(tmp_path
     assert reasons["signal"]["details"] == {"signal": "SIGUSR2"}
     (trace,) = [t for _, t in snapshots(tmp_path) if info(t)["reason"] == "signal"]
     assert len(_testing.events(trace, "i", "before the signal")) == 1
+
+
+def test_the_trigger_signal_follows_its_key(tmp_path):
+    record(tmp_path)
+    handler = _triggers.SIGNAL.handler
+    assert signal.getsignal(signal.SIGUSR2) == handler
+    mxprof.set_config(trigger_signal="SIGUSR1")
+    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGUSR1) == handler
+    os.kill(os.getpid(), signal.SIGUSR1)
+    wait_for(lambda: flight.counts()["written"] == 1, "the snapshot")
+    ((_, trace),) = snapshots(tmp_path)
+    assert info(trace)["details"] == {"signal": "SIGUSR1"}
+    mxprof.set_config(trigger_signal=None)
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
 
 
 OWNED = """
