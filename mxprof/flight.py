@@ -114,11 +114,13 @@ class _Recorder:
         """Name and queue a snapshot of now, or count why not.
 
         forced: dump()'s own snapshot, which neither the interval nor the
-        most per profile hold back, and which counts toward neither."""
+        most per profile hold back, which counts toward neither, and which
+        a stop or a pause of the open profile does not prevent."""
         counts = self.counts
         counts["triggers"] += 1
         cfg = session.config
-        if not (session.ring and session.profile_open) or session.state != "run" or session.paused:
+        recording = session.state == "run" and not session.paused
+        if not (session.ring and session.profile_open) or not (recording or forced):
             counts["not_recording"] += 1
             return None
         now = _native.clock_ns()

@@ -239,3 +239,15 @@ def test_a_trigger_from_a_signal_handler_is_queued_and_written(clock):
     while not os.path.exists(path) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert names(path) == ["r0", "r1"]
+
+
+def test_dump_after_stop_still_snapshots_the_open_profile(clock):
+    d = mxprof.Domain("d")
+    start(flight_recorder=5.0)
+    ranges(d, "r", 2, clock)
+    mxprof.set_state("stop")
+    assert mxprof.trigger("late") is None  # not recording
+    mxprof.dump()
+    (path,) = [p for p in os.listdir(".") if "flight" in p]
+    assert names(path) == ["r0", "r1"]
+    assert other(path)["reason"] == "dump()"
