@@ -52,7 +52,7 @@ import warnings
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
-from . import _native, _sampler, _threads, flight, memory, ranges
+from . import _native, _sampler, _threads, flight, ranges
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -355,6 +355,8 @@ class _Monitor:
                 self.above.discard(key)
             elif key not in self.above:
                 self.above.add(key)
+                from . import memory  # not at the top: it imports the session, which imports us
+
                 name = next((u.name for u in memory.usage() if u.counter == s.counter), str(s.key))
                 details = {
                     "kind": "scope",
