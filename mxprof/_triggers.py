@@ -165,6 +165,8 @@ class _Signal:
         self.active = False
 
     def set(self, name: str) -> None:
+        if not name:
+            self.warned_thread = False  # once per profile
         sig = getattr(signal.Signals, name, None) if name else None
         want = int(sig) if sig is not None else 0  # (a name this platform lacks: none)
         self.active = bool(want) and want == self.signum

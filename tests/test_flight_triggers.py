@@ -214,6 +214,20 @@ def test_the_trigger_signal_follows_its_key(tmp_path):
     assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
 
 
+def test_a_profile_begun_outside_the_main_thread_says_why_no_signal(tmp_path):
+    def begin():
+        record(tmp_path)
+
+    for _ in range(2):  # once per profile
+        worker = threading.Thread(target=begin)
+        with pytest.warns(RuntimeWarning, match="trigger_signal SIGUSR2 is not installed"):
+            worker.start()
+            worker.join(LIMIT)
+        assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
+        mxprof.set_state("stop")
+        mxprof.dump(finished=True)
+
+
 OWNED = """
 import os, signal, warnings, mxprof
 from mxprof import flight
