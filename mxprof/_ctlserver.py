@@ -39,7 +39,7 @@ import time
 from types import FrameType
 from typing import Any, Callable
 
-from . import _ctlwire, _native, _sampler, config, control
+from . import _ctlwire, _native, _sampler, config, control, flight
 from ._native import KIND_EVENT, KIND_FRAME, KIND_TASK
 from ._render import is_own
 from ._session import SESSION
@@ -506,14 +506,13 @@ def cmd_dump(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_snapshot(args: dict[str, Any]) -> dict[str, Any]:
-    """A flight-recorder snapshot, where this mxprof has one."""
-    # The package's trigger, once this mxprof has the flight recorder.
-    trigger: Callable[[str], str | None] | None = getattr(sys.modules["mxprof"], "trigger", None)
-    if trigger is None:
-        raise _Refused("this mxprof has no flight recorder")
-    path = trigger("ctl")
+    """A flight-recorder snapshot (``mxprof.trigger("ctl")``)."""
+    path = flight.trigger("ctl")
     if path is None:
-        raise _Refused("no snapshot: the flight recorder is not recording (flight_recorder)")
+        raise _Refused(
+            "no snapshot: no flight recorder is recording here (set_config(flight_recorder="
+            "SECONDS) and state 'run'), or its interval or count limit held this one back"
+        )
     return {"trace": os.path.abspath(path)}
 
 

@@ -4,8 +4,8 @@ BLOCK: how its main thread waits, inside range train:step --
 ``sleep`` (time.sleep), ``lock`` (threading.Lock().acquire), ``gil`` (a C
 call that keeps the GIL: libc's sleep through ctypes.PyDLL), ``spin`` (a
 Python loop).
-STATE: ``idle`` (the program never records) or ``run`` (it records itself,
-with statistics).  A worker thread records train:work ranges of 10 ms.
+STATE: ``idle`` (the program never records), ``run`` (it records itself,
+with statistics) or ``flight`` (a flight recorder of the last 5 s).  A worker thread records train:work ranges of 10 ms.
 Prints "ready PID" once it can be asked; waits at most 60 s.
 """
 
@@ -24,7 +24,9 @@ def main() -> None:
     )
     domain = mxprof.Domain("train")
     step, work = domain.new_task("step"), domain.new_task("work")
-    if state == "run":
+    if state == "flight":  # a flight recorder of the last 5 s
+        mxprof.set_config(flight_recorder=5)
+    if state in ("run", "flight"):
         mxprof.set_state("run")
 
     def worker() -> None:

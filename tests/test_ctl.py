@@ -254,13 +254,20 @@ def test_top_on_a_recording_program_takes_differences(spawn):
     assert ctl_json(proc.pid, "status")["state"] == "run"
 
 
+def test_snapshot_of_a_flight_recorder(spawn, tmp_path):
+    proc = spawn("sleep", "flight")
+    time.sleep(0.3)
+    snap = ctl_json(proc.pid, "snapshot")
+    assert os.path.basename(snap["trace"]).startswith("own.flight1-ctl")
+    events = mxprof.load(snap["trace"]).events
+    assert len([e for e in events if e.name == "work"]) >= 5
+    assert ctl_json(proc.pid, "status")["state"] == "run"
+
+
 def test_snapshot_without_a_flight_recorder(spawn):
-    proc = spawn("sleep", "idle")
+    proc = spawn("sleep", "run")
     code, _, err = ctl(proc.pid, "snapshot")
-    if hasattr(mxprof, "trigger"):
-        assert code in (0, 2)
-    else:
-        assert code == 2 and "this mxprof has no flight recorder" in err
+    assert code == 2 and "no snapshot: no flight recorder is recording here" in err
 
 
 # ---- list, errors ----

@@ -49,7 +49,7 @@ PUBLIC = [
     "TraceReadError", "__version__", "current_scope", "diff", "dump", "dump_profile", "dumps",
     "get_include", "load", "memory", "pause", "profiler_set_config", "profile",
     "profiler_set_state", "record_function", "report", "resume", "schedule", "scope",
-    "set_config", "set_state",
+    "set_config", "set_state", "trigger",
 ]  # fmt: skip
 
 

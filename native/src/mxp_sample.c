@@ -503,51 +503,6 @@ int mxp_sample_add(int64_t os_tid, uint32_t track, uint32_t stack, uint32_t *ran
     return rc;
 }
 
-/* One seqlock read of t's open ranges (caller holds reg_lock); false when
- * t was mid-edit, or edited its stack while read. */
-NO_TSAN static bool open_ranges(mxpi_thread *t, uint32_t *ids, int64_t *starts, uint32_t cap,
-                                uint32_t *n_out) {
-    uint32_t e1 = atomic_load_explicit(&t->edits, MXPI_ACQUIRE);
-    if (e1 & 1u) return false;
-    const volatile mxpi_thread *v = t;
-    uint32_t d = v->depth, depth_cap = v->stack_cap, n = 0;
-    const volatile mxpi_open *stack = v->stack;
-    if (d > depth_cap) d = depth_cap;
-    for (uint32_t i = 0; stack != NULL && i < d && n < cap; i++) {
-        uint64_t claim = atomic_load_explicit(&t->claims[i], MXPI_RELAXED) & ~MXPI_CLAIM_ENDED;
-        if ((stack[i].flags & MXPI_OPEN_LIVE) && claim != stack[i].seq) {
-            ids[n] = stack[i].id;
-            starts[n] = stack[i].start;
-            n++;
-        }
-    }
-    mxpi_fence();
-    *n_out = n;
-    return atomic_load_explicit(&t->edits, MXPI_RELAXED) == e1;
-}
-
-int mxp_ranges_open(int64_t os_tid, uint32_t *ids_out, int64_t *ages_out, uint32_t cap,
-                    uint32_t *n_out) {
-    bool read = false;
-    *n_out = 0;
-    for (int tries = 0; tries < 64 && !read; tries++) {
-        pthread_mutex_lock(&mxpi_g.reg_lock);
-        mxpi_thread *t = by_os_tid(os_tid);
-        read = t == NULL || open_ranges(t, ids_out, ages_out, cap, n_out);
-        pthread_mutex_unlock(&mxpi_g.reg_lock);
-        if (!read) sched_yield();
-    }
-    if (!read) {
-        *n_out = 0;
-        return MXP_E_STATE;
-    }
-    mxpi_timebase tb;
-    mxpi_timebase_get(&tb);
-    int64_t now = mxpi_ticks();
-    for (uint32_t i = 0; i < *n_out; i++) ages_out[i] = mxpi_tb_span(&tb, now - ages_out[i]);
-    return MXP_OK;
-}
-
 /* ---- for the writers ---- */
 
 bool mxpi_seen_first(mxpi_seen *s, uint32_t id, bool *failed) {
