@@ -390,8 +390,7 @@ class Config:
     flight_recorder_max: int = _key(
         20,
         _count,
-        "mxprof: at most this many snapshot files per profile; later triggers are "
-        "counted only",
+        "mxprof: at most this many snapshot files per profile; later triggers are counted only",
     )
 
     trigger_exception: bool = _key(
