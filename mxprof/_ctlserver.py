@@ -100,6 +100,7 @@ class _Endpoint:
                 return  # closed
             try:
                 _answer(conn)
+                _drain(conn)
             except Exception:  # a peer gone mid-reply: nothing to tell anyone
                 pass
             finally:
@@ -225,6 +226,21 @@ def answer(cmd: Any, args: Any) -> dict[str, Any]:
         return {"ok": False, "error": str(e)}
     except Exception as e:  # never into the program: the asker gets it
         return {"ok": False, "error": f"{cmd} failed: {e!r}"}
+
+
+def _drain(conn: socket.socket) -> None:
+    """Before closing: what the peer sent and was not read (a refused or
+    bad request) is read and dropped, up to a bound, so that the close does
+    not reset the connection and lose the reply on its way."""
+    conn.shutdown(socket.SHUT_WR)
+    left, deadline = _ctlwire.MAX_REQUEST + 4, time.monotonic() + 0.5
+    with contextlib.suppress(OSError):
+        while left > 0 and time.monotonic() < deadline:
+            conn.settimeout(max(0.01, deadline - time.monotonic()))
+            chunk = conn.recv(min(left, 65536))
+            if not chunk:
+                return
+            left -= len(chunk)
 
 
 def _reply(conn: socket.socket, reply: dict[str, Any]) -> None:
