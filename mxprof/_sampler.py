@@ -64,6 +64,7 @@ __all__ = [
     "apply",
     "cut",
     "describe",
+    "is_own",
     "kind",
     "own_thread",
     "rate",
@@ -165,6 +166,12 @@ def own_thread(thread: threading.Thread) -> threading.Thread:
 
     thread._bootstrap_inner = _bootstrap_inner  # type: ignore[attr-defined]
     return thread
+
+
+def is_own(native_id: int | None) -> bool:
+    """Whether the thread of OS id native_id is one of mxprof's own
+    (:func:`own_thread`): ``mxprof ctl where`` leaves them out too."""
+    return native_id in _own
 
 
 def cut(code: CodeType) -> None:

@@ -344,6 +344,13 @@ class Config:
         "domain per mxprof domain; start/end ranges for asyncio tasks), seen by Nsight "
         "Systems or any tool named by NVTX_INJECTION64_PATH; a no-op without one",
     )
+    control: bool = _key(
+        True,
+        check_bool,
+        "mxprof: a local control endpoint for `mxprof ctl` (a Unix socket only this user "
+        "can reach, served by a thread of its own); False closes it, True opens it again; "
+        "the environment's MXPROF_CONTROL=0 keeps it closed whatever this says",
+    )
 
     sample_rate: float = _key(
         0.0,
