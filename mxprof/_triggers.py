@@ -41,18 +41,16 @@ from __future__ import annotations
 import bisect
 import collections
 import contextlib
-import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import warnings
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import _native, _sampler, _threads, flight, ranges
+from ._render import is_own
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -346,7 +344,7 @@ class _Monitor:
         if self.fired_at == last or now - last < cfg.watchdog * 1e9:
             return
         self.fired_at = last
-        hang(session, (now - last) / 1e9, self.stopping)
+        hang(session, (now - last) / 1e9)
 
     def memory(self, limit: int) -> None:
         for s in _native.memory_usage():
@@ -386,59 +384,32 @@ class _Monitor:
             flight.trigger("memory", details, wait=False)
 
 
-def _open_ranges(session: Session, stop: threading.Event) -> dict[int, tuple[float, str]]:
-    """Per trace tid, its innermost open range: (begin in trace µs, name).
-
-    Read from a snapshot of the present instant (the ranges open now, cut
-    now, and little else) written to a scratch file: the core keeps the open
-    ranges and their begins, and a snapshot is how it hands them out.  Empty
-    when the session lock stays taken (a control call in progress) for a
-    second, or when asked to stop meanwhile.
-    """
-    for _ in range(20):
-        if session.lock.acquire(timeout=0.05):
-            break
-        if stop.is_set():
-            return {}
-    else:
-        return {}
-    scratch = None
-    try:
-        if not (session.ring and session.profile_open):
-            return {}
-        scratch = tempfile.mkdtemp(prefix="mxprof-hang-")
-        path = os.path.join(scratch, "open.json")
-        now = _native.clock_ns()
-        if _native.snapshot_write(path.encode(), now, now, b"") != 0:
-            return {}
-        with open(path, encoding="utf-8") as f:
-            events = json.load(f)["traceEvents"]
-    finally:
-        session.lock.release()
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+def _open_ranges(session: Session, natives: list[int]) -> dict[int, tuple[float, str]]:
+    """Per OS thread id, its innermost open range that is not mxprof's own:
+    (begin in trace µs, ``domain:name``), as the core lists a thread's open
+    ranges (``mxp_ranges_open``, the way ``mxprof ctl where`` reads them).
+    A thread whose stack cannot be read now is left out."""
     innermost: dict[int, tuple[float, str]] = {}
-    for e in events:
-        args = e.get("args")
-        if e.get("ph") != "X" or not isinstance(args, dict) or not args.get("cut_short"):
-            continue
-        cat = e.get("cat", "")
-        domain = cat.split(",")[0] if cat != "event" else ""
-        name = f"{domain}:{e['name']}" if domain else str(e["name"])
-        tid, ts = int(e["tid"]), float(e["ts"])
-        if tid not in innermost or ts >= innermost[tid][0]:  # the innermost began last
-            innermost[tid] = (ts, name)
+    for native in natives:
+        found = _native.ranges_open(native) or []
+        now = _native.clock_ns()  # right after: the ages are as of the call
+        for oid, age_ns in reversed(found):
+            info = _native.object_info(oid)
+            if is_own(info.domain, info.name):
+                continue
+            name = f"{info.domain}:{info.name}" if info.domain else info.name
+            innermost[native] = (round((now - age_ns - session.epoch_ns) / 1e3, 3), name)
+            break
     return innermost
 
 
-def hang(session: Session, seconds: float, stop: threading.Event) -> str | None:
+def hang(session: Session, seconds: float) -> str | None:
     """The watchdog fired: sample every thread's stack onto its track, take
     the snapshot with the stacks and innermost ranges in its details, and
     say on stderr which thread is stuck where.  Returns the snapshot's path."""
     frames = sys._current_frames()
     slots = _native.SampleSlots()
     threads: list[dict[str, Any]] = []
-    tids: dict[int, int] = {}  # thread ident -> trace tid
     by_ident = {t.ident: t for t in threading.enumerate()}
     for ident, frame in frames.items():
         thread = by_ident.get(ident)
@@ -469,15 +440,13 @@ def hang(session: Session, seconds: float, stop: threading.Event) -> str | None:
             and _native.sample_add(native, 0, sid, slots.range, slots.tid) >= 0  # 1: NEW_THREAD
             and slots.tid[0]
         ):
-            tids[ident] = int(slots.tid[0])
             title = name.encode("utf-8", "replace")
             _native.thread_name_set(slots.tid[0], title, len(title))
     _threads.sync_names()
-    innermost = _open_ranges(session, stop)
+    innermost = _open_ranges(session, [t["id"] for t in threads if t["id"] is not None])
     stuck: dict[str, Any] | None = None
     for t in threads:
-        tid = tids.get(t["ident"])
-        opened = innermost.get(tid) if tid is not None else None
+        opened = innermost.get(t["id"]) if t["id"] is not None else None
         t["innermost_range"] = opened[1] if opened else None
         t["range_began_us"] = opened[0] if opened else None
         if opened and (stuck is None or opened[0] < stuck["range_began_us"]):
