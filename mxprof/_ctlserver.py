@@ -277,7 +277,8 @@ def _thread_state(native_id: int | None) -> str:
 
 
 def _open_ranges(native_id: int | None) -> list[dict[str, Any]] | None:
-    """The ranges open on a thread, outermost first; None: the core cannot say."""
+    """The ranges open on a thread, outermost first; None: its stack kept
+    changing while read."""
     if native_id is None:
         return []
     found = _native.ranges_open(native_id)

@@ -676,12 +676,9 @@ def thread_unnamed() -> list[tuple[int, int]]:
 
 def ranges_open(os_tid: int) -> list[tuple[int, int]] | None:
     """The ranges open on OS thread os_tid now, outermost first: (object id,
-    ns open).  None where this core cannot tell (built before
-    ``mxp_ranges_open``) or the thread kept editing its stack while read;
-    [] for a thread with none, or that never recorded."""
-    fill = getattr(lib, "mxp_ranges_open", None)
-    if fill is None:
-        return None
+    ns open).  None where the thread kept editing its stack while read; []
+    for a thread with none, or that never recorded."""
+    fill = lib.mxp_ranges_open
     cap = 256  # deeper stacks are cut at their outermost 256
     ids, ages, n = ffi.new("uint32_t[]", cap), ffi.new("int64_t[]", cap), ffi.new("uint32_t *")
     if fill(os_tid, ids, ages, cap, n) != OK:
