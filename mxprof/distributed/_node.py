@@ -36,7 +36,7 @@ from ..errors import ConfigError, ProfilerError
 from ..stats import dumps
 from ..trace import clock as _clock
 from ..trace.clock import ClockModel
-from . import _wire
+from . import _flight, _wire
 from ._endpoint import Endpoint, PeerGone, RemoteFailure, Transport
 from ._wire import Channel
 
@@ -147,6 +147,11 @@ class Node:
         self.me = Member(job.role, job.rank, socket.gethostname(), os.getpid())
         self.clock = _clock.IDENTITY
         self.endpoint: Endpoint
+        self.relay: _flight.Relay | None = None  # job-wide flight recorder snapshots
+
+    def start_relay(self) -> None:
+        """Make this process's triggers job-wide (once its channel is up)."""
+        self.relay = _flight.Relay(self)
 
     def info(self) -> dict[str, Any]:
         """This process's ``distributedInfo``."""
@@ -171,6 +176,8 @@ class Node:
     def _current_trace(self) -> str | None:
         """This process's trace file, written up to now; None if it never ran."""
         with SESSION.lock:
+            if SESSION.ring:  # a flight recorder writes snapshots, no trace
+                return None
             if SESSION.profile_open and SESSION.traced:
                 SESSION.flush(finish=False, explicit=True)
             path = SESSION.config.filename
@@ -180,7 +187,17 @@ class Node:
         return self.endpoint.tally.snapshot()
 
     def close(self) -> None:
+        if self.relay is not None:
+            self.relay.close()
         self.endpoint.close()
+
+
+def file_piece(path: str, offset: int) -> tuple[int, bytes]:
+    """The size of the file at path and its piece at offset (an upload's)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return size, f.read(_wire.CHUNK)
 
 
 # ---- peers ----
@@ -347,6 +364,8 @@ class Peer(Node):
     def _deposit(self) -> None:
         """Before leaving: a last clock estimate, then the trace, to the hub,
         which keeps them for its collect()."""
+        if SESSION.ring:
+            return  # a flight recorder writes no trace: nothing to leave
         if self._uploaded is not None and self._uploaded == self._trace_size():
             return  # the hub's collect has all of it already
         timeout = min(self.job.timeout, LEAVE_TIMEOUT)
@@ -385,6 +404,10 @@ class Peer(Node):
             return self._upload(args)
         if kind == "dumps":
             return {}, dumps(**args).encode()
+        if kind == _flight.WINDOW and self.relay is not None:
+            return self.relay.window(args), b""
+        if kind == _flight.FETCH and self.relay is not None:
+            return self.relay.piece(args)
         raise DistributedError(f"unexpected request {kind!r}")
 
     def _command(self, kind: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -410,10 +433,7 @@ class Peer(Node):
             self._take_snapshot()
         if self._snapshot is None:
             return {"size": 0, "name": "", "info": self.info(), "missing": "never ran"}, b""
-        size = os.path.getsize(self._snapshot)
-        with open(self._snapshot, "rb") as f:
-            f.seek(offset)
-            chunk = f.read(_wire.CHUNK)
+        size, chunk = file_piece(self._snapshot, offset)
         name = os.path.basename(SESSION.config.filename)
         if offset + len(chunk) >= size:
             os.unlink(self._snapshot)
@@ -628,6 +648,11 @@ class Hub(Node):
     ) -> tuple[dict[str, Any], bytes]:
         if header["type"] == "deposit":
             self._take_deposit(channel, header.get("args", {}), body)
+            return {}, b""
+        if header["type"] == _flight.NOTICE:
+            known = self._known(channel)
+            if known is not None and self.relay is not None:
+                self.relay.requested(known.member, header.get("args", {}))
             return {}, b""
         raise DistributedError(f"the rank-0 worker takes no {header['type']!r} requests")
 

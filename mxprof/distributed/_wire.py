@@ -59,6 +59,9 @@ REQUESTS = frozenset(
         "deposit",
         "dumps",
         "bye",
+        "flight",  # job-wide flight recorder snapshots (_flight)
+        "flight_window",
+        "flight_upload",
     }
 )
 ANSWERS = frozenset({"ok", "error"})

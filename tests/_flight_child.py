@@ -1,0 +1,46 @@
+"""Processes of a job with a flight recorder, started by tests/test_flight_job.py (spawn).
+
+Each joins the job as a worker, records with a flight recorder (no trace
+file), holds the range ``inside`` open while ticking a task ``tick`` every
+few ms, says it is ready (``worker<r>.ready``), triggers once when
+``worker<r>.trigger`` appears (its text is the reason), and exits when
+``<workdir>/done`` appears (or after ``life`` seconds).
+"""
+
+import os
+import time
+
+
+def serve(workdir, rank, num_workers, address, inside="allreduce", timeout=10.0, life=90.0):
+    os.chdir(workdir)
+    import mxprof
+    from mxprof import distributed
+
+    try:
+        distributed.init("worker", rank, num_workers, 0, address=address, timeout=timeout)
+    except Exception as e:  # the test reads why
+        with open(f"worker{rank}.error", "w") as f:
+            f.write(f"{type(e).__name__}: {e}")
+        return
+    mxprof.set_config(filename="t.json", flight_recorder=5, flight_recorder_interval=0)
+    mxprof.set_state("run")
+    domain = mxprof.Domain("train")
+    tick = domain.new_task("tick")
+    held = domain.new_task(inside)
+    held.start()  # open at any trigger: the range this rank is in
+    end = time.monotonic() + life
+    ticked = triggered = False
+    while time.monotonic() < end and not os.path.exists("done"):
+        with tick:
+            time.sleep(0.002)
+        if not ticked:
+            ticked = True
+            open(f"worker{rank}.ready", "w").close()
+        order = f"worker{rank}.trigger"
+        if not triggered and os.path.exists(order):
+            triggered = True
+            with open(order) as f:
+                reason = f.read()
+            mxprof.trigger(reason, details={"stuck_thread": "MainThread", "rank": rank})
+            open(f"worker{rank}.triggered", "w").close()
+    distributed.shutdown()

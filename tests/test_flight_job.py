@@ -1,0 +1,156 @@
+"""Job-wide flight recorder snapshots: a trigger on one rank, one merged snapshot at rank 0.
+
+The job runs on loopback: this process is worker 0, the others are spawned
+(tests/_flight_child.py), each with a flight recorder of 5 s and a range
+held open (``allreduce``, or ``forward`` on the rank made to look stuck).
+Bounds: the merged file is awaited for the job's timeout (the windows'
+answers) plus SLACK seconds for a loaded machine: a bound that tells a hang
+from a slow machine, not a measurement.
+"""
+
+import glob
+import os
+import signal
+import sys
+import warnings
+
+import pytest
+
+import mxprof
+from mxprof import _testing
+
+pytest.importorskip("zmq", reason="the ZeroMQ transport needs pyzmq (mxprof[dist])")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # spawned children import it
+import _dist_job  # noqa: E402
+import _flight_child  # noqa: E402
+from _dist_job import wait_for  # noqa: E402
+
+from mxprof import distributed  # noqa: E402
+
+SLACK = 30.0
+
+
+@pytest.fixture
+def job(tmp_path):
+    yield from _dist_job.job(tmp_path)
+
+
+def start(job, rank, n, inside="allreduce"):
+    p = _dist_job.SPAWN.Process(
+        target=_flight_child.serve,
+        args=(str(job.tmp_path), rank, n, job.address),
+        kwargs={"inside": inside},
+        daemon=True,
+    )
+    p.start()
+    job.procs.append(p)
+    return p
+
+
+def running_job(job, tmp_path, n, timeout, stuck=None):
+    """This process as worker 0 of n workers, each recording a flight
+    recorder with a range held open; returns the peers' processes."""
+    distributed.init("worker", 0, n, 0, address=job.address, timeout=timeout)
+    procs = [start(job, r, n, "forward" if r == stuck else "allreduce") for r in range(1, n)]
+    mxprof.set_config(filename="hub.json", flight_recorder=5, flight_recorder_interval=0)
+    mxprof.set_state("run")
+    held = mxprof.Domain("train").new_task("allreduce")
+    held.start()
+    ready = [tmp_path / f"worker{r}.ready" for r in range(1, n)]
+    assert wait_for(lambda: all(p.exists() for p in ready), 90), os.listdir(tmp_path)
+    assert wait_for(lambda: len(distributed.members()) == n - 1, 30)
+    return procs
+
+
+def merged_snapshot(tmp_path, limit):
+    pattern = str(tmp_path / "hub.flight*-job_*.json")  # not merge's .tmp file
+    assert wait_for(lambda: glob.glob(pattern), limit), os.listdir(tmp_path)
+    (path,) = glob.glob(pattern)
+    return path, _testing.load_trace(path)
+
+
+def labels(merged):
+    """Process label (role and rank) -> tick count, in a merged file."""
+    names = {e["pid"]: e["args"]["name"] for e in _testing.events(merged, "M", "process_name")}
+    counts = {}
+    for e in _testing.events(merged, "X", "tick"):
+        label = names[e["pid"]].split(" (")[0]
+        counts[label] = counts.get(label, 0) + 1
+    return names, counts
+
+
+def test_a_trigger_on_a_nonzero_rank_is_one_merged_snapshot_at_rank_0(job, tmp_path):
+    run_job = running_job(job, tmp_path, 3, timeout=10.0, stuck=2)
+    assert len(run_job) == 2
+    (tmp_path / "worker1.trigger").write_text("watchdog")
+    path, merged = merged_snapshot(tmp_path, 10.0 + SLACK)
+    assert os.path.basename(path) == "hub.flight2-job_watchdog.json"
+    info = merged["otherData"]["flight_recorder"]
+    assert info["reason"] == "watchdog" and info["job"] is True
+    assert (info["triggered_by"]["role"], info["triggered_by"]["rank"]) == ("worker", 1)
+    assert info["details"] == {"stuck_thread": "MainThread", "rank": 1}  # the trigger's own
+    assert info["window_seconds"] == 5.0 and info["missing"] == []
+    # Every rank's window, every rank's events.
+    names, counts = labels(merged)
+    assert sorted(counts) == ["worker 1", "worker 2"]  # worker 0 (here) records no ticks
+    assert all(n >= 1 for n in counts.values())
+    ranks = {r["rank"]: r for r in info["ranks"]}
+    assert sorted(ranks) == [0, 1, 2]
+    assert {r: ranks[r]["range"] for r in ranks} == {0: "allreduce", 1: "allreduce", 2: "forward"}
+    assert all(ranks[r]["open_for_seconds"] > 0 for r in ranks)
+    (stuck,) = info["stuck"]
+    assert stuck["process"].startswith("worker 2 (") and stuck["range"] == "forward"
+    assert stuck["others_in"] == "allreduce"
+    # Each rank's held range is cut at the trigger, on the merged (rank 0's) clock.
+    clocks = {r["rank"]: r["clock"] for r in merged["distributedInfo"]["ranks"]}
+    trigger = info["trigger_us"]
+    for e in _testing.events(merged, "X"):
+        if e["name"] in ("allreduce", "forward"):
+            rank = int(names[e["pid"]].split(" (")[0].split()[1])
+            assert e["args"]["cut_short"] is True
+            bound_us = (clocks[rank]["error_ns"] if clocks[rank] else 0) / 1e3 + 5000
+            assert abs(e["ts"] + e["dur"] - trigger) <= bound_us, (rank, e, trigger)
+    cut = {
+        int(names[e["pid"]].split(" (")[0].split()[1])
+        for e in _testing.events(merged, "X")
+        if e.get("args", {}).get("cut_short")
+    }
+    assert cut == {0, 1, 2}
+    # Each rank kept its own snapshot of the window too.
+    assert (tmp_path / "worker1_t.flight1-watchdog.json").exists()  # its trigger's
+    assert (tmp_path / "worker2_t.flight1-watchdog.json").exists()  # the job's window
+    assert (tmp_path / "hub.flight1-watchdog.json").exists()
+    w2 = _testing.load_trace(tmp_path / "worker2_t.flight1-watchdog.json")
+    assert w2["otherData"]["flight_recorder"]["details"]["job_trigger"]["by"].startswith(
+        "worker 1 ("
+    )
+
+
+def test_a_frozen_rank_and_a_killed_rank_are_named_missing(job, tmp_path):
+    timeout = 2.0
+    procs = running_job(job, tmp_path, 4, timeout=timeout)
+    frozen, killed = procs[1], procs[2]  # workers 2 and 3
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.join(10)  # reaped: its pid is gone
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        (tmp_path / "worker1.trigger").write_text("loss is NaN")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the relay's, on its thread
+            path, merged = merged_snapshot(tmp_path, timeout + SLACK)
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    assert os.path.basename(path) == "hub.flight2-job_loss_is_NaN.json"
+    info = merged["otherData"]["flight_recorder"]
+    assert info["reason"] == "loss is NaN" and info["triggered_by"]["rank"] == 1
+    assert sorted(r["rank"] for r in info["ranks"]) == [0, 1]
+    missing = {g["rank"]: g for g in info["missing"]}
+    assert sorted(missing) == [2, 3]
+    assert all(g["failed"] for g in missing.values())
+    assert "no answer within" in missing[2]["why"]
+    assert f"pid {frozen.pid}" in missing[2]["process"]
+    assert f"(pid {killed.pid}) has exited" in missing[3]["why"]
+    assert merged["distributedInfo"]["missing"] == info["missing"]
+    _, counts = labels(merged)
+    assert sorted(counts) == ["worker 1"]
