@@ -10,6 +10,8 @@ from a slow machine, not a measurement.
 
 import glob
 import os
+import pathlib
+import re
 import signal
 import sys
 import warnings
@@ -17,6 +19,7 @@ import warnings
 import pytest
 
 import mxprof
+import mxprof.report
 from mxprof import _testing
 
 pytest.importorskip("zmq", reason="the ZeroMQ transport needs pyzmq (mxprof[dist])")
@@ -125,6 +128,14 @@ def test_a_trigger_on_a_nonzero_rank_is_one_merged_snapshot_at_rank_0(job, tmp_p
     assert w2["otherData"]["flight_recorder"]["details"]["job_trigger"]["by"].startswith(
         "worker 1 ("
     )
+    # The merged snapshot opens in the report like any trace, its trigger at the top.
+    page = pathlib.Path(mxprof.report.report(path, tmp_path / "r.html")).read_text()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))
+    assert "This is a job-wide flight recorder snapshot" in text
+    assert "Trigger: watchdog on worker 1 (" in text
+    assert "Every process of the job is in the snapshot" in text
+    assert re.search(r"Stands out: worker 2 \([^)]*\) is in forward for [0-9.e-]+ s, while the "
+                     r"others are in allreduce", text)  # fmt: skip
 
 
 def test_a_frozen_rank_and_a_killed_rank_are_named_missing(job, tmp_path):
@@ -154,3 +165,5 @@ def test_a_frozen_rank_and_a_killed_rank_are_named_missing(job, tmp_path):
     assert merged["distributedInfo"]["missing"] == info["missing"]
     _, counts = labels(merged)
     assert sorted(counts) == ["worker 1"]
+    text = pathlib.Path(mxprof.report.report(path, tmp_path / "r.html")).read_text()
+    assert "Missing processes" in text and f"(pid {killed.pid}) has exited" in text
