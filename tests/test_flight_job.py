@@ -167,3 +167,84 @@ def test_a_frozen_rank_and_a_killed_rank_are_named_missing(job, tmp_path):
     assert sorted(counts) == ["worker 1"]
     text = pathlib.Path(mxprof.report.report(path, tmp_path / "r.html")).read_text()
     assert "Missing processes" in text and f"(pid {killed.pid}) has exited" in text
+
+
+# ---- the pieces, in this process ----
+
+
+def test_on_trigger_sees_a_triggers_snapshot_but_not_dumps_nor_a_jobs_window(tmp_path):
+    from mxprof import _native, flight
+
+    seen = []
+    flight.ON_TRIGGER.append(seen.append)
+    try:
+        mxprof.set_config(filename=str(tmp_path / "t.json"), flight_recorder=5,
+                          flight_recorder_interval=0)  # fmt: skip
+        mxprof.set_state("run")
+        with mxprof.Domain("train").new_task("tick"):
+            pass
+        path = mxprof.trigger("mine")
+        assert [s.reason for s in seen] == ["mine"] and seen[0].path == path
+        window = flight.snapshot_at("theirs", _native.clock_wall_ns(), 5, 0)
+        mxprof.dump()  # a flight recorder's dump() is a snapshot too
+        assert [s.reason for s in seen] == ["mine"]
+        assert os.path.basename(window) == "t.flight2-theirs.json"
+    finally:
+        flight.ON_TRIGGER.remove(seen.append)
+        mxprof.set_state("stop")
+
+
+def test_snapshot_at_holds_the_window_around_a_wall_clock_time(tmp_path):
+    import time
+
+    from mxprof import _native, flight
+
+    mxprof.set_config(filename=str(tmp_path / "t.json"), flight_recorder=5,
+                      flight_recorder_interval=3600, flight_recorder_max=1)  # fmt: skip
+    mxprof.set_state("run")
+    d = mxprof.Domain("train")
+    with d.new_task("earlier"):
+        pass
+    time.sleep(0.02)
+    begin = _native.clock_wall_ns()
+    with d.new_task("before"):
+        time.sleep(0.01)
+    middle = _native.clock_wall_ns()
+    time.sleep(0.02)
+    with d.new_task("after"):
+        time.sleep(0.01)
+    window = (middle - begin) / 1e9  # from just before "before" to just after it
+    assert mxprof.trigger("uses the one snapshot allowed") is not None
+    # Neither the interval nor the most per profile hold a job's window back.
+    path = flight.snapshot_at("job", middle, window, 0)
+    mxprof.set_state("stop")
+    trace = _testing.load_trace(path)
+    assert [e["name"] for e in _testing.events(trace, "X")] == ["before"]
+    info = trace["otherData"]["flight_recorder"]
+    assert info["trigger_wall_ns"] == middle and info["window_seconds"] == window
+    assert info["end_us"] - info["start_us"] == pytest.approx(window * 1e6, abs=1)
+    assert flight.counts()["over_max"] == 0 and flight.counts()["suppressed"] == 0
+    # A window longer than the ring is the ring's.
+    mxprof.set_state("run")
+    path = flight.snapshot_at("long", _native.clock_wall_ns(), 60, 0)
+    mxprof.set_state("stop")
+    assert _testing.load_trace(path)["otherData"]["flight_recorder"]["window_seconds"] == 5.0
+
+
+def test_the_rank_0_worker_serves_one_job_trigger_per_interval(monkeypatch):
+    from mxprof import flight
+    from mxprof.distributed import _flight, _node
+
+    served = []
+    monkeypatch.setattr(_flight, "job_snapshot", lambda hub, relay, t, n: served.append((t, n)))
+    hub = _node.Hub.__new__(_node.Hub)  # only its type is looked at
+    relay = _flight.Relay(hub)
+    try:
+        mxprof.set_config(flight_recorder_interval=10)
+        by = _node.Member("worker", 1, "h", 11)
+        for k, at_s in enumerate((100, 105, 109.9, 110, 125)):
+            relay._serve(_flight.Trigger(str(k), "watchdog", int(at_s * 1e9), 5.0, 0.0, by))
+        assert [(t.id, n) for t, n in served] == [("0", 0), ("3", 2), ("4", 0)]
+    finally:
+        relay.close()
+    assert relay._on_trigger not in flight.ON_TRIGGER
