@@ -248,3 +248,13 @@ def test_the_rank_0_worker_serves_one_job_trigger_per_interval(monkeypatch):
     finally:
         relay.close()
     assert relay._on_trigger not in flight.ON_TRIGGER
+
+
+@pytest.mark.slow
+def test_benchmark_quick_mode(tmp_path):
+    import _bench
+
+    stdout, doc = _bench.quick("flight_job.py", tmp_path)
+    assert doc["ranks"] == 3 and len(doc["runs"]) == 2
+    assert all(r["ranks"] == 3 and r["missing"] == 0 and r["events"] > 0 for r in doc["runs"])
+    assert "from trigger to merged file" in stdout
