@@ -154,3 +154,31 @@ def test_a_malformed_trigger_is_no_trigger_and_wrong_fields_are_left_out(tmp_pat
     assert (t.missing, t.ranks, t.stuck, t.window_seconds) == ([], [], [], None)
     assert t.reason == "watchdog" and t.at_ns == TRIGGER_US * 1000
     assert trigger_of(mxprof.load(write(tmp_path / "plain.json", training()))) is None
+
+
+def test_the_hints_say_it_is_a_snapshot_and_who_stands_out(tmp_path):
+    from mxprof.report.hints import find_hints
+
+    (h,) = [
+        h for h in find_hints(mxprof.load(job_snapshot(tmp_path))) if h.rule == "flight-recorder"
+    ]
+    assert (h.severity, h.title) == (
+        "high",
+        "This is a job-wide flight recorder snapshot of 'watchdog'",
+    )
+    assert h.evidence == (
+        f"triggered on worker 1 (h, pid 11) at {TRIGGER_US / 1e6:.3f} s of the file's time axis",
+        "window: 30 s before the trigger, shortened by the byte cap",
+        "stands out: worker 1 (h, pid 11) is in forward for 32.2 s, while the others are in "
+        "allreduce",
+        "missing: worker 3 (h, pid 13): no answer within 3 s (frozen, hung or overloaded)",
+    )
+    assert h.subjects == ("worker 1 (h, pid 11)",)
+    (h,) = [
+        h
+        for h in find_hints(mxprof.load(job_snapshot(tmp_path, stuck=[])))
+        if h.rule == "flight-recorder"
+    ]
+    assert h.severity == "medium"  # a process is missing
+    plain = write(tmp_path / "plain.json", training())
+    assert not [h for h in find_hints(mxprof.load(plain)) if h.rule == "flight-recorder"]
