@@ -4,14 +4,17 @@ Each joins the job as a worker, records with a flight recorder (no trace
 file), holds the range ``inside`` open while ticking a task ``tick`` every
 few ms, says it is ready (``worker<r>.ready``), triggers once when
 ``worker<r>.trigger`` appears (its text is the reason), and exits when
-``<workdir>/done`` appears (or after ``life`` seconds).
+``<workdir>/done`` appears (or after ``life`` seconds); with ``die``, at
+once after its trigger, without a goodbye.
 """
 
 import os
 import time
 
 
-def serve(workdir, rank, num_workers, address, inside="allreduce", timeout=10.0, life=90.0):
+def serve(
+    workdir, rank, num_workers, address, inside="allreduce", timeout=10.0, life=90.0, die=False
+):
     os.chdir(workdir)
     import mxprof
     from mxprof import distributed
@@ -43,4 +46,6 @@ def serve(workdir, rank, num_workers, address, inside="allreduce", timeout=10.0,
                 reason = f.read()
             mxprof.trigger(reason, details={"stuck_thread": "MainThread", "rank": rank})
             open(f"worker{rank}.triggered", "w").close()
+            if die:  # as a process dying of what triggered: no goodbye
+                os._exit(3)
     distributed.shutdown()

@@ -39,11 +39,11 @@ def job(tmp_path):
     yield from _dist_job.job(tmp_path)
 
 
-def start(job, rank, n, inside="allreduce"):
+def start(job, rank, n, inside="allreduce", die=False):
     p = _dist_job.SPAWN.Process(
         target=_flight_child.serve,
         args=(str(job.tmp_path), rank, n, job.address),
-        kwargs={"inside": inside},
+        kwargs={"inside": inside, "die": die},
         daemon=True,
     )
     p.start()
@@ -51,11 +51,14 @@ def start(job, rank, n, inside="allreduce"):
     return p
 
 
-def running_job(job, tmp_path, n, timeout, stuck=None):
+def running_job(job, tmp_path, n, timeout, stuck=None, die=None):
     """This process as worker 0 of n workers, each recording a flight
     recorder with a range held open; returns the peers' processes."""
     distributed.init("worker", 0, n, 0, address=job.address, timeout=timeout)
-    procs = [start(job, r, n, "forward" if r == stuck else "allreduce") for r in range(1, n)]
+    procs = [
+        start(job, r, n, "forward" if r == stuck else "allreduce", die=r == die)
+        for r in range(1, n)
+    ]
     mxprof.set_config(filename="hub.json", flight_recorder=5, flight_recorder_interval=0)
     mxprof.set_state("run")
     held = mxprof.Domain("train").new_task("allreduce")
@@ -167,6 +170,26 @@ def test_a_frozen_rank_and_a_killed_rank_are_named_missing(job, tmp_path):
     assert sorted(counts) == ["worker 1"]
     text = pathlib.Path(mxprof.report.report(path, tmp_path / "r.html")).read_text()
     assert "Missing processes" in text and f"(pid {killed.pid}) has exited" in text
+
+
+def test_a_triggering_rank_that_dies_is_missing_but_its_own_snapshot_is_merged(job, tmp_path):
+    timeout = 2.0
+    procs = running_job(job, tmp_path, 3, timeout=timeout, die=1)
+    (tmp_path / "worker1.trigger").write_text("exception")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the relay's, on its thread
+        path, merged = merged_snapshot(tmp_path, timeout + SLACK)
+    procs[0].join(10)
+    assert procs[0].exitcode == 3  # it died right after its trigger
+    info = merged["otherData"]["flight_recorder"]
+    assert info["reason"] == "exception" and info["triggered_by"]["rank"] == 1
+    (gap,) = info["missing"]
+    assert gap["rank"] == 1 and gap["failed"] is True
+    assert os.path.basename(gap["last_file"]) == "worker1_t.flight1-exception.json"
+    assert info["details"] == {"stuck_thread": "MainThread", "rank": 1}  # from its own file
+    assert sorted(r["rank"] for r in info["ranks"]) == [0, 1, 2]
+    _, counts = labels(merged)
+    assert sorted(counts) == ["worker 1", "worker 2"]
 
 
 # ---- the pieces, in this process ----

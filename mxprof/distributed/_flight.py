@@ -67,6 +67,10 @@ class Trigger:
     window: float
     after: float
     by: Member
+    # The triggering process's own snapshot, where it said it writes it: read
+    # by the rank-0 worker should that process not answer (it may be dying of
+    # the exception that triggered), when that file names that very process.
+    file: str | None = None
 
     def args(self) -> dict[str, Any]:
         return {
@@ -76,6 +80,7 @@ class Trigger:
             "window": self.window,
             "after": self.after,
             "by": self.by.label,
+            "file": self.file,
         }
 
 
@@ -125,7 +130,9 @@ class Relay:
         ):
             raise ProfilerError(f"malformed flight notice from {by.label}")
         assert isinstance(window, (int, float)) and isinstance(after, (int, float))
-        self._queue.put(Trigger(ident, reason[:200], ref, float(window), float(after), by))
+        file = args.get("file")
+        file = file if isinstance(file, str) and 0 < len(file) <= 4096 else None
+        self._queue.put(Trigger(ident, reason[:200], ref, float(window), float(after), by, file))
 
     def _run(self) -> None:
         while True:
@@ -158,6 +165,7 @@ class Relay:
             snap.window,
             snap.after,
             node.me,
+            os.path.abspath(snap.path),
         )
         if isinstance(node, Hub):
             self._serve(trigger)
@@ -304,6 +312,14 @@ def job_snapshot(hub: Hub, relay: Relay, trigger: Trigger, suppressed: int) -> d
             else:  # dead, frozen or unreachable: in collect's words
                 why = _collect._silence(hub, slot, known, answer, waited)
             gaps.append(_gap(known.member, why, True))
+        # The triggering process gone (dying of what triggered, say): its
+        # trigger's own snapshot, where this process can read it.
+        for gap in gaps:
+            if (gap.role, gap.rank) == (trigger.by.role, trigger.by.rank) and _own_file(trigger):
+                assert trigger.file is not None
+                gap.last_file = trigger.file
+                inputs.append(trigger.file)
+                who.append(trigger.by)
         if not inputs:
             raise TraceFormatError(
                 f"job-wide flight recorder snapshot of {trigger.reason!r}: no process had one; "
@@ -333,6 +349,24 @@ def _merge(inputs: list[str], path: str, sources: list[str], info: Any, other: A
     from ..trace.merge import merge
 
     merge(inputs, path, sources=sources, info=info, other=other)
+
+
+def _own_file(trigger: Trigger) -> bool:
+    """Whether the triggering process's snapshot is readable here and names
+    that process (role, rank, host and pid in its ``distributedInfo``), as
+    collect finds a dead process's last file."""
+    from ._collect import _identity
+
+    if trigger.file is None or not os.path.isfile(trigger.file):
+        return False
+    info = _identity(trigger.file)
+    m = trigger.by
+    return info is not None and (
+        info.get("role"),
+        info.get("rank"),
+        info.get("host"),
+        info.get("pid"),
+    ) == (m.role, m.rank, m.host, m.pid)
 
 
 def _capture(out: list[Any], call: Any, args: dict[str, Any]) -> None:
