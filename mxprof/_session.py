@@ -396,7 +396,7 @@ class Session:
         self.push_meta()
         self.epoch_ns = _native.profile_epoch_ns()
         self.ring = self.config.flight_recorder if self.config.write_trace else 0.0
-        flight.RECORDER.reset()
+        flight.RECORDER.begin()
         if not self.ring:
             self.set_path(self.config.filename)
         self.traced = self.config.write_trace

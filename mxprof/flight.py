@@ -103,11 +103,15 @@ class _Recorder:
         self.reset()
 
     def reset(self) -> None:
-        """A new profile: no snapshot yet, counts from zero."""
+        """As at import: counts from zero, and no profile."""
+        self.counts = dict.fromkeys(COUNTS, 0)  # the process's, over its profiles
+        self.begin()
+
+    def begin(self) -> None:
+        """A new profile: no snapshot yet."""
         # deque: append and popleft are atomic, so a signal handler may queue
         # while the background writer takes.
         self.queue: collections.deque[_Snapshot] = collections.deque()
-        self.counts = dict.fromkeys(COUNTS, 0)
         self.taken = 0  # snapshots toward flight_recorder_max (written or queued)
         self.named = 0  # the last snapshot's number in its file name
         self.last_ns: int | None = None  # the last snapshot's trigger
@@ -124,7 +128,8 @@ class _Recorder:
         """Name and queue a snapshot of now, or count why not.
 
         forced: dump()'s own snapshot, which neither the interval nor the
-        most per profile hold back, and which counts toward neither.
+        most per profile hold back, which counts toward neither, and which
+        a stop or a pause of the open profile does not prevent.
         at: (trigger_ns, trigger_wall_ns, window, after) of a window asked
         for from elsewhere (:func:`snapshot_at`): queued whatever the
         interval and the most, counted toward neither, and handed to no
@@ -132,7 +137,8 @@ class _Recorder:
         counts = self.counts
         counts["triggers"] += 1
         cfg = session.config
-        if not (session.ring and session.profile_open) or session.state != "run" or session.paused:
+        recording = session.state == "run" and not session.paused
+        if not (session.ring and session.profile_open) or not (recording or forced):
             counts["not_recording"] += 1
             return None
         now = _native.clock_ns()
@@ -373,7 +379,7 @@ def path_for(reason: str) -> str:
 
 
 def counts() -> dict[str, int]:
-    """How the profile's triggers went: ``triggers`` (all calls), ``written``
+    """How the process's triggers went: ``triggers`` (all calls), ``written``
     snapshots, ``not_recording`` (no flight recorder recording),
     ``suppressed`` (within ``flight_recorder_interval`` of the last one),
     ``over_max`` (``flight_recorder_max`` reached) and ``failed`` writes."""

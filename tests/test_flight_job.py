@@ -14,7 +14,6 @@ import pathlib
 import re
 import signal
 import sys
-import warnings
 
 import pytest
 
@@ -30,6 +29,7 @@ import _flight_child  # noqa: E402
 from _dist_job import wait_for  # noqa: E402
 
 from mxprof import distributed  # noqa: E402
+from mxprof.distributed import _flight  # noqa: E402
 
 SLACK = 30.0
 
@@ -141,7 +141,15 @@ def test_a_trigger_on_a_nonzero_rank_is_one_merged_snapshot_at_rank_0(job, tmp_p
                      r"others are in allreduce", text)  # fmt: skip
 
 
-def test_a_frozen_rank_and_a_killed_rank_are_named_missing(job, tmp_path):
+def warned(monkeypatch):
+    """The relay's warnings (it warns on its own thread, after the merge)."""
+    said = []
+    monkeypatch.setattr(_flight, "_warn", said.append)
+    return said
+
+
+def test_a_frozen_rank_and_a_killed_rank_are_named_missing(job, tmp_path, monkeypatch):
+    said = warned(monkeypatch)
     timeout = 2.0
     procs = running_job(job, tmp_path, 4, timeout=timeout)
     frozen, killed = procs[1], procs[2]  # workers 2 and 3
@@ -150,9 +158,7 @@ def test_a_frozen_rank_and_a_killed_rank_are_named_missing(job, tmp_path):
     os.kill(frozen.pid, signal.SIGSTOP)
     try:
         (tmp_path / "worker1.trigger").write_text("loss is NaN")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # the relay's, on its thread
-            path, merged = merged_snapshot(tmp_path, timeout + SLACK)
+        path, merged = merged_snapshot(tmp_path, timeout + SLACK)
     finally:
         os.kill(frozen.pid, signal.SIGCONT)
     assert os.path.basename(path) == "hub.flight2-job_loss_is_NaN.json"
@@ -170,15 +176,22 @@ def test_a_frozen_rank_and_a_killed_rank_are_named_missing(job, tmp_path):
     assert sorted(counts) == ["worker 1"]
     text = pathlib.Path(mxprof.report.report(path, tmp_path / "r.html")).read_text()
     assert "Missing processes" in text and f"(pid {killed.pid}) has exited" in text
+    assert wait_for(lambda: said, 10)
+    (message,) = said
+    assert message.startswith(
+        f"job-wide flight recorder snapshot {os.path.basename(path)} holds 2 of 4 processes"
+    )
+    assert "worker 2 (" in message and "worker 3 (" in message
 
 
-def test_a_triggering_rank_that_dies_is_missing_but_its_own_snapshot_is_merged(job, tmp_path):
+def test_a_triggering_rank_that_dies_is_missing_but_its_own_snapshot_is_merged(
+    job, tmp_path, monkeypatch
+):
+    said = warned(monkeypatch)
     timeout = 2.0
     procs = running_job(job, tmp_path, 3, timeout=timeout, die=1)
     (tmp_path / "worker1.trigger").write_text("exception")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # the relay's, on its thread
-        path, merged = merged_snapshot(tmp_path, timeout + SLACK)
+    path, merged = merged_snapshot(tmp_path, timeout + SLACK)
     procs[0].join(10)
     assert procs[0].exitcode == 3  # it died right after its trigger
     info = merged["otherData"]["flight_recorder"]
@@ -190,6 +203,8 @@ def test_a_triggering_rank_that_dies_is_missing_but_its_own_snapshot_is_merged(j
     assert sorted(r["rank"] for r in info["ranks"]) == [0, 1, 2]
     _, counts = labels(merged)
     assert sorted(counts) == ["worker 1", "worker 2"]
+    assert wait_for(lambda: said, 10)
+    assert "is merged instead" in said[0]
 
 
 # ---- the pieces, in this process ----

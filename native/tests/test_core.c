@@ -726,6 +726,79 @@ static void test_threads_record_while_draining(void) {
     CHECK(flushes == 20);
 }
 
+/* ---- the flight recorder: trims and snapshots while threads record ---- */
+
+static char *snapshot_text(const char *name, int64_t from, int64_t to) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    CHECK_EQ(mxp_snapshot_write(path, strlen(path), from, to, "\"why\":1", 7), MXP_OK);
+    char *text = read_file(path, NULL);
+    CHECK(text && complete_json(text));
+    CHECK(text && count_of(text, "\"why\":1") == 1);
+    return text;
+}
+
+static void test_ring_while_recording(void) {
+    fresh();
+    mxp_profile_begin(); /* no path: a flight recorder's profile */
+    mt_range = reg(MXP_KIND_TASK, "ring", "r");
+    mt_counter = reg(MXP_KIND_COUNTER, "ring", "c");
+    uint32_t open_range = reg(MXP_KIND_TASK, "ring", "open");
+    CHECK_EQ(mxp_trace_flush(0), MXP_E_STATE); /* nothing to write to */
+    mxp_range_begin(open_range);
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) pthread_create(&th[i], NULL, recorder, NULL);
+    for (int i = 0; i < 20; i++) {
+        /* keep the last 5 ms, at most 20,000 records */
+        CHECK_EQ(mxp_ring_trim(5000000, 20000), MXP_OK);
+        int64_t now = mxp_clock_ns();
+        char name[32];
+        snprintf(name, sizeof name, "ring%d.json", i);
+        free(snapshot_text(name, now - 5000000, now));
+        usleep(2000);
+    }
+    for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 100; i++) {
+        mxp_range_begin(mt_range);
+        mxp_range_end(mt_range);
+    }
+    /* Everything still buffered is in a snapshot of all time, once. */
+    CHECK_EQ(mxp_ring_trim(INT64_MAX / 4, 0), MXP_OK);
+    uint64_t kept = mxp_trace_pending();
+    int64_t now = mxp_clock_ns();
+    char *text = snapshot_text("all.json", INT64_MIN / 4, now);
+    size_t ranges = text ? count_of(text, "\"name\":\"r\"") : 0;
+    /* (and the counter's last value trimmed away, at the start) */
+    CHECK_EQ(ranges + (text ? count_of(text, "\"ph\":\"C\"") : 0), kept + 1);
+    CHECK(ranges >= 100);
+    /* the open range, cut at the snapshot's end; the counter's value */
+    CHECK_EQ(text ? count_of(text, "\"cut_short\":true") : 0, 1);
+    free(text);
+    CHECK_EQ(mxp_trace_pending(), kept); /* a snapshot consumes nothing */
+    /* The cap: the oldest go, and the floor moves. */
+    int64_t floor = mxp_ring_floor_ns();
+    CHECK_EQ(mxp_ring_trim(INT64_MAX / 4, 50), MXP_OK);
+    CHECK(mxp_trace_pending() <= 50);
+    CHECK(mxp_ring_floor_ns() > floor);
+    /* A window after all the records: only the counter's last value and the open range. */
+    CHECK_EQ(mxp_ring_trim(0, 0), MXP_OK);
+    CHECK_EQ(mxp_trace_pending(), 0);
+    now = mxp_clock_ns();
+    text = snapshot_text("empty.json", now - 1000, now);
+    char want[64];
+    snprintf(want, sizeof want, "{\"c\":%d}", THREADS * PER_THREAD);
+    CHECK_EQ(text ? count_of(text, "\"name\":\"r\"") : 0, 0);
+    CHECK_EQ(text ? count_of(text, want) : 0, 1);
+    CHECK_EQ(text ? count_of(text, "\"cut_short\":true") : 0, 1);
+    free(text);
+    mxp_range_end(open_range);
+    /* A profile with a trace path is no ring. */
+    char path[512];
+    set_path("notring.json", path, sizeof path);
+    CHECK_EQ(mxp_ring_trim(0, 0), MXP_E_STATE);
+    CHECK_EQ(mxp_snapshot_write(path, strlen(path), 0, now, "", 0), MXP_E_STATE);
+}
+
 /* ---- ranges closed by other threads: cuts racing with owners, handoffs ---- */
 
 #define RACERS 3
@@ -1287,6 +1360,7 @@ int main(void) {
     test_failed_write_keeps_records();
     test_pipes_and_vanished_files();
     test_threads_record_while_draining();
+    test_ring_while_recording();
     test_cuts_race_with_owners();
     test_end_on_another_thread();
     test_other_formats();
