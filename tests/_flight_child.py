@@ -5,7 +5,9 @@ file), holds the range ``inside`` open while ticking a task ``tick`` every
 few ms, says it is ready (``worker<r>.ready``), triggers once when
 ``worker<r>.trigger`` appears (its text is the reason), and exits when
 ``<workdir>/done`` appears (or after ``life`` seconds); with ``die``, at
-once after its trigger, without a goodbye.
+once after its trigger, without a goodbye.  With ``block``, its main thread
+instead blocks in C (a lock's wait) inside the range ``stuck_in_c`` and
+another thread triggers, as a hang watchdog would.
 """
 
 import os
@@ -13,7 +15,15 @@ import time
 
 
 def serve(
-    workdir, rank, num_workers, address, inside="allreduce", timeout=10.0, life=90.0, die=False
+    workdir,
+    rank,
+    num_workers,
+    address,
+    inside="allreduce",
+    timeout=10.0,
+    life=90.0,
+    die=False,
+    block=False,
 ):
     os.chdir(workdir)
     import mxprof
@@ -31,6 +41,8 @@ def serve(
     tick = domain.new_task("tick")
     held = domain.new_task(inside)
     held.start()  # open at any trigger: the range this rank is in
+    if block:
+        return _blocked(rank, domain)
     end = time.monotonic() + life
     ticked = triggered = False
     while time.monotonic() < end and not os.path.exists("done"):
@@ -48,4 +60,33 @@ def serve(
             open(f"worker{rank}.triggered", "w").close()
             if die:  # as a process dying of what triggered: no goodbye
                 os._exit(3)
+    distributed.shutdown()
+
+
+def _blocked(rank, domain):
+    """The main thread blocked in one C call until ``done``; a watcher thread triggers."""
+    import threading
+
+    import mxprof
+    from mxprof import distributed
+
+    release = threading.Event()
+
+    def watch():
+        triggered = False
+        while not os.path.exists("done"):
+            order = f"worker{rank}.trigger"
+            if not triggered and os.path.exists(order):
+                triggered = True
+                with open(order) as f:
+                    reason = f.read()
+                mxprof.trigger(reason, details={"stuck_thread": "MainThread", "rank": rank})
+                open(f"worker{rank}.triggered", "w").close()
+            time.sleep(0.01)
+        release.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    with domain.new_task("stuck_in_c"):
+        open(f"worker{rank}.ready", "w").close()
+        release.wait()  # one blocking call (a lock's acquire), GIL released
     distributed.shutdown()

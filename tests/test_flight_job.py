@@ -39,11 +39,11 @@ def job(tmp_path):
     yield from _dist_job.job(tmp_path)
 
 
-def start(job, rank, n, inside="allreduce", die=False):
+def start(job, rank, n, inside="allreduce", die=False, block=False):
     p = _dist_job.SPAWN.Process(
         target=_flight_child.serve,
         args=(str(job.tmp_path), rank, n, job.address),
-        kwargs={"inside": inside, "die": die},
+        kwargs={"inside": inside, "die": die, "block": block},
         daemon=True,
     )
     p.start()
@@ -51,12 +51,12 @@ def start(job, rank, n, inside="allreduce", die=False):
     return p
 
 
-def running_job(job, tmp_path, n, timeout, stuck=None, die=None):
+def running_job(job, tmp_path, n, timeout, stuck=None, die=None, block=None):
     """This process as worker 0 of n workers, each recording a flight
     recorder with a range held open; returns the peers' processes."""
     distributed.init("worker", 0, n, 0, address=job.address, timeout=timeout)
     procs = [
-        start(job, r, n, "forward" if r == stuck else "allreduce", die=r == die)
+        start(job, r, n, "forward" if r == stuck else "allreduce", die=r == die, block=r == block)
         for r in range(1, n)
     ]
     mxprof.set_config(filename="hub.json", flight_recorder=5, flight_recorder_interval=0)
@@ -205,6 +205,23 @@ def test_a_triggering_rank_that_dies_is_missing_but_its_own_snapshot_is_merged(
     assert sorted(counts) == ["worker 1", "worker 2"]
     assert wait_for(lambda: said, 10)
     assert "is merged instead" in said[0]
+
+
+def test_a_hang_with_the_main_thread_blocked_in_c_names_the_stuck_rank(job, tmp_path):
+    running_job(job, tmp_path, 3, timeout=10.0, block=2)
+    (tmp_path / "worker2.trigger").write_text("watchdog")  # its own watchdog, on a thread
+    path, merged = merged_snapshot(tmp_path, 10.0 + SLACK)
+    info = merged["otherData"]["flight_recorder"]
+    assert info["reason"] == "watchdog" and info["triggered_by"]["rank"] == 2
+    assert info["missing"] == []
+    ranks = {r["rank"]: r for r in info["ranks"]}
+    assert ranks[2]["range"] == "stuck_in_c"
+    assert [o["range"] for o in ranks[2]["open"]] == ["stuck_in_c"]  # its main thread's only
+    assert ranks[0]["range"] == ranks[1]["range"] == "allreduce"
+    (stuck,) = info["stuck"]
+    assert stuck["process"].startswith("worker 2 (") and stuck["others_in"] == "allreduce"
+    cut = [e for e in _testing.events(merged, "X", "stuck_in_c")]
+    assert len(cut) == 1 and cut[0]["args"]["cut_short"] is True
 
 
 # ---- the pieces, in this process ----
