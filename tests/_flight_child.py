@@ -5,12 +5,14 @@ file), holds the range ``inside`` open while ticking a task ``tick`` every
 few ms, says it is ready (``worker<r>.ready``), triggers once when
 ``worker<r>.trigger`` appears (its text is the reason), and exits when
 ``<workdir>/done`` appears (or after ``life`` seconds); with ``die``, at
-once after its trigger, without a goodbye.  With ``block``, its main thread
-instead blocks in C (a lock's wait) inside the range ``stuck_in_c`` and
-another thread triggers, as a hang watchdog would.
+once after its trigger (``sys.exit``, the way out of an uncaught
+exception).  With ``block``, its main thread instead blocks in C (a lock's
+wait) inside the range ``stuck_in_c`` and another thread triggers, as a
+hang watchdog would.
 """
 
 import os
+import sys
 import time
 
 
@@ -58,8 +60,8 @@ def serve(
                 reason = f.read()
             mxprof.trigger(reason, details={"stuck_thread": "MainThread", "rank": rank})
             open(f"worker{rank}.triggered", "w").close()
-            if die:  # as a process dying of what triggered: no goodbye
-                os._exit(3)
+            if die:  # as a process dying of what triggered: at once, through exit
+                sys.exit(3)
     distributed.shutdown()
 
 

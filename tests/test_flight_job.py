@@ -69,6 +69,13 @@ def running_job(job, tmp_path, n, timeout, stuck=None, die=None, block=None):
     return procs
 
 
+def order(tmp_path, rank, reason):
+    """Tell worker rank to trigger with reason (the file appears whole: renamed into place)."""
+    part = tmp_path / f"worker{rank}.trigger.part"
+    part.write_text(reason)
+    os.replace(part, tmp_path / f"worker{rank}.trigger")
+
+
 def merged_snapshot(tmp_path, limit):
     pattern = str(tmp_path / "hub.flight*-job_*.json")  # not merge's .tmp file
     assert wait_for(lambda: glob.glob(pattern), limit), os.listdir(tmp_path)
@@ -89,7 +96,7 @@ def labels(merged):
 def test_a_trigger_on_a_nonzero_rank_is_one_merged_snapshot_at_rank_0(job, tmp_path):
     run_job = running_job(job, tmp_path, 3, timeout=10.0, stuck=2)
     assert len(run_job) == 2
-    (tmp_path / "worker1.trigger").write_text("watchdog")
+    order(tmp_path, 1, "watchdog")
     path, merged = merged_snapshot(tmp_path, 10.0 + SLACK)
     assert os.path.basename(path) == "hub.flight2-job_watchdog.json"
     info = merged["otherData"]["flight_recorder"]
@@ -157,7 +164,7 @@ def test_a_frozen_rank_and_a_killed_rank_are_named_missing(job, tmp_path, monkey
     killed.join(10)  # reaped: its pid is gone
     os.kill(frozen.pid, signal.SIGSTOP)
     try:
-        (tmp_path / "worker1.trigger").write_text("loss is NaN")
+        order(tmp_path, 1, "loss is NaN")
         path, merged = merged_snapshot(tmp_path, timeout + SLACK)
     finally:
         os.kill(frozen.pid, signal.SIGCONT)
@@ -190,7 +197,7 @@ def test_a_triggering_rank_that_dies_is_missing_but_its_own_snapshot_is_merged(
     said = warned(monkeypatch)
     timeout = 2.0
     procs = running_job(job, tmp_path, 3, timeout=timeout, die=1)
-    (tmp_path / "worker1.trigger").write_text("exception")
+    order(tmp_path, 1, "exception")
     path, merged = merged_snapshot(tmp_path, timeout + SLACK)
     procs[0].join(10)
     assert procs[0].exitcode == 3  # it died right after its trigger
@@ -209,7 +216,7 @@ def test_a_triggering_rank_that_dies_is_missing_but_its_own_snapshot_is_merged(
 
 def test_a_hang_with_the_main_thread_blocked_in_c_names_the_stuck_rank(job, tmp_path):
     running_job(job, tmp_path, 3, timeout=10.0, block=2)
-    (tmp_path / "worker2.trigger").write_text("watchdog")  # its own watchdog, on a thread
+    order(tmp_path, 2, "watchdog")  # its own watchdog, on a thread
     path, merged = merged_snapshot(tmp_path, 10.0 + SLACK)
     info = merged["otherData"]["flight_recorder"]
     assert info["reason"] == "watchdog" and info["triggered_by"]["rank"] == 2

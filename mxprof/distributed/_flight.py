@@ -104,7 +104,9 @@ class Relay:
         flight.ON_TRIGGER.append(self._on_trigger)
 
     def close(self) -> None:
-        """Stop relaying; a job-wide snapshot under way ends on its own (bounded)."""
+        """Stop relaying once the triggers queued are told (a process dying
+        of what triggered leaves through here); a job-wide snapshot under way
+        ends on its own (bounded)."""
         self._closed = True
         if self._on_trigger in flight.ON_TRIGGER:
             flight.ON_TRIGGER.remove(self._on_trigger)
@@ -137,8 +139,8 @@ class Relay:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
-            if item is None or self._closed:
-                return
+            if item is None:  # after every item queued before it: a process
+                return  # leaving tells the rank-0 worker of its last triggers
             try:
                 if isinstance(item, Trigger):
                     self._serve(item)
@@ -229,7 +231,10 @@ class Relay:
     # -- the rank-0 worker --
 
     def _serve(self, trigger: Trigger) -> None:
-        """One job-wide snapshot, or none within the interval of the last."""
+        """One job-wide snapshot, or none within the interval of the last
+        (nor any once this process is leaving the job)."""
+        if self._closed:
+            return
         interval_ns = round(SESSION.config.flight_recorder_interval * 1e9)
         if self._last_ref is not None and abs(trigger.ref_ns - self._last_ref) < interval_ns:
             self._suppressed += 1

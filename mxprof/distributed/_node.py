@@ -186,9 +186,14 @@ class Node:
     def tally(self) -> dict[str, int]:
         return self.endpoint.tally.snapshot()
 
+    def close_relay(self) -> None:
+        """Stop making triggers job-wide, once the queued ones are told."""
+        relay, self.relay = self.relay, None
+        if relay is not None:
+            relay.close()
+
     def close(self) -> None:
-        if self.relay is not None:
-            self.relay.close()
+        self.close_relay()
         self.endpoint.close()
 
 
@@ -352,6 +357,8 @@ class Peer(Node):
         return _clock.best(samples)
 
     def close(self) -> None:
+        # Its last triggers' notices go before its bye: the hub forgets it then.
+        self.close_relay()
         # A process the hub never accepted has nothing to leave with it.
         if self.joined and not self.hub_gone:
             try:
@@ -540,6 +547,9 @@ class Hub(Node):
                 "ping": self._ping,
                 "file": self._file,
                 "bye": self._bye,
+                # On the transport's thread, as bye: a process leaving right
+                # after its trigger says bye next, and is still known here.
+                _flight.NOTICE: self._flight_notice,
             },
             accept=self._accept,
         )
@@ -631,6 +641,14 @@ class Hub(Node):
                 known.note_file(header.get("args", {}).get("path"))
         return {}, b""
 
+    def _flight_notice(
+        self, src: Any, channel: Channel | None, header: dict[str, Any], body: bytes
+    ) -> tuple[dict[str, Any], bytes]:
+        known = self._known(channel)
+        if known is not None and self.relay is not None:
+            self.relay.requested(known.member, header.get("args", {}))  # only queued
+        return {}, b""
+
     def _bye(
         self, src: Any, channel: Channel | None, header: dict[str, Any], body: bytes
     ) -> tuple[dict[str, Any], bytes]:
@@ -648,11 +666,6 @@ class Hub(Node):
     ) -> tuple[dict[str, Any], bytes]:
         if header["type"] == "deposit":
             self._take_deposit(channel, header.get("args", {}), body)
-            return {}, b""
-        if header["type"] == _flight.NOTICE:
-            known = self._known(channel)
-            if known is not None and self.relay is not None:
-                self.relay.requested(known.member, header.get("args", {}))
             return {}, b""
         raise DistributedError(f"the rank-0 worker takes no {header['type']!r} requests")
 
