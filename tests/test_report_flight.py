@@ -9,7 +9,7 @@ import os
 import pathlib
 import re
 
-from test_report import Page, training, write
+from test_report import Page, X, training, write
 
 import mxprof
 import mxprof.report
@@ -182,3 +182,33 @@ def test_the_hints_say_it_is_a_snapshot_and_who_stands_out(tmp_path):
     assert h.severity == "medium"  # a process is missing
     plain = write(tmp_path / "plain.json", training())
     assert not [h for h in find_hints(mxprof.load(plain)) if h.rule == "flight-recorder"]
+
+
+def test_read_window_finds_each_threads_innermost_range_open_at_the_trigger(tmp_path):
+    from mxprof.trace.snapshot import headline, read_window
+
+    cut = {"cut_short": True}
+    events = [
+        {"name": "thread_name", "ph": "M", "pid": 7, "tid": 1, "args": {"name": "thread 7"}},
+        {"name": "thread_name", "ph": "M", "pid": 7, "tid": 2, "args": {"name": "loader"}},
+        X("epoch", 0, 1000, pid=7, tid=1, **cut),
+        X("allreduce", 100, 900, pid=7, tid=1, **cut),  # innermost at the trigger
+        X("done", 150, 50, pid=7, tid=1),  # ended before it: not open
+        X("after", 600, 400, pid=7, tid=1, **cut),  # begun after the trigger
+        X("wait_queue", 50, 950, pid=7, tid=2, **cut),
+    ]
+    info = {"reason": "watchdog", "trigger_us": 500}
+    path = write(tmp_path / "w.json", events, otherData={"flight_recorder": info})
+    own, opened = read_window(str(path))
+    assert own == info
+    assert opened == [
+        {"thread": "loader", "tid": 2, "range": "wait_queue", "category": "train",
+         "open_for_seconds": 0.00045},
+        {"thread": "thread 7", "tid": 1, "range": "allreduce", "category": "train",
+         "open_for_seconds": 0.0004},
+    ]  # fmt: skip
+    assert headline(opened, 7)["range"] == "allreduce"  # the main thread's, not the longest
+    assert headline(opened, 8)["range"] == "wait_queue"  # no main thread: the longest
+    (tmp_path / "cut.json").write_text('{"traceEvents": [{"na')
+    assert read_window(str(tmp_path / "cut.json")) == ({}, [])
+    assert read_window(str(tmp_path / "absent.json")) == ({}, [])

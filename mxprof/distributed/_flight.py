@@ -42,8 +42,7 @@ from .. import flight
 from .._sampler import own_thread
 from .._session import SESSION
 from ..errors import ProfilerError, TraceFormatError
-from ..trace import _scan
-from ..trace.reader import open_trace, read_raw
+from ..trace.snapshot import headline, read_window, standing_out
 from ._endpoint import RemoteFailure
 
 if TYPE_CHECKING:
@@ -387,95 +386,16 @@ def _gap(member: Member, why: str, failed: bool) -> Gap:
     return Gap(member.label, member.role, member.rank, why, failed)
 
 
-# ---- what the snapshots say ----
-
-
 def _rank_view(path: str, member: Member) -> dict[str, Any]:
-    """A process's window and the innermost ranges it had open at the trigger."""
-    meta: dict[str, Any] = {}
-    try:
-        with open_trace(path) as f:
-            meta = _scan.metadata(f)
-    except (OSError, _scan.NotLines, ValueError):
-        meta = read_raw(path)[1]
-    other = meta.get("otherData")
-    own = other.get("flight_recorder") if isinstance(other, dict) else None
-    own = own if isinstance(own, dict) else {}
-    trigger_us = own.get("trigger_us")
+    """A process's window (its snapshot's own ``flight_recorder``) and the
+    innermost ranges it had open at the trigger."""
+    own, opened = read_window(path)
     view: dict[str, Any] = {**member.to_json(), "process": member.label}
     for key in ("trigger_us", "start_us", "end_us", "shortened_by_cap", "details"):
         if key in own:
             view[key] = own[key]
-    view["open"] = _open_at(path, float(trigger_us)) if isinstance(trigger_us, (int, float)) else []
+    view["open"] = opened
     return view
-
-
-def _open_at(path: str, trigger_us: float) -> list[dict[str, Any]]:
-    """Per thread, the innermost range open at trigger_us (those the snapshot
-    cut short at its end, ``args.cut_short``), longest open first."""
-    events: list[dict[str, Any]] = []
-    names: dict[Any, str] = {}
-    try:
-        with open_trace(path) as f:
-            blocks = _scan.blocks(f)
-            try:
-                while True:
-                    events.extend(_wanted(next(blocks)))
-            except StopIteration:
-                pass
-    except _scan.NotLines:  # another format: read whole
-        events = read_raw(path)[0]
-    innermost: dict[tuple[Any, Any], dict[str, Any]] = {}
-    for e in events:
-        if e.get("ph") == "M" and e.get("name") == "thread_name":
-            args = e.get("args")
-            if isinstance(args, dict):
-                names[(e.get("pid"), e.get("tid"))] = str(args.get("name"))
-            continue
-        args = e.get("args")
-        ts = e.get("ts")
-        if (
-            e.get("ph") != "X"
-            or not isinstance(args, dict)
-            or not args.get("cut_short")
-            or not isinstance(ts, (int, float))
-            or ts > trigger_us
-        ):
-            continue
-        key = (e.get("pid"), e.get("tid"))
-        held = innermost.get(key)
-        if held is None or ts >= held["ts"]:
-            innermost[key] = e
-    out = [
-        {
-            "thread": names.get(key, f"thread {key[1]}"),
-            "tid": key[1],
-            "range": str(e.get("name")),
-            "category": str(e.get("cat", "")),
-            "open_for_seconds": round((trigger_us - float(e["ts"])) / 1e6, 6),
-        }
-        for key, e in innermost.items()
-    ]
-    return sorted(out, key=lambda r: -float(r["open_for_seconds"]))
-
-
-def _wanted(text: bytes) -> list[dict[str, Any]]:
-    """Of a block of events (one a line), only the cut ranges and thread names."""
-    kept = [
-        line.strip().strip(b"[]").strip(b",")
-        for line in text.split(b"\n")
-        if b"cut_short" in line or b"thread_name" in line
-    ]
-    kept = [k for k in kept if k.startswith(b"{")]
-    return _scan.raw_events(b"[" + b",".join(kept) + b"]") if kept else []
-
-
-def _headline(view: dict[str, Any]) -> dict[str, Any] | None:
-    """The range a process is in: its main thread's innermost open range
-    (the thread named after its pid, or MainThread), else the one open longest."""
-    opened = view.get("open") or []
-    main = {f"thread {view.get('pid')}", "MainThread"}
-    return next((r for r in opened if r["thread"] in main), opened[0] if opened else None)
 
 
 def _merged_info(
@@ -498,7 +418,7 @@ def _merged_info(
                 if isinstance(v.get(key), (int, float)):
                     entry[key] = round(float(v[key]) + shift, 3)
         entry["shortened_by_cap"] = bool(v.get("shortened_by_cap"))
-        head = _headline(v)
+        head = headline(v.get("open") or [], v.get("pid"))
         entry["range"] = head["range"] if head else None
         entry["open_for_seconds"] = head["open_for_seconds"] if head else None
         entry["open"] = v.get("open") or []
@@ -525,29 +445,7 @@ def _merged_info(
     }
     if details is not None:
         info["details"] = details
-    stuck = _stuck(ranks)
+    stuck = standing_out(ranks)
     if stuck:
         info["stuck"] = stuck
     return info
-
-
-def _stuck(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The processes whose range differs from the one most others are in
-    (none when no range is shared by more than half of them)."""
-    named = [r for r in ranks if r.get("range") is not None]
-    counts = collections.Counter(r["range"] for r in ranks)
-    if len(ranks) < 2 or not named:
-        return []
-    common, n = counts.most_common(1)[0]
-    if common is None or n * 2 <= len(ranks):
-        return []
-    return [
-        {
-            "process": r["process"],
-            "range": r["range"],
-            "open_for_seconds": r["open_for_seconds"],
-            "others_in": common,
-        }
-        for r in ranks
-        if r["range"] != common
-    ]

@@ -7,18 +7,25 @@ on the file's own time axis) and the window, and for a job's snapshot the
 process that triggered, the processes missing and the range each process
 was in at the trigger (``ranks``, ``stuck``).  :func:`trigger_of` reads it
 defensively (a file is input: a field of the wrong type is left out, never
-an error) for the report and the hints.
+an error) for the report and the hints.  :func:`read_window`,
+:func:`headline` and :func:`standing_out` work out, from one process's
+snapshot file, where it was at the trigger, and who stands out among a
+job's processes (``mxprof.distributed`` writes that into the merged file).
 
 Part of the offline tier: it reads trace metadata and nothing live.
 """
 
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import TraceFormatError
+from . import _scan
 from .model import Trace
+from .reader import open_trace, read_raw
 
 
 @dataclass(frozen=True)
@@ -129,3 +136,129 @@ def trigger_of(trace: Trace) -> Trigger | None:
         stuck=stuck,
         details=info.get("details"),
     )
+
+
+# ---- where a process was at the trigger ----
+
+
+def read_window(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A snapshot file's own ``otherData.flight_recorder`` ({} when it has
+    none or cannot be read) and, per thread, the innermost range open at its
+    trigger: of the ranges the snapshot cut short at its end
+    (``args.cut_short``: open at the trigger and still open when the file
+    was written), the one begun last, longest open first.  Of a file in
+    mxprof's one-event-per-line shape only the lines of cut ranges and
+    thread names are decoded.
+    """
+    try:
+        with open_trace(path) as f:
+            meta = _scan.metadata(f)
+    except (OSError, _scan.NotLines, ValueError):
+        try:
+            meta = read_raw(path)[1]
+        except (OSError, TraceFormatError):
+            return {}, []
+    other = meta.get("otherData")
+    own = other.get("flight_recorder") if isinstance(other, dict) else None
+    own = own if isinstance(own, dict) else {}
+    trigger_us = _number(own.get("trigger_us"))
+    if trigger_us is None:
+        return own, []
+    try:
+        return own, _open_at(path, trigger_us)
+    except (OSError, TraceFormatError):
+        return own, []
+
+
+def _open_at(path: str, trigger_us: float) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    try:
+        with open_trace(path) as f:
+            blocks = _scan.blocks(f)
+            try:
+                while True:
+                    events.extend(_wanted(next(blocks)))
+            except StopIteration:
+                pass
+    except _scan.NotLines:  # another shape or format: read whole
+        events = read_raw(path)[0]
+    names: dict[Any, str] = {}
+    innermost: dict[tuple[Any, Any], tuple[float, dict[str, Any]]] = {}
+    for e in events:
+        args = e.get("args")
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            if isinstance(args, dict):
+                names[(e.get("pid"), e.get("tid"))] = str(args.get("name"))
+            continue
+        ts = _number(e.get("ts"))
+        if (
+            e.get("ph") != "X"
+            or not isinstance(args, dict)
+            or args.get("cut_short") is not True
+            or ts is None
+            or ts > trigger_us
+        ):
+            continue
+        key = (e.get("pid"), e.get("tid"))
+        held = innermost.get(key)
+        if held is None or ts >= held[0]:
+            innermost[key] = (ts, e)
+    out = [
+        {
+            "thread": names.get(key, f"thread {key[1]}"),
+            "tid": key[1],
+            "range": str(e.get("name")),
+            "category": str(e.get("cat", "")),
+            "open_for_seconds": round((trigger_us - ts) / 1e6, 6),
+        }
+        for key, (ts, e) in innermost.items()
+    ]
+    return sorted(out, key=lambda r: -float(r["open_for_seconds"]))
+
+
+def _wanted(text: bytes) -> list[dict[str, Any]]:
+    """Of a block of events (one a line), only the cut ranges and thread names."""
+    kept = [
+        line.strip().strip(b"[]").strip(b",")
+        for line in text.split(b"\n")
+        if b"cut_short" in line or b"thread_name" in line
+    ]
+    kept = [k for k in kept if k.startswith(b"{")]
+    return _scan.raw_events(b"[" + b",".join(kept) + b"]") if kept else []
+
+
+def headline(opened: list[dict[str, Any]], pid: Any) -> dict[str, Any] | None:
+    """The range a process is in, of :func:`read_window`'s: its main thread's
+    (the thread mxprof names after the pid, or ``MainThread``), else the one
+    open longest; None when none is open."""
+    main = {f"thread {pid}", "MainThread"}
+    return next((r for r in opened if r["thread"] in main), opened[0] if opened else None)
+
+
+def standing_out(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The processes (``{"process", "range", "open_for_seconds"}`` each)
+    whose range differs from the one more than half of them are in: in a
+    hang, the one the others wait for.  None stands out among fewer than
+    two, or when no range holds a majority.
+
+    Example:
+        >>> standing_out([{"process": "w0", "range": "allreduce", "open_for_seconds": 30},
+        ...               {"process": "w1", "range": "allreduce", "open_for_seconds": 30},
+        ...               {"process": "w2", "range": "forward", "open_for_seconds": 31}])
+        [{'process': 'w2', 'range': 'forward', 'open_for_seconds': 31, 'others_in': 'allreduce'}]
+    """
+    if len(ranks) < 2:
+        return []
+    common, n = collections.Counter(r.get("range") for r in ranks).most_common(1)[0]
+    if common is None or n * 2 <= len(ranks):
+        return []
+    return [
+        {
+            "process": r["process"],
+            "range": r.get("range"),
+            "open_for_seconds": r.get("open_for_seconds"),
+            "others_in": common,
+        }
+        for r in ranks
+        if r.get("range") != common
+    ]
