@@ -152,6 +152,8 @@ def _load_live() -> None:
         loaded = _importlib.import_module(f"{__name__}.{module}")
         values[name] = loaded if attribute is None else getattr(loaded, attribute)
     globals().update(values)
+    # The control endpoint of `mxprof ctl` opens with the live tier.
+    _importlib.import_module(f"{__name__}._ctlserver").start()
 
 
 def __getattr__(name: str) -> _typing.Any:

@@ -674,6 +674,21 @@ def thread_unnamed() -> list[tuple[int, int]]:
     return [(int(tids[i]), int(os_tids[i])) for i in range(n[0])]
 
 
+def ranges_open(os_tid: int) -> list[tuple[int, int]] | None:
+    """The ranges open on OS thread os_tid now, outermost first: (object id,
+    ns open).  None where this core cannot tell (built before
+    ``mxp_ranges_open``) or the thread kept editing its stack while read;
+    [] for a thread with none, or that never recorded."""
+    fill = getattr(lib, "mxp_ranges_open", None)
+    if fill is None:
+        return None
+    cap = 256  # deeper stacks are cut at their outermost 256
+    ids, ages, n = ffi.new("uint32_t[]", cap), ffi.new("int64_t[]", cap), ffi.new("uint32_t *")
+    if fill(os_tid, ids, ages, cap, n) != OK:
+        return None
+    return [(int(ids[i]), int(ages[i])) for i in range(n[0])]
+
+
 # ---- test seams (mxprof._testing, benchmarks) ----
 
 reset_for_testing = lib.mxp_reset  # forget all state except interned objects

@@ -27,7 +27,7 @@ import warnings
 from types import FrameType
 from typing import Any, Callable
 
-from . import _children, _native, _sampler, _signals, _threads, config, flight
+from . import _children, _native, _sampler, _signals, _threads, _triggers, config, flight
 from ._native import (
     FLAG_AGGREGATE,
     FLAG_MEMORY,
@@ -378,6 +378,7 @@ class Session:
                 self.mp_hooked = True
         else:
             _children.withdraw()
+        _triggers.apply(self)  # a flight recorder's triggers, in place while it records
         if sampling:
             _sampler.apply(sampling, self.config.sample_mode)
 

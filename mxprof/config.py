@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Literal
 
@@ -158,6 +159,59 @@ def _ring_bytes(key: str, value: Any) -> int:
     return int(value)
 
 
+def _signal(key: str, value: Any) -> str:
+    """A signal that can be caught, by name ('SIGUSR2', 'USR2') or number, as
+    its name; None or '' (off) as ''."""
+    if value is None or value == "":
+        return ""
+    sig: signal.Signals | None = None
+    if isinstance(value, str):
+        name = value.strip().upper()
+        name = name if name.startswith("SIG") else "SIG" + name
+        sig = getattr(signal.Signals, name, None) if not name.startswith("SIG_") else None
+    elif isinstance(value, int) and not isinstance(value, bool):
+        try:
+            sig = signal.Signals(value)
+        except ValueError:
+            sig = None
+    if sig is None or sig in _UNCATCHABLE:
+        raise ConfigError(
+            f"{key} must be the name or number of a signal that can be caught (such as "
+            f"'SIGUSR2'), or None or '' for none, got {value!r}"
+        )
+    return sig.name
+
+
+_UNCATCHABLE = {getattr(signal, n) for n in ("SIGKILL", "SIGSTOP") if hasattr(signal, n)}
+MAX_SLOW_FACTOR = 1e6
+MAX_STEPS = 100_000
+
+
+def _factor(key: str, value: Any) -> float:
+    allowed = f"0 (off) or a number from 1 to {MAX_SLOW_FACTOR:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key} must be {allowed}, got {type(value).__name__} {value!r}")
+    if not (value == 0 or 1 <= value <= MAX_SLOW_FACTOR):  # NaN fails this too
+        raise ConfigError(f"{key} must be {allowed}, got {value!r}")
+    return float(value)
+
+
+def _steps(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_STEPS:
+        raise ConfigError(
+            f"{key} must be an int number of steps from 1 to {MAX_STEPS}, got {value!r}"
+        )
+    return int(value)
+
+
+def _bytes(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise ConfigError(
+            f"{key} must be an int number of bytes from 0 (off) to {MAX_COUNT}, got {value!r}"
+        )
+    return int(value)
+
+
 Source = Literal["profile_symbolic", "profile_imperative", "profile_memory", "profile_api"]
 
 
@@ -290,6 +344,13 @@ class Config:
         "domain per mxprof domain; start/end ranges for asyncio tasks), seen by Nsight "
         "Systems or any tool named by NVTX_INJECTION64_PATH; a no-op without one",
     )
+    control: bool = _key(
+        True,
+        check_bool,
+        "mxprof: a local control endpoint for `mxprof ctl` (a Unix socket only this user "
+        "can reach, served by a thread of its own); False closes it, True opens it again; "
+        "the environment's MXPROF_CONTROL=0 keeps it closed whatever this says",
+    )
 
     sample_rate: float = _key(
         0.0,
@@ -336,8 +397,56 @@ class Config:
     flight_recorder_max: int = _key(
         20,
         _count,
-        "mxprof: at most this many snapshot files per profile; later triggers are "
-        "counted only",
+        "mxprof: at most this many snapshot files per profile; later triggers are counted only",
+    )
+
+    trigger_exception: bool = _key(
+        True,
+        check_bool,
+        "mxprof: with a flight recorder, an uncaught exception in any thread takes a "
+        "snapshot (reason 'exception'; sys.excepthook and threading.excepthook are "
+        "chained, the hooks in place still run)",
+    )
+    trigger_signal: str = _key(
+        "SIGUSR2",
+        _signal,
+        "mxprof: with a flight recorder, this signal (a name or number; None or '' = "
+        "none) takes a snapshot (reason 'signal'); not installed where the program "
+        "handles it already (with a warning), and only from the main thread",
+    )
+    trigger_slow_step: float = _key(
+        0.0,
+        _factor,
+        "mxprof: with a flight recorder, a step (a Frame) that lasts more than this many "
+        "times the median of the last trigger_slow_step_steps steps of its frame takes "
+        "a snapshot (reason 'slow step'; 0 = off, else at least 1)",
+    )
+    trigger_slow_step_steps: int = _key(
+        20,
+        _steps,
+        "mxprof: how many steps of a frame the median of trigger_slow_step is taken over; "
+        "no step is slow before that many have ended",
+    )
+    trigger_memory: int = _key(
+        0,
+        _bytes,
+        "mxprof: with a flight recorder, a scope's memory in use (mxprof.memory, "
+        "per scope) rising above this many bytes takes a snapshot (reason "
+        "'memory'), once per crossing (0 = off; checked every 0.1 s)",
+    )
+    trigger_rss: int = _key(
+        0,
+        _bytes,
+        "mxprof: with a flight recorder, the process's resident memory rising above this "
+        "many bytes takes a snapshot (reason 'memory'), once per crossing (0 = off; "
+        "checked every 0.1 s; Linux)",
+    )
+    watchdog: float = _key(
+        0.0,
+        _window,
+        "mxprof: with a flight recorder, no step (Frame) ending for this many seconds "
+        "while recording takes a snapshot (reason 'hang') with every thread's Python "
+        "stack, and prints one line naming the stuck thread on stderr (0 = off)",
     )
 
     def with_(self, **changes: Any) -> Config:

@@ -39,7 +39,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import _children, _native
+from . import _children, _native, _threads
 from ._native import utf8
 from ._tracejson import dumps as trace_json
 from .errors import ConfigError, OutputError
@@ -231,6 +231,7 @@ class _Recorder:
         if snap.details:
             info["details"] = snap.details
         other = f'"flight_recorder":{trace_json(info)}'.encode()
+        _threads.sync_names()  # the threads' names, as every trace write has them
         rc = _native.snapshot_write(utf8(snap.path, "snapshot path"), start_ns, end_ns, other)
         if rc == 0:
             self.counts["written"] += 1

@@ -251,3 +251,15 @@ def test_dump_after_stop_still_snapshots_the_open_profile(clock):
     (path,) = [p for p in os.listdir(".") if "flight" in p]
     assert names(path) == ["r0", "r1"]
     assert other(path)["reason"] == "dump()"
+
+
+def test_a_snapshot_names_the_threads(clock):
+    d = mxprof.Domain("d")
+    start(flight_recorder=5.0)
+    worker = threading.Thread(target=lambda: ranges(d, "w", 1, clock), name="loader 3")
+    worker.start()
+    worker.join(60)
+    path = mxprof.trigger("names")
+    raw = json.load(open(path))
+    named = {e["args"]["name"] for e in raw["traceEvents"] if e.get("name") == "thread_name"}
+    assert "loader 3" in named

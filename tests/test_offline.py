@@ -16,6 +16,8 @@ from mxprof import _testing
 # What reading a trace may import: the offline tier (and the command itself).
 OFFLINE = {
     "mxprof",
+    "mxprof._ctlclient",
+    "mxprof._ctlwire",
     "mxprof._render",
     "mxprof._tallies",
     "mxprof._tracejson",

@@ -18,6 +18,7 @@ directory only.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import secrets
 import shutil
@@ -28,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .. import _native, _session, control
+from .. import _ctlserver, _native, _session, control
 from .._session import SESSION
 from .._tracejson import dumps as trace_json
 from .._version import __version__
@@ -415,6 +416,9 @@ class Peer(Node):
             return self.relay.window(args), b""
         if kind == _flight.FETCH and self.relay is not None:
             return self.relay.piece(args)
+        if kind == "ctl":  # mxprof ctl --job: run here; the reply (it may be big) in the body
+            reply = _ctlserver.answer(str(args.get("cmd")), args.get("args") or {})
+            return {}, json.dumps(reply, default=str).encode()
         raise DistributedError(f"unexpected request {kind!r}")
 
     def _command(self, kind: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -819,6 +823,32 @@ class Hub(Node):
         for member, (_, body) in self.ask(slots, "dumps", args).items():
             texts[member.label] = body.decode("utf-8", "replace")
         return texts
+
+    def ctl_all(self, cmd: str, args: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """``mxprof ctl --job``: cmd run by every process connected now (no
+        wait for others), each one's ctl reply by its label; one that fails,
+        is gone or stays silent for timeout seconds gets an error reply, and
+        so does every expected process that is not connected."""
+        found, missing = self.present(self.job.expected(), 0.0)
+        by_src = {k.src: k.member for k in found.values()}
+        request = {"cmd": cmd, "args": args}
+        results = self.endpoint.request_many(list(by_src), "ctl", request, timeout)
+        out: dict[str, Any] = {}
+        for src, result in results.items():
+            reply: Any = {"ok": False, "error": str(result) or type(result).__name__}
+            if isinstance(result, RemoteFailure):
+                reply = {"ok": False, "error": f"{result.error}: {result.message}"}
+            elif isinstance(result, tuple):
+                try:
+                    reply = json.loads(result[1])
+                except ValueError:
+                    reply = None
+                if not isinstance(reply, dict):
+                    reply = {"ok": False, "error": "its reply is not a JSON object"}
+            out[by_src[src].label] = reply
+        for role, rank in missing:
+            out[f"{role} {rank}"] = {"ok": False, "error": "not connected to the rank-0 worker"}
+        return out
 
     def command(self, call: str, args: dict[str, Any]) -> None:
         """A profile_process='server' call, applied by every server."""

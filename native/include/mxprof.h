@@ -235,6 +235,17 @@ int mxp_range_end_token(uint32_t id, int64_t token);
  * (every thread passes a memory barrier); safe while threads record. */
 int mxp_ranges_cut(void);
 
+/* The ranges open now on OS thread os_tid that were begun while recording
+ * and are not closed elsewhere: object ids outermost first in ids_out and
+ * how long each has been open in ns in ages_out (up to cap; *n_out the
+ * count, 0 for a thread that never recorded).  A consistent copy of the
+ * stack, taken as a cut takes it (mxp_claim.c), without stopping the
+ * thread.  MXP_E_STATE when the thread stayed in the middle of a stack edit,
+ * or memory ran out (try again).  Thread-safe; for `mxprof ctl where` and
+ * `status`. */
+int mxp_ranges_open(int64_t os_tid, uint32_t *ids_out, int64_t *ages_out, uint32_t cap,
+                    uint32_t *n_out);
+
 /* ---- tracks with a range stack of their own (asyncio tasks) ---- */
 
 /* A new track named name with its own stack of open ranges, for a sequence

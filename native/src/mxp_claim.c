@@ -298,6 +298,34 @@ bool mxpi_open_peek(int64_t at, mxpi_rec **recs, uint32_t **tids, uint32_t *n) {
     return ok;
 }
 
+int mxp_ranges_open(int64_t os_tid, uint32_t *ids_out, int64_t *ages_out, uint32_t cap,
+                    uint32_t *n_out) {
+    uint32_t n = 0;
+    bool ok = true;
+    snap s = {0};
+    *n_out = 0;
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    for (mxpi_thread *u = mxpi_g.threads; u; u = u->next) {
+        if (u->retired || u->stack == NULL || u->os_tid != os_tid) continue;
+        ok = snapshot(u, &s);
+        for (uint32_t i = 0; ok && i < s.n && n < cap; i++) {
+            if (!(s.e[i].flags & MXPI_OPEN_LIVE) || snap_claimed(&s, i)) continue;
+            ids_out[n] = s.e[i].id;
+            ages_out[n++] = s.e[i].start;
+        }
+        break; /* the thread's own stack, not a track of the same OS thread */
+    }
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+    snap_free(&s);
+    if (!ok) return MXP_E_STATE;
+    mxpi_timebase tb;
+    mxpi_timebase_get(&tb);
+    int64_t now = mxpi_ticks();
+    for (uint32_t i = 0; i < n; i++) ages_out[i] = mxpi_tb_span(&tb, now - ages_out[i]);
+    *n_out = n;
+    return MXP_OK;
+}
+
 typedef struct cut {
     mxpi_rec r;
     uint32_t tid;

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1335,6 +1336,74 @@ static void test_capi_threads_and_nvtx(void) {
     CHECK_EQ(c.invalid_calls, 0);
 }
 
+static _Atomic int64_t lister_tid;
+static _Atomic int lister_phase; /* 0 loop, 1 park inside both, 2 parked, 3 leave */
+static uint32_t open_outer, open_inner;
+
+static void *ranges_owner(void *arg) {
+    (void)arg;
+    atomic_store(&lister_tid, (int64_t)syscall(SYS_gettid));
+    while (atomic_load(&lister_phase) == 0) {
+        mxp_range_begin(open_outer);
+        mxp_range_begin(open_inner);
+        mxp_range_end(open_inner);
+        mxp_range_end(open_outer);
+    }
+    mxp_range_begin(open_outer);
+    mxp_range_begin(open_inner);
+    atomic_store(&lister_phase, 2);
+    while (atomic_load(&lister_phase) != 3) sched_yield();
+    mxp_range_end(open_inner);
+    mxp_range_end(open_outer);
+    return NULL;
+}
+
+/* mxp_ranges_open (mxprof ctl where) reads another thread's stack while its
+ * owner edits it: every read is a prefix of the nesting, outermost first,
+ * ages never negative; a parked owner shows both; a cut closes them. */
+static void test_ranges_open_while_the_owner_edits(void) {
+    fresh();
+    open_outer = reg(MXP_KIND_TASK, "ctl", "outer");
+    open_inner = reg(MXP_KIND_TASK, "ctl", "inner");
+    atomic_store(&lister_tid, 0);
+    atomic_store(&lister_phase, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, ranges_owner, NULL);
+    while (atomic_load(&lister_tid) == 0) sched_yield();
+    int64_t tid = atomic_load(&lister_tid);
+    uint32_t ids[8], n = 0, bad = 0, busy = 0;
+    int64_t ages[8];
+    for (int i = 0; i < 20000; i++) {
+        int rc = mxp_ranges_open(tid, ids, ages, 8, &n);
+        if (rc == MXP_E_STATE) {
+            busy++;
+            continue;
+        }
+        if (rc != MXP_OK || n > 2 || (n >= 1 && ids[0] != open_outer) ||
+            (n == 2 && ids[1] != open_inner) || (n >= 1 && ages[0] < 0))
+            bad++;
+    }
+    CHECK_EQ(bad, 0);
+    CHECK(busy < 20000);
+    atomic_store(&lister_phase, 1);
+    while (atomic_load(&lister_phase) != 2) sched_yield();
+    CHECK_EQ(mxp_ranges_open(tid, ids, ages, 8, &n), MXP_OK);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(ids[0], open_outer);
+    CHECK_EQ(ids[1], open_inner);
+    CHECK(ages[0] >= ages[1] && ages[1] >= 0);
+    CHECK_EQ(mxp_ranges_open(tid, ids, ages, 1, &n), MXP_OK); /* cap: the outermost */
+    CHECK_EQ(n, 1);
+    CHECK_EQ(ids[0], open_outer);
+    CHECK_EQ(mxp_ranges_cut(), 2);
+    CHECK_EQ(mxp_ranges_open(tid, ids, ages, 8, &n), MXP_OK);
+    CHECK_EQ(n, 0);
+    atomic_store(&lister_phase, 3);
+    pthread_join(th, NULL);
+    CHECK_EQ(mxp_ranges_open((int64_t)syscall(SYS_gettid) + 1000000, ids, ages, 8, &n), MXP_OK);
+    CHECK_EQ(n, 0); /* a thread the core never saw */
+}
+
 int main(void) {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(tmpdir, sizeof tmpdir, "%s/mxprof-ctest-XXXXXX", base);
@@ -1371,6 +1440,7 @@ int main(void) {
     test_track_self_time();
     test_tracks_survive_fork();
     test_capi_threads_and_nvtx();
+    test_ranges_open_while_the_owner_edits();
     mxp_reset();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
