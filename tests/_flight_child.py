@@ -8,7 +8,9 @@ few ms, says it is ready (``worker<r>.ready``), triggers once when
 once after its trigger (``sys.exit``, the way out of an uncaught
 exception).  With ``block``, its main thread instead blocks in C (a lock's
 wait) inside the range ``stuck_in_c`` and another thread triggers, as a
-hang watchdog would.
+hang watchdog would; with ``watchdog`` seconds too, it runs steps (Frames)
+until ``worker<r>.trigger`` appears, then blocks inside one, and mxprof's
+own hang watchdog triggers.
 """
 
 import os
@@ -26,6 +28,7 @@ def serve(
     life=90.0,
     die=False,
     block=False,
+    watchdog=0.0,
 ):
     os.chdir(workdir)
     import mxprof
@@ -38,13 +41,15 @@ def serve(
             f.write(f"{type(e).__name__}: {e}")
         return
     mxprof.set_config(filename="t.json", flight_recorder=5, flight_recorder_interval=0)
+    if watchdog:
+        mxprof.set_config(watchdog=watchdog)
     mxprof.set_state("run")
     domain = mxprof.Domain("train")
     tick = domain.new_task("tick")
     held = domain.new_task(inside)
     held.start()  # open at any trigger: the range this rank is in
     if block:
-        return _blocked(rank, domain)
+        return _blocked(rank, domain, watchdog)
     end = time.monotonic() + life
     ticked = triggered = False
     while time.monotonic() < end and not os.path.exists("done"):
@@ -65,8 +70,9 @@ def serve(
     distributed.shutdown()
 
 
-def _blocked(rank, domain):
-    """The main thread blocked in one C call until ``done``; a watcher thread triggers."""
+def _blocked(rank, domain, watchdog):
+    """The main thread blocked in one C call until ``done``; a watcher thread
+    triggers (or, with ``watchdog``, mxprof's hang watchdog does)."""
     import threading
 
     import mxprof
@@ -78,7 +84,7 @@ def _blocked(rank, domain):
         triggered = False
         while not os.path.exists("done"):
             order = f"worker{rank}.trigger"
-            if not triggered and os.path.exists(order):
+            if not triggered and not watchdog and os.path.exists(order):
                 triggered = True
                 with open(order) as f:
                     reason = f.read()
@@ -88,7 +94,13 @@ def _blocked(rank, domain):
         release.set()
 
     threading.Thread(target=watch, daemon=True).start()
-    with domain.new_task("stuck_in_c"):
+    step = mxprof.Frame(domain, "step")
+    if watchdog:
+        open(f"worker{rank}.ready", "w").close()
+        while not os.path.exists(f"worker{rank}.trigger"):
+            with step:
+                time.sleep(0.005)
+    with step, domain.new_task("stuck_in_c"):
         open(f"worker{rank}.ready", "w").close()
         release.wait()  # one blocking call (a lock's acquire), GIL released
     distributed.shutdown()

@@ -39,11 +39,11 @@ def job(tmp_path):
     yield from _dist_job.job(tmp_path)
 
 
-def start(job, rank, n, inside="allreduce", die=False, block=False):
+def start(job, rank, n, inside="allreduce", die=False, block=False, watchdog=0.0):
     p = _dist_job.SPAWN.Process(
         target=_flight_child.serve,
         args=(str(job.tmp_path), rank, n, job.address),
-        kwargs={"inside": inside, "die": die, "block": block},
+        kwargs={"inside": inside, "die": die, "block": block, "watchdog": watchdog},
         daemon=True,
     )
     p.start()
@@ -51,12 +51,20 @@ def start(job, rank, n, inside="allreduce", die=False, block=False):
     return p
 
 
-def running_job(job, tmp_path, n, timeout, stuck=None, die=None, block=None):
+def running_job(job, tmp_path, n, timeout, stuck=None, die=None, block=None, watchdog=0.0):
     """This process as worker 0 of n workers, each recording a flight
     recorder with a range held open; returns the peers' processes."""
     distributed.init("worker", 0, n, 0, address=job.address, timeout=timeout)
     procs = [
-        start(job, r, n, "forward" if r == stuck else "allreduce", die=r == die, block=r == block)
+        start(
+            job,
+            r,
+            n,
+            "forward" if r == stuck else "allreduce",
+            die=r == die,
+            block=r == block,
+            watchdog=watchdog if r == block else 0.0,
+        )
         for r in range(1, n)
     ]
     mxprof.set_config(filename="hub.json", flight_recorder=5, flight_recorder_interval=0)
@@ -229,6 +237,23 @@ def test_a_hang_with_the_main_thread_blocked_in_c_names_the_stuck_rank(job, tmp_
     assert stuck["process"].startswith("worker 2 (") and stuck["others_in"] == "allreduce"
     cut = [e for e in _testing.events(merged, "X", "stuck_in_c")]
     assert len(cut) == 1 and cut[0]["args"]["cut_short"] is True
+
+
+def test_mxprofs_hang_watchdog_on_one_rank_makes_the_job_wide_snapshot(job, tmp_path):
+    running_job(job, tmp_path, 3, timeout=10.0, block=2, watchdog=0.5)
+    order(tmp_path, 2, "")  # it stops stepping and blocks; its watchdog fires 0.5 s later
+    path, merged = merged_snapshot(tmp_path, 10.0 + SLACK)
+    assert os.path.basename(path) == "hub.flight2-job_hang.json"
+    info = merged["otherData"]["flight_recorder"]
+    assert info["reason"] == "hang" and info["triggered_by"]["rank"] == 2
+    details = info["details"]  # the watchdog's, from rank 2's own snapshot
+    assert details["stuck_thread"] == "MainThread"
+    (main,) = [t for t in details["threads"] if t["name"] == "MainThread"]
+    assert main["innermost_range"] == "train:stuck_in_c"  # domain:name
+    ranks = {r["rank"]: r for r in info["ranks"]}
+    assert ranks[2]["range"] == "stuck_in_c" and ranks[2]["open_for_seconds"] >= 0.4
+    (stuck,) = info["stuck"]
+    assert stuck["process"].startswith("worker 2 (") and stuck["others_in"] == "allreduce"
 
 
 # ---- the pieces, in this process ----
