@@ -22,16 +22,22 @@ next snapshot says how many there were.
 A trigger never writes on a thread that may not wait: with ``wait=False``
 (signal handlers, dying threads) it only queues the snapshot for the
 background writer, which writes it as soon as its window has passed.
+
+Every snapshot a trigger takes is handed to the callbacks in
+:data:`ON_TRIGGER` (``mxprof.distributed`` registers one that makes the
+trigger job-wide); :func:`snapshot_at` takes the snapshot of a window given
+in wall-clock time, as every rank of a job does for a trigger elsewhere.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import _children, _native, _threads
 from ._native import utf8
@@ -83,6 +89,13 @@ class _Snapshot:
     error: OutputError | None = None
 
 
+# Called with every snapshot a trigger takes (not dump()'s, not snapshot_at's),
+# on the triggering thread, which may be a signal handler or a dying thread:
+# a callback only hands the snapshot on (a queue.SimpleQueue.put), never
+# blocks; what it raises is dropped.  mxprof.distributed registers one.
+ON_TRIGGER: list[Callable[[_Snapshot], None]] = []
+
+
 class _Recorder:
     """The process's snapshots: the queue, the names taken, the counts."""
 
@@ -110,12 +123,17 @@ class _Recorder:
         reason: str,
         details: dict[str, Any] | None,
         forced: bool = False,
+        at: tuple[int, int, float, float] | None = None,
     ) -> _Snapshot | None:
         """Name and queue a snapshot of now, or count why not.
 
         forced: dump()'s own snapshot, which neither the interval nor the
         most per profile hold back, which counts toward neither, and which
-        a stop or a pause of the open profile does not prevent."""
+        a stop or a pause of the open profile does not prevent.
+        at: (trigger_ns, trigger_wall_ns, window, after) of a window asked
+        for from elsewhere (:func:`snapshot_at`): queued whatever the
+        interval and the most, counted toward neither, and handed to no
+        ON_TRIGGER callback."""
         counts = self.counts
         counts["triggers"] += 1
         cfg = session.config
@@ -124,7 +142,7 @@ class _Recorder:
             counts["not_recording"] += 1
             return None
         now = _native.clock_ns()
-        if not forced:
+        if not forced and at is None:
             interval_ns = round(cfg.flight_recorder_interval * 1e9)
             if self.last_ns is not None and now - self.last_ns < interval_ns:
                 counts["suppressed"] += 1
@@ -145,11 +163,19 @@ class _Recorder:
             after=cfg.flight_recorder_after,
             suppressed=self.suppressed,
         )
+        if at is not None:
+            snap.trigger_ns, snap.trigger_wall_ns, snap.window, snap.after = at
+            snap.suppressed = 0
+            self.queue.append(snap)
+            return snap
         self.suppressed = 0
         if forced:
             snap.after = 0.0  # the caller writes it at once
-        else:
-            self.queue.append(snap)
+            return snap
+        self.queue.append(snap)
+        for callback in list(ON_TRIGGER):
+            with contextlib.suppress(Exception):  # a trigger never fails for a callback
+                callback(snap)
         return snap
 
     def _name(self, base: str, reason: str) -> str:
@@ -268,6 +294,13 @@ def trigger(
     snap = RECORDER.take(SESSION, reason, details)
     if snap is None:
         return None
+    return _finish(snap, wait)
+
+
+def _finish(snap: _Snapshot, wait: bool) -> str:
+    """snap's path, once written when wait (raising its OutputError)."""
+    from ._session import SESSION
+
     writer = SESSION.flusher
     if not wait or writer is None or threading.current_thread() is writer.thread:
         _native.flush_wake()
@@ -284,6 +317,66 @@ def trigger(
     if snap.error is not None:
         raise snap.error
     return snap.path
+
+
+def snapshot_at(
+    reason: str,
+    wall_ns: int,
+    window: float,
+    after: float,
+    details: dict[str, Any] | None = None,
+    wait: bool = True,
+) -> str | None:
+    """A snapshot of ``[wall_ns - window, wall_ns + after]``, wall_ns on this
+    process's wall clock (``_native.clock_wall_ns``): the window a trigger
+    elsewhere asks of this process (``mxprof.distributed`` converts the
+    trigger's time through its clock alignment first).
+
+    Neither ``flight_recorder_interval`` nor ``flight_recorder_max`` holds
+    it back (the trigger it answers was held to them where it happened), no
+    :data:`ON_TRIGGER` callback sees it, and its window is at most this
+    process's ``flight_recorder`` seconds (the ring keeps no more).
+
+    Args:
+        reason: as for :func:`trigger`.
+        wall_ns: the trigger's time, ns on this process's wall clock.
+        window: seconds before it.
+        after: seconds after it.
+        details: as for :func:`trigger`.
+        wait: as for :func:`trigger`.
+
+    Returns:
+        The snapshot's path, or None (counted as ``not_recording``) when no
+        flight recorder is recording.
+
+    Raises:
+        OutputError: (``wait=True``) the file could not be written.
+
+    Example:
+        >>> from mxprof import _native, flight
+        >>> flight.snapshot_at("hang on rank 3", _native.clock_wall_ns(), 10, 0)  # doctest: +SKIP
+    """
+    from ._session import SESSION
+
+    # The two clocks read together: their difference moves the wall time
+    # onto the core's monotonic clock, which the ring's records are on.
+    mono, wall = _native.clock_ns(), _native.clock_wall_ns()
+    trigger_ns = int(wall_ns) - (wall - mono)
+    kept = min(max(float(window), 0.0), SESSION.ring or 0.0)
+    at = (trigger_ns, int(wall_ns), kept, max(float(after), 0.0))
+    snap = RECORDER.take(SESSION, reason, details, at=at)
+    if snap is None:
+        return None
+    return _finish(snap, wait)
+
+
+def path_for(reason: str) -> str:
+    """A snapshot file name, after the trace file and the reason, that no
+    file and no queued snapshot has (``mxprof.distributed`` names its
+    merged job-wide snapshot so)."""
+    from ._session import SESSION
+
+    return RECORDER._name(SESSION.config.filename, reason)
 
 
 def counts() -> dict[str, int]:

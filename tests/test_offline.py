@@ -33,6 +33,7 @@ OFFLINE = {
     "mxprof.report.hints.loading",
     "mxprof.report.hints.memory",
     "mxprof.report.hints.ranks",
+    "mxprof.report.hints.snapshot",
     "mxprof.report.hints.steps",
     "mxprof.report.ranks",
     "mxprof.report._collective",

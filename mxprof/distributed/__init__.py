@@ -254,6 +254,7 @@ def _start(job: _node.Job, address: str, key: bytes) -> _node.Node:
         SESSION.set_rename(None)
         raise
     node.publish()
+    node.start_relay()  # a flight recorder's triggers are job-wide from now on
     return node
 
 

@@ -37,7 +37,7 @@ from ..errors import ConfigError, ProfilerError
 from ..stats import dumps
 from ..trace import clock as _clock
 from ..trace.clock import ClockModel
-from . import _wire
+from . import _flight, _wire
 from ._endpoint import Endpoint, PeerGone, RemoteFailure, Transport
 from ._wire import Channel
 
@@ -148,6 +148,11 @@ class Node:
         self.me = Member(job.role, job.rank, socket.gethostname(), os.getpid())
         self.clock = _clock.IDENTITY
         self.endpoint: Endpoint
+        self.relay: _flight.Relay | None = None  # job-wide flight recorder snapshots
+
+    def start_relay(self) -> None:
+        """Make this process's triggers job-wide (once its channel is up)."""
+        self.relay = _flight.Relay(self)
 
     def info(self) -> dict[str, Any]:
         """This process's ``distributedInfo``."""
@@ -172,6 +177,8 @@ class Node:
     def _current_trace(self) -> str | None:
         """This process's trace file, written up to now; None if it never ran."""
         with SESSION.lock:
+            if SESSION.ring:  # a flight recorder writes snapshots, no trace
+                return None
             if SESSION.profile_open and SESSION.traced:
                 SESSION.flush(finish=False, explicit=True)
             path = SESSION.config.filename
@@ -180,8 +187,23 @@ class Node:
     def tally(self) -> dict[str, int]:
         return self.endpoint.tally.snapshot()
 
+    def close_relay(self) -> None:
+        """Stop making triggers job-wide, once the queued ones are told."""
+        relay, self.relay = self.relay, None
+        if relay is not None:
+            relay.close()
+
     def close(self) -> None:
+        self.close_relay()
         self.endpoint.close()
+
+
+def file_piece(path: str, offset: int) -> tuple[int, bytes]:
+    """The size of the file at path and its piece at offset (an upload's)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return size, f.read(_wire.CHUNK)
 
 
 # ---- peers ----
@@ -336,6 +358,8 @@ class Peer(Node):
         return _clock.best(samples)
 
     def close(self) -> None:
+        # Its last triggers' notices go before its bye: the hub forgets it then.
+        self.close_relay()
         # A process the hub never accepted has nothing to leave with it.
         if self.joined and not self.hub_gone:
             try:
@@ -348,6 +372,8 @@ class Peer(Node):
     def _deposit(self) -> None:
         """Before leaving: a last clock estimate, then the trace, to the hub,
         which keeps them for its collect()."""
+        if SESSION.ring:
+            return  # a flight recorder writes no trace: nothing to leave
         if self._uploaded is not None and self._uploaded == self._trace_size():
             return  # the hub's collect has all of it already
         timeout = min(self.job.timeout, LEAVE_TIMEOUT)
@@ -386,6 +412,10 @@ class Peer(Node):
             return self._upload(args)
         if kind == "dumps":
             return {}, dumps(**args).encode()
+        if kind == _flight.WINDOW and self.relay is not None:
+            return self.relay.window(args), b""
+        if kind == _flight.FETCH and self.relay is not None:
+            return self.relay.piece(args)
         if kind == "ctl":  # mxprof ctl --job: run here; the reply (it may be big) in the body
             reply = _ctlserver.answer(str(args.get("cmd")), args.get("args") or {})
             return {}, json.dumps(reply, default=str).encode()
@@ -414,10 +444,7 @@ class Peer(Node):
             self._take_snapshot()
         if self._snapshot is None:
             return {"size": 0, "name": "", "info": self.info(), "missing": "never ran"}, b""
-        size = os.path.getsize(self._snapshot)
-        with open(self._snapshot, "rb") as f:
-            f.seek(offset)
-            chunk = f.read(_wire.CHUNK)
+        size, chunk = file_piece(self._snapshot, offset)
         name = os.path.basename(SESSION.config.filename)
         if offset + len(chunk) >= size:
             os.unlink(self._snapshot)
@@ -524,6 +551,9 @@ class Hub(Node):
                 "ping": self._ping,
                 "file": self._file,
                 "bye": self._bye,
+                # On the transport's thread, as bye: a process leaving right
+                # after its trigger says bye next, and is still known here.
+                _flight.NOTICE: self._flight_notice,
             },
             accept=self._accept,
         )
@@ -613,6 +643,14 @@ class Hub(Node):
         if known is not None:
             with self.reg.lock:
                 known.note_file(header.get("args", {}).get("path"))
+        return {}, b""
+
+    def _flight_notice(
+        self, src: Any, channel: Channel | None, header: dict[str, Any], body: bytes
+    ) -> tuple[dict[str, Any], bytes]:
+        known = self._known(channel)
+        if known is not None and self.relay is not None:
+            self.relay.requested(known.member, header.get("args", {}))  # only queued
         return {}, b""
 
     def _bye(
