@@ -58,7 +58,9 @@ def per_event(repeats: int, number: int, work: str) -> dict[str, float]:
     for _ in range(repeats):
         for mode, ring in (("file", 0.0), ("ring", 5.0)):
             task = _profile(os.path.join(work, f"per_event_{mode}.json"), ring)
-            timer = timeit.Timer("start(); stop()", globals={"start": task.start, "stop": task.stop})
+            timer = timeit.Timer(
+                "start(); stop()", globals={"start": task.start, "stop": task.stop}
+            )
             timer.timeit(number // 10)  # warm
             samples[mode].append(timer.timeit(number) / number * 1e9)
             mxprof.set_state("stop")
@@ -130,7 +132,9 @@ def main() -> None:
         print(f"python {platform.python_version()}, {os.cpu_count()} CPUs")
         print("per range (start + stop), median of", repeats)
         print(f"  file mode  {cost['file_ns']:8.1f} ns")
-        print(f"  ring mode  {cost['ring_ns']:8.1f} ns   ratio {cost['ratio']:.3f} (target <= 1.10)")
+        print(
+            f"  ring mode  {cost['ring_ns']:8.1f} ns   ratio {cost['ratio']:.3f} (target <= 1.10)"
+        )
         snaps = {}
         for ext in (".json", ".pftrace"):
             snaps[ext] = s = snapshot(events, ext, work)

@@ -5,7 +5,8 @@ BLOCK: how its main thread waits, inside range train:step --
 call that keeps the GIL: libc's sleep through ctypes.PyDLL), ``spin`` (a
 Python loop).
 STATE: ``idle`` (the program never records), ``run`` (it records itself,
-with statistics) or ``flight`` (a flight recorder of the last 5 s).  A worker thread records train:work ranges of 10 ms.
+with statistics) or ``flight`` (a flight recorder of the last 5 s).  A worker
+thread records train:work ranges of 10 ms.
 Prints "ready PID" once it can be asked; waits at most 60 s.
 """
 

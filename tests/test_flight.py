@@ -25,6 +25,11 @@ def names(path):
     return sorted(e.name for e in mxprof.load(path).events if e.ph == "X")
 
 
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
 def other(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
@@ -61,7 +66,7 @@ def test_the_snapshot_holds_the_window_and_nothing_else(clock):
     assert path == "train.flight1-loss_is_NaN.json"
     assert os.listdir(".") == [path]  # no trace file besides
     assert names(path) == ["new0", "new1", "new2", "new3", "new4", "open"]
-    raw = json.load(open(path))
+    raw = load_json(path)
     (open_event,) = [e for e in raw["traceEvents"] if e.get("name") == "open"]
     assert open_event["args"] == {"cut_short": True}
     assert open_event["dur"] == pytest.approx(3000, abs=1)  # cut at the trigger
@@ -260,6 +265,6 @@ def test_a_snapshot_names_the_threads(clock):
     worker.start()
     worker.join(60)
     path = mxprof.trigger("names")
-    raw = json.load(open(path))
+    raw = load_json(path)
     named = {e["args"]["name"] for e in raw["traceEvents"] if e.get("name") == "thread_name"}
     assert "loader 3" in named
