@@ -145,7 +145,7 @@ def _combine(traces: Sequence[Trace]) -> tuple[Trace, list[int], list[dict[Any, 
     process_names: dict[Any, str] = {}
     thread_names: dict[tuple[Any, Any], str] = {}
     for k, (trace, shift) in enumerate(zip(traces, shifts)):
-        pids = {e.pid for e in trace} | set(trace.process_names)
+        pids = {t.pid for t in trace.events.threads} | set(trace.process_names)
         clash = pids & seen
         seen |= pids
         renamed.append({pid: f"{k}:{pid}" for pid in clash})

@@ -23,7 +23,8 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections.abc import Iterator, MutableSequence, Sequence
-from itertools import islice
+from itertools import compress, count, islice, repeat
+from operator import eq
 from typing import Any, overload
 
 from ._event import NO_ARGS, Event, Id
@@ -79,32 +80,64 @@ class Thread:
 
     def append(self, event: Event) -> None:
         """Add an event (the next of this thread in file order)."""
-        k = self.keys.of(event.name, event.category, event.ph)
-        args = event.args
-        if args is not NO_ARGS:  # (an empty dict of its own, or None, stays what it was)
-            self.extras.append((k, args))
-            k = -len(self.extras)
-        self.add(event.ts, event.dur, k)
+        self.put(event.ts, event.dur, event.name, event.category, event.ph, event.args)
 
-    def add(self, ts: int, dur: int | None, kind: int) -> None:
-        """Place an event given as its columns' values."""
-        d = NO_DUR if dur is None else dur
-        if dur is not None:
+    def put(
+        self,
+        ts: int,
+        dur: int | None,
+        name: str,
+        category: str,
+        ph: str,
+        args: dict[str, Any] | None,
+    ) -> None:
+        """Add an event given as its fields (the next of this thread in file order).
+
+        ``Converter.add_block`` hands the events it decodes here without
+        finishing an ``Event``: this is the loading's inner loop.
+        """
+        keys = self.keys
+        k = keys.index.get((name, category, ph))
+        if k is None:
+            k = keys.of(name, category, ph)
+        if args is not NO_ARGS:  # (an empty dict of its own, or None, stays what it was)
+            self.extras.append((k, args))  # type: ignore[arg-type]
+            k = -len(self.extras)
+        if dur is None:
+            d = NO_DUR
+        else:
+            d = dur
             self.ranges += 1
         times = self.ts
+        if times and (ts < times[-1] or (ts == times[-1] and d > 0 and d > _length(self.dur[-1]))):
+            self._place(ts, d, k)
+            return
+        try:
+            times.append(ts)
+        except OverflowError:  # past int64 (a damaged file): lists hold any int
+            self._widen()
+            self.ts.append(ts)
+        try:
+            self.dur.append(d)
+        except OverflowError:
+            self._widen()
+            self.dur.append(d)
+        self.kind.append(k)
+
+    def _place(self, ts: int, d: int, kind: int) -> None:
+        """An event that goes before the last: back past the ones after it."""
+        times = self.ts
         n = len(times)
-        if self._sorted and n:
-            last = times[-1]
-            if ts < last or (ts == last and _length(d) > _length(self.dur[-1])):
-                at = bisect.bisect_right(times, ts)  # past the events that start before or at ts
-                lengths = self.dur
-                mine = _length(d)
-                while at > 0 and times[at - 1] == ts and _length(lengths[at - 1]) < mine:
-                    at -= 1  # at one ts, longer first
-                if n - at <= _MAX_MOVE:
-                    self._put(at, ts, d, kind)
-                    return
-                self._sorted = False
+        if self._sorted:
+            at = bisect.bisect_right(times, ts)  # past the events that start before or at ts
+            lengths = self.dur
+            mine = _length(d)
+            while at > 0 and times[at - 1] == ts and _length(lengths[at - 1]) < mine:
+                at -= 1  # at one ts, longer first
+            if n - at <= _MAX_MOVE:
+                self._put(at, ts, d, kind)
+                return
+            self._sorted = False
         self._put(n, ts, d, kind)
 
     def _put(self, at: int, ts: int, d: int, kind: int) -> None:
@@ -275,6 +308,14 @@ class Events(Sequence[Event]):
     def __iter__(self) -> Iterator[Event]:
         for t in self.threads:
             yield from t
+
+    def points(self) -> Iterator[Event]:
+        """The events that are not ranges (instants, counter samples), in order;
+        no Event is made for a range."""
+        for t in self.threads:
+            if t.ranges < len(t):
+                for i in compress(count(), map(eq, t.dur, repeat(NO_DUR))):
+                    yield t.event(i)
 
     @overload
     def __getitem__(self, index: int) -> Event: ...

@@ -232,7 +232,7 @@ class Process:
     counters: dict[tuple[str, str], list[Event]] = field(default_factory=dict)  # time order
     steps: Steps | None = None
     memory: list[MemoryPeak] = field(default_factory=list)
-    _durations: dict[tuple[str, str], list[int]] | None = field(default=None, repr=False)
+    _durations: dict[tuple[str, str], array[int]] | None = field(default=None, repr=False)
 
     @property
     def pid(self) -> Id:
@@ -290,32 +290,57 @@ class Process:
             out.append((at, hi))
         return out
 
-    def durations(self) -> dict[tuple[str, str], list[int]]:
-        """Every range's duration by (name, category), each list sorted."""
+    def durations(self) -> dict[tuple[str, str], array[int]]:
+        """Every range's duration by (name, category), each array (int64) sorted."""
         if self._durations is None:
-            found: dict[tuple[str, str], list[int]] = {}
-            for ranges in self.threads.values():
-                keys = ranges.thread.keys
-                for _, _, d, k in ranges.thread.range_columns():
-                    found.setdefault((keys.names[k], keys.categories[k]), []).append(d)
-            for durations in found.values():
-                durations.sort()
-            self._durations = found
+            # Past int64 ns (a damaged file: its columns are lists): lists hold them.
+            wide = any(isinstance(r.thread.dur, list) for r in self.threads.values())
+            make: Any = list if wide else (lambda values=(): array("q", values))
+            by_key = self._by_key(make, list.append if wide else array.append)
+            found: dict[tuple[str, str], array[int]] = {}
+            for (name, category, _), lengths in by_key.items():
+                got = found.get((name, category))
+                if got is None:
+                    found[(name, category)] = lengths
+                else:
+                    got.extend(lengths)
+            # Sorted one name at a time: a list of ints per range (40 bytes
+            # each) is held for one name only.
+            self._durations = {key: make(sorted(v)) for key, v in found.items()}
         return self._durations
 
     def totals(self) -> dict[str, int]:
         """Total ns in ranges by name, the profiler's own ranges left out."""
-        by_key: dict[int, int] = {}
         out: dict[str, int] = {}
+        for (name, category, _), total in self._by_key(int, int.__add__).items():
+            if not is_own(category, name):
+                out[name] = out.get(name, 0) + total
+        return out
+
+    def _by_key(self, new: Any, add: Any) -> dict[tuple[str, str, str], Any]:
+        """Per (name, category, phase) of ranges, ``add(got, dur)`` over them from
+        ``new()``; add returns the new value or None (it changed got in place)."""
+        out: dict[tuple[str, str, str], Any] = {}
         for ranges in self.threads.values():
             thread = ranges.thread
-            for _, _, d, k in thread.range_columns():
-                by_key[k] = by_key.get(k, 0) + d
+            extras = thread.extras
+            got: dict[int, Any] = {}
+            for d, k in zip(thread.dur, thread.kind):
+                if d == NO_DUR:
+                    continue
+                if k < 0:
+                    k = extras[-k - 1][0]
+                value = got.get(k)
+                if value is None:
+                    value = got[k] = new()
+                changed = add(value, d)
+                if changed is not None:
+                    got[k] = changed
             keys = thread.keys
-            for k, total in by_key.items():
-                if not is_own(keys.categories[k], keys.names[k]):
-                    out[keys.names[k]] = out.get(keys.names[k], 0) + total
-            by_key.clear()
+            for k, value in got.items():
+                key = (keys.names[k], keys.categories[k], keys.phases[k])
+                before = out.get(key)
+                out[key] = value if before is None else _joined(before, value)
         return out
 
     def devices(self) -> Iterator[tuple[str, list[Event]]]:
@@ -329,6 +354,13 @@ class Process:
         for (category, name), samples in sorted(self.counters.items()):
             if category == SCOPE_STORAGE:
                 yield name, samples
+
+
+def _joined(a: Any, b: Any) -> Any:
+    if isinstance(a, int):
+        return a + b
+    a.extend(b)
+    return a
 
 
 def counter_value(event: Event) -> float | None:
