@@ -62,17 +62,18 @@ class Thread:
     events in file order.
     """
 
-    __slots__ = ("pid", "tid", "keys", "ts", "dur", "kind", "extras", "ranges", "_sorted")
+    __slots__ = ("pid", "tid", "keys", "_index", "ts", "dur", "kind", "extras", "ranges", "_sorted")
 
     def __init__(self, pid: Id, tid: Id, keys: Keys) -> None:
         self.pid = pid
         self.tid = tid
         self.keys = keys
+        self._index = keys.index
         self.ts: MutableSequence[int] = array("q")
         self.dur: MutableSequence[int] = array("q")
         self.kind: MutableSequence[int] = array("i")
         self.extras: list[tuple[int, dict[str, Any]]] = []
-        self.ranges = 0  # events with a dur
+        self.ranges = 0  # events with a dur (counted by finish)
         self._sorted = True  # placed in order as they came (else: finish sorts)
 
     def __len__(self) -> int:
@@ -96,18 +97,13 @@ class Thread:
         ``Converter.add_block`` hands the events it decodes here without
         finishing an ``Event``: this is the loading's inner loop.
         """
-        keys = self.keys
-        k = keys.index.get((name, category, ph))
+        k = self._index.get((name, category, ph))
         if k is None:
-            k = keys.of(name, category, ph)
+            k = self.keys.of(name, category, ph)
         if args is not NO_ARGS:  # (an empty dict of its own, or None, stays what it was)
             self.extras.append((k, args))  # type: ignore[arg-type]
             k = -len(self.extras)
-        if dur is None:
-            d = NO_DUR
-        else:
-            d = dur
-            self.ranges += 1
+        d = NO_DUR if dur is None else dur
         times = self.ts
         if times and (ts < times[-1] or (ts == times[-1] and d > 0 and d > _length(self.dur[-1]))):
             self._place(ts, d, k)
@@ -159,7 +155,9 @@ class Thread:
             self.dur = list(self.dur)
 
     def finish(self) -> None:
-        """Sort the columns if events came out of order (see the module docstring)."""
+        """Count the ranges; sort the columns if events came out of order (see
+        the module docstring)."""
+        self.ranges = len(self.dur) - self.dur.count(NO_DUR)
         if self._sorted:
             return
         ts, dur = self.ts, self.dur
