@@ -37,6 +37,7 @@ from .errors import (
 )
 
 if _typing.TYPE_CHECKING:
+    from . import flight as flight
     from . import memory
     from ._capi import C_API as _C_API  # noqa: F401 - the capsule, not in __all__
     from ._include import get_include
@@ -44,6 +45,7 @@ if _typing.TYPE_CHECKING:
     from .control import dump, pause, resume, set_config, set_state
     from .counter import Counter
     from .domain import Domain
+    from .flight import trigger
     from .marker import Marker
     from .ranges import Event, Frame, Task
     from .report import report
@@ -89,6 +91,7 @@ __all__ = [
     "scope",
     "set_config",
     "set_state",
+    "trigger",
 ]
 
 # The live API: name -> (module, attribute; None: the module itself).
@@ -104,6 +107,7 @@ _LIVE: dict[str, tuple[str, _typing.Optional[str]]] = {
     "dump": ("control", "dump"),
     "dump_profile": ("compat", "dump_profile"),
     "dumps": ("stats", "dumps"),
+    "trigger": ("flight", "trigger"),
     "memory": ("memory", None),
     "pause": ("control", "pause"),
     "profile": ("schedule", "profile"),
@@ -134,8 +138,8 @@ _CORE_ONLY: dict[str, tuple[str, _typing.Optional[str]]] = {
 _SUBMODULES = frozenset(
     {
         "_children", "_native", "_session", "_signals", "_tasks", "_threads", "_tracejson",
-        "_render", "averages", "compat", "config", "control", "counter", "domain", "marker",
-        "memory", "ranges", "schedule", "scope", "stats", "trace",
+        "_render", "averages", "compat", "config", "control", "counter", "domain", "flight",
+        "marker", "memory", "ranges", "schedule", "scope", "stats", "trace",
     }
 )  # fmt: skip
 
@@ -148,6 +152,8 @@ def _load_live() -> None:
         loaded = _importlib.import_module(f"{__name__}.{module}")
         values[name] = loaded if attribute is None else getattr(loaded, attribute)
     globals().update(values)
+    # The control endpoint of `mxprof ctl` opens with the live tier.
+    _importlib.import_module(f"{__name__}._ctlserver").start()
 
 
 def __getattr__(name: str) -> _typing.Any:

@@ -20,7 +20,8 @@ module offers two kinds of names:
   ``StateError`` (MXP_E_STATE) or ``ProfilerError`` (the rest), naming what
   was asked.  Where a negative code is an answer the caller acts on rather
   than a failure, the wrapper returns it, and its docstring says which
-  (``trace_flush``, ``trace_path_set``, ``trace_format``, ``memory_alloc``).
+  (``trace_flush``, ``trace_path_set``, ``trace_format``, ``memory_alloc``,
+  ``ring_trim``, ``snapshot_write``).
 
 Calls that return only a value (``clock_ns``, ``trace_pending``) are bound
 as they are.  The test seams (fake clock, reset) stand at the end.
@@ -136,6 +137,7 @@ track_close = lib.mxp_track_close  # E_INVALID only for a tid that is not open
 
 clock_ns = lib.mxp_clock_ns
 clock_wall_ns = lib.mxp_clock_wall_ns
+profile_epoch_ns = lib.mxp_profile_epoch_ns  # the open profile's ts 0 (clock_ns)
 trace_pending = lib.mxp_trace_pending
 trace_errno = lib.mxp_trace_errno
 stats_recorded_ns = lib.mxp_stats_recorded_ns
@@ -484,6 +486,28 @@ def trace_discard() -> None:
     check(lib.mxp_trace_discard(), "discarding the trace")
 
 
+def ring_trim(keep_ns: int, max_records: int) -> int:
+    """A flight recorder's trim: drop the records that ended more than
+    keep_ns ago, then the oldest while more than max_records (0: no cap)
+    stay.  Returns 0, or (answers) E_STATE when the profile writes a file."""
+    return int(lib.mxp_ring_trim(keep_ns, max_records))
+
+
+def ring_floor_ns() -> int | None:
+    """The clock time before which the flight recorder's cap dropped
+    records; None when it never bound."""
+    floor = int(lib.mxp_ring_floor_ns())
+    return None if floor == -(2**63) else floor
+
+
+def snapshot_write(path: bytes, from_ns: int, to_ns: int, other_json: bytes) -> int:
+    """Write a flight recorder's window [from_ns, to_ns] to a new file at
+    path.  Returns 0, or (answers) E_IO (errno in :func:`trace_errno`; no
+    file left), E_STATE (no flight recorder's profile) or E_INVALID (a
+    format this build cannot write)."""
+    return int(lib.mxp_snapshot_write(path, len(path), from_ns, to_ns, other_json, len(other_json)))
+
+
 def ranges_cut() -> int:
     """End every open range now, cut short; how many.  Out of memory is an
     answer (E_NOMEM): the ranges left open end later as usual, so a stop
@@ -648,6 +672,18 @@ def thread_unnamed() -> list[tuple[int, int]]:
     tids, os_tids, n = ffi.new("uint32_t[]", cap), ffi.new("int64_t[]", cap), ffi.new("uint32_t *")
     check(lib.mxp_thread_unnamed(tids, os_tids, cap, n), "reading thread names")
     return [(int(tids[i]), int(os_tids[i])) for i in range(n[0])]
+
+
+def ranges_open(os_tid: int) -> list[tuple[int, int]] | None:
+    """The ranges open on OS thread os_tid now, outermost first: (object id,
+    ns open).  None where the thread kept editing its stack while read; []
+    for a thread with none, or that never recorded."""
+    fill = lib.mxp_ranges_open
+    cap = 256  # deeper stacks are cut at their outermost 256
+    ids, ages, n = ffi.new("uint32_t[]", cap), ffi.new("int64_t[]", cap), ffi.new("uint32_t *")
+    if fill(os_tid, ids, ages, cap, n) != OK:
+        return None
+    return [(int(ids[i]), int(ages[i])) for i in range(n[0])]
 
 
 # ---- test seams (mxprof._testing, benchmarks) ----

@@ -64,6 +64,7 @@ __all__ = [
     "apply",
     "cut",
     "describe",
+    "is_own",
     "kind",
     "own_thread",
     "rate",
@@ -165,6 +166,12 @@ def own_thread(thread: threading.Thread) -> threading.Thread:
 
     thread._bootstrap_inner = _bootstrap_inner  # type: ignore[attr-defined]
     return thread
+
+
+def is_own(native_id: int | None) -> bool:
+    """Whether the thread of OS id native_id is one of mxprof's own
+    (:func:`own_thread`): ``mxprof ctl where`` leaves them out too."""
+    return native_id in _own
 
 
 def cut(code: CodeType) -> None:
@@ -327,15 +334,22 @@ class _PythonSampler:
             self.threads = {k: v for k, v in self.threads.items() if k in live}
 
     def _stack(self, frame: FrameType | None) -> int:
-        chain: list[CodeType] = []
-        while frame is not None and frame.f_code not in _cuts:
-            chain.append(frame.f_code)
-            frame = frame.f_back
-        sid = 0
-        code_frame, node = TABLES.code_frame, TABLES.node
-        for code in reversed(chain):
-            sid = node(sid, code_frame(code))
-        return sid
+        return stack_of(frame)
+
+
+def stack_of(frame: FrameType | None) -> int:
+    """The interned stack node of frame and its callers, cut at a launcher's
+    (0: none left).  The Python sampler's and the hang watchdog's
+    (``mxprof._triggers``) way to a sample's stack."""
+    chain: list[CodeType] = []
+    while frame is not None and frame.f_code not in _cuts:
+        chain.append(frame.f_code)
+        frame = frame.f_back
+    sid = 0
+    code_frame, node = TABLES.code_frame, TABLES.node
+    for code in reversed(chain):
+        sid = node(sid, code_frame(code))
+    return sid
 
 
 # ---- the native sampler ----

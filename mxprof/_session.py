@@ -27,7 +27,7 @@ import warnings
 from types import FrameType
 from typing import Any, Callable
 
-from . import _children, _native, _sampler, _signals, _threads, config
+from . import _children, _native, _sampler, _signals, _threads, _triggers, config, flight
 from ._native import (
     FLAG_AGGREGATE,
     FLAG_MEMORY,
@@ -147,6 +147,10 @@ class Session:
         self.ever_ran = False
         self.profile_open = False  # a profile has begun and is not finished
         self.traced = False  # the open profile writes a trace file
+        # The open profile's flight recorder window in seconds (0: none): its
+        # records stay in memory for snapshots (mxprof.flight), no trace file.
+        self.ring = 0.0
+        self.epoch_ns = 0  # mxp_clock_ns when the open profile began
         # A child's parent's filename, which its own and its children's derive from.
         self.inherited_base: str | None = None
         self.flusher: _Flusher | None = None
@@ -192,7 +196,7 @@ class Session:
                 raise
             # Last, as it cannot be taken back (the old file is completed); with
             # a validated path it does not fail.
-            if self.profile_open and self.config.filename != old.filename:
+            if self.profile_open and not self.ring and self.config.filename != old.filename:
                 self.set_path(self.config.filename)
 
     def run(self) -> None:
@@ -241,6 +245,12 @@ class Session:
                 )
             if not self.profile_open and self.continuation is None:
                 return False
+            if self.ring:
+                # A flight recorder writes snapshots only: dump() takes one.
+                self.write_ring_snapshot("dump()")
+                if finished:
+                    self.end_profile()
+                return True
             if finished and self.state == "run" and self.profile_open:
                 self.cut_open_ranges()  # the profile ends here, and so do its ranges
             if self.traced:
@@ -343,17 +353,23 @@ class Session:
         every = FLAG_RECORD | FLAG_TRACE | FLAG_AGGREGATE | FLAG_MEMORY | FLAG_MEMORY_EVENTS
         every |= FLAG_NVTX
         _native.flags_update(want, every & ~want)
-        if self.config.max_events != self.applied_max_events:
-            _native.max_events_set(self.config.max_events)
-            self.applied_max_events = self.config.max_events
-        period = self.config.dump_period
-        wanted = self.writing and self.config.continuous_dump
+        ring = self.ring if self.profile_open else 0.0
+        cap = flight.cap_records(self.config.flight_recorder_bytes) if ring else 0
+        max_events = cap if ring else self.config.max_events
+        if max_events != self.applied_max_events:
+            _native.max_events_set(max_events)
+            self.applied_max_events = max_events
+        # A flight recorder's background writer trims its ring (and writes
+        # its snapshots), whatever continuous_dump says.
+        period = flight.period(ring) if ring else self.config.dump_period
+        wanted = self.writing and (self.config.continuous_dump or bool(ring))
         if self.flusher is not None and (not wanted or self.flusher.period != period):
             self.flusher.stop()
             self.flusher = None
         if wanted and self.flusher is None:
             self.flusher = _Flusher(self, period)
-        _native.flush_threshold_set(self.config.dump_events if wanted else 0)
+        threshold = cap * 3 // 4 if ring else self.config.dump_events
+        _native.flush_threshold_set(threshold if wanted else 0)
         if self.profile_open and self.state == "run" and self.config.follow_children:
             base = self.inherited_base or self.config.filename
             _children.export(self.config.as_dict(), base, self.paused)
@@ -362,6 +378,7 @@ class Session:
                 self.mp_hooked = True
         else:
             _children.withdraw()
+        _triggers.apply(self)  # a flight recorder's triggers, in place while it records
         if sampling:
             _sampler.apply(sampling, self.config.sample_mode)
 
@@ -378,7 +395,11 @@ class Session:
             other += f',"sampler":{trace_json(_sampler.describe())}'
         self.meta = (process, other.encode())
         self.push_meta()
-        self.set_path(self.config.filename)
+        self.epoch_ns = _native.profile_epoch_ns()
+        self.ring = self.config.flight_recorder if self.config.write_trace else 0.0
+        flight.RECORDER.begin()
+        if not self.ring:
+            self.set_path(self.config.filename)
         self.traced = self.config.write_trace
         self.profile_open = True
         self.ever_ran = True
@@ -509,14 +530,34 @@ class Session:
             if stop.is_set():
                 return
         try:
-            if not stop.is_set() and self.writing:
+            if not stop.is_set() and self.writing and self.ring and self.profile_open:
+                flight.RECORDER.service(self)
+            elif not stop.is_set() and self.writing and not self.ring:
                 self.flush(finish=False, explicit=False)
         finally:
             self.lock.release()
 
+    def write_ring_snapshot(self, reason: str) -> None:
+        """dump() of a flight recorder: a snapshot now, besides any waiting
+        (the interval and the most per profile do not apply).
+
+        Raises:
+            OutputError: the snapshot cannot be written.
+        """
+        snap = flight.RECORDER.take(self, reason, None, forced=True)
+        if snap is None:
+            return
+        flight.RECORDER.write(self, snap, snap.trigger_ns)
+        if snap.error is not None:
+            raise snap.error
+
     def signal_flush(self) -> None:
         """Write everything buffered (from a signal handler: never raises),
-        unless flush_on_signal has been turned off since the handler went in."""
+        unless flush_on_signal has been turned off since the handler went in.
+        A flight recorder queues a snapshot instead."""
+        if self.ring and self.config.flush_on_signal:
+            flight.trigger("signal", wait=False)
+            return
         with self.lock:
             if self.writing and self.config.flush_on_signal:
                 self.flush(finish=False, explicit=False)
@@ -528,6 +569,7 @@ class Session:
 
     def end_profile(self) -> None:
         self.profile_open = False
+        self.ring = 0.0
         self.sync()
 
     def restart_profile(self) -> None:
@@ -549,6 +591,12 @@ class Session:
                 self.flusher.stop()
                 self.flusher = None
             if not self.profile_open and self.continuation is None:
+                return
+            if self.ring:
+                # A flight recorder writes no trace: only the snapshots that
+                # wait for their window after the trigger, cut here.
+                flight.RECORDER.service(self, at_exit=True)
+                self.end_profile()
                 return
             if self.state == "run" and self.profile_open:
                 self.cut_open_ranges()

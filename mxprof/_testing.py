@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from . import _native, control, memory
+from . import _native, control, flight, memory
 from ._session import SESSION
 
 
@@ -23,6 +23,7 @@ def reset() -> None:
             SESSION.flusher.stop()
         _native.reset_for_testing()
         memory.reset()
+        flight.RECORDER.reset()
         SESSION.reset()
         SESSION.sync()
 

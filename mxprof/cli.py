@@ -1,4 +1,4 @@
-"""The ``mxprof`` command: run, stats, merge, repair, diff, report, ranks, hints, export.
+"""The ``mxprof`` command: run, stats, merge, repair, diff, report, ranks, hints, export, ctl.
 
 Each subcommand is one small function taking the parsed arguments and
 returning an exit status.  Profiler output goes to stderr, so a profiled
@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO, cast
 
+from . import _ctlclient
 from ._render import ROW_SORT_KEYS
 from ._version import __version__
 from .averages import KeyAverages
@@ -54,13 +55,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     HTML report (unless --no-report) and print the table."""
     # The one place the command loads the live tier: the other commands must
     # not start a session in a process that only reads files.
-    from . import _sampler, control
+    from . import _ctlserver, _sampler, control
     from ._session import SESSION
     from .schedule import current_averages
 
     script = args.script
     if not os.path.isfile(script):
         raise CommandError(f"no such script: {script!r}")
+    _ctlserver.start()  # the script can be looked into (mxprof ctl)
     control.set_config(
         filename=args.output,
         aggregate_stats=args.stats,
@@ -372,6 +374,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ctl(args: argparse.Namespace) -> int:
+    """Look into a running process that uses mxprof (mxprof._ctlclient)."""
+    return _ctlclient.run(args)
+
+
 def _number(text: str) -> float:
     try:
         return float(text)
@@ -616,6 +623,45 @@ def parser() -> argparse.ArgumentParser:
         help="collapsed: start each stack with a frame naming its thread",
     )
     ex.set_defaults(func=cmd_export)
+
+    ct = sub.add_parser(
+        "ctl",
+        help="look into a running process that uses mxprof (list, status, where, start ...)",
+        description="Talk to the control endpoint of a running process that uses mxprof's "
+        "live API (a Unix socket only this user can reach): 'ctl list', or 'ctl PID ACTION' "
+        "with ACTION one of: status (default), where (every thread's stack and open "
+        "ranges), start / stop / dump (record on demand; a process that was idle is idle "
+        "again after), snapshot (flight recorder), top (ranges over the last interval, "
+        "until interrupted), attach (CPython 3.14+: load mxprof into a process without it).",
+        epilog="Exit status: 0; 2 when the process is gone, is not an mxprof process, "
+        "refuses, or does not answer within --timeout.",
+    )
+    ct.add_argument("target", help="'list', or the process id to talk to")
+    ct.add_argument("action", nargs="?", choices=_ctlclient.ACTIONS, help="what to do (status)")
+    ct.add_argument("--format", choices=("text", "json"), default="text", help="output (text)")
+    ct.add_argument(
+        "--timeout", type=_positive_float, default=_ctlclient.DEFAULT_TIMEOUT,
+        help="seconds to wait for an answer (2)",
+    )  # fmt: skip
+    ct.add_argument(
+        "--job", action="store_true",
+        help="PID is a distributed job's rank-0 worker: every process answers (status, where, "
+        "snapshot) or records (start; dump and stop write one merged trace, -o names it)",
+    )  # fmt: skip
+    ct.add_argument(
+        "--duration", type=_positive_float, metavar="S", help="start: seconds to record, then write"
+    )
+    ct.add_argument(
+        "-o", "--output", metavar="FILE",
+        help="start: the trace file (default: mxprof-ctl-<pid>-<time>.json in the target's "
+        "folder); with --job, the merged trace",
+    )  # fmt: skip
+    ct.add_argument("--sample", type=_sample_rate, metavar="HZ", help="start: also sample stacks")
+    ct.add_argument(
+        "--interval", type=_positive_float, default=1.0, metavar="S", help="top: seconds per frame"
+    )
+    ct.add_argument("--iterations", type=_count, metavar="N", help="top: stop after N frames")
+    ct.set_defaults(func=cmd_ctl)
     return p
 
 
@@ -628,6 +674,7 @@ _BAD_INPUT = (
     ConfigError,
     DiffError,
     export.ExportError,
+    _ctlclient.CtlError,
 )
 
 

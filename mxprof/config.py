@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Literal
 
@@ -129,6 +130,86 @@ def _process(key: str, value: Any) -> str:
     if not isinstance(value, str) or value not in PROCESSES:
         raise ConfigError(f"{key} must be 'worker' or 'server', got {value!r}")
     return str(value)
+
+
+MAX_WINDOW = 86_400.0  # s: a flight recorder's window (one day)
+MIN_RING_BYTES = 1 << 20
+MAX_RING_BYTES = 1 << 40
+
+
+def _window(key: str, value: Any) -> float:
+    allowed = f"a number of seconds from 0 (off) to {MAX_WINDOW:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key} must be {allowed}, got {type(value).__name__} {value!r}")
+    if not (0 <= value <= MAX_WINDOW):  # NaN fails this too
+        raise ConfigError(f"{key} must be {allowed}, got {value!r}")
+    return float(value)
+
+
+def _ring_bytes(key: str, value: Any) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not MIN_RING_BYTES <= value <= MAX_RING_BYTES
+    ):
+        raise ConfigError(
+            f"{key} must be an int number of bytes from {MIN_RING_BYTES} (1 MiB) to "
+            f"{MAX_RING_BYTES} (1 TiB), got {value!r}"
+        )
+    return int(value)
+
+
+def _signal(key: str, value: Any) -> str:
+    """A signal that can be caught, by name ('SIGUSR2', 'USR2') or number, as
+    its name; None or '' (off) as ''."""
+    if value is None or value == "":
+        return ""
+    sig: signal.Signals | None = None
+    if isinstance(value, str):
+        name = value.strip().upper()
+        name = name if name.startswith("SIG") else "SIG" + name
+        sig = getattr(signal.Signals, name, None) if not name.startswith("SIG_") else None
+    elif isinstance(value, int) and not isinstance(value, bool):
+        try:
+            sig = signal.Signals(value)
+        except ValueError:
+            sig = None
+    if sig is None or sig in _UNCATCHABLE:
+        raise ConfigError(
+            f"{key} must be the name or number of a signal that can be caught (such as "
+            f"'SIGUSR2'), or None or '' for none, got {value!r}"
+        )
+    return sig.name
+
+
+_UNCATCHABLE = {getattr(signal, n) for n in ("SIGKILL", "SIGSTOP") if hasattr(signal, n)}
+MAX_SLOW_FACTOR = 1e6
+MAX_STEPS = 100_000
+
+
+def _factor(key: str, value: Any) -> float:
+    allowed = f"0 (off) or a number from 1 to {MAX_SLOW_FACTOR:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key} must be {allowed}, got {type(value).__name__} {value!r}")
+    if not (value == 0 or 1 <= value <= MAX_SLOW_FACTOR):  # NaN fails this too
+        raise ConfigError(f"{key} must be {allowed}, got {value!r}")
+    return float(value)
+
+
+def _steps(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_STEPS:
+        raise ConfigError(
+            f"{key} must be an int number of steps from 1 to {MAX_STEPS}, got {value!r}"
+        )
+    return int(value)
+
+
+def _bytes(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise ConfigError(
+            f"{key} must be an int number of bytes from 0 (off) to {MAX_COUNT}, got {value!r}"
+        )
+    return int(value)
 
 
 Source = Literal["profile_symbolic", "profile_imperative", "profile_memory", "profile_api"]
@@ -263,6 +344,13 @@ class Config:
         "domain per mxprof domain; start/end ranges for asyncio tasks), seen by Nsight "
         "Systems or any tool named by NVTX_INJECTION64_PATH; a no-op without one",
     )
+    control: bool = _key(
+        True,
+        check_bool,
+        "mxprof: a local control endpoint for `mxprof ctl` (a Unix socket only this user "
+        "can reach, served by a thread of its own); False closes it, True opens it again; "
+        "the environment's MXPROF_CONTROL=0 keeps it closed whatever this says",
+    )
 
     sample_rate: float = _key(
         0.0,
@@ -277,6 +365,88 @@ class Config:
         "mxprof: what samples count: 'wall' (every thread at every instant; one blocked "
         "then is sampled as <waiting> under the function that waits, so shares are of "
         "elapsed time) or 'cpu' (only threads on a CPU at the instant: shares of CPU time)",
+    )
+
+    flight_recorder: float = _key(
+        0.0,
+        _window,
+        "mxprof: a flight recorder: keep only the last this many seconds of everything "
+        "recorded in memory and write nothing until mxprof.trigger() or a trigger key "
+        "asks for a snapshot (0 = off: the trace file as usual; at most 86400); takes "
+        "effect when a profile begins",
+    )
+    flight_recorder_after: float = _key(
+        0.0,
+        _window,
+        "mxprof: a snapshot also holds this many seconds after its trigger, and is "
+        "written when they have passed (or at exit)",
+    )
+    flight_recorder_bytes: int = _key(
+        256 << 20,
+        _ring_bytes,
+        "mxprof: the most memory the flight recorder's events may take (24 bytes each); "
+        "when a window's events need more, the oldest go, and snapshots say how much "
+        "shorter their window is",
+    )
+    flight_recorder_interval: float = _key(
+        10.0,
+        _window,
+        "mxprof: at most one snapshot per this many seconds; triggers in between are "
+        "counted, and named in the next snapshot (0 = no limit)",
+    )
+    flight_recorder_max: int = _key(
+        20,
+        _count,
+        "mxprof: at most this many snapshot files per profile; later triggers are counted only",
+    )
+
+    trigger_exception: bool = _key(
+        True,
+        check_bool,
+        "mxprof: with a flight recorder, an uncaught exception in any thread takes a "
+        "snapshot (reason 'exception'; sys.excepthook and threading.excepthook are "
+        "chained, the hooks in place still run)",
+    )
+    trigger_signal: str = _key(
+        "SIGUSR2",
+        _signal,
+        "mxprof: with a flight recorder, this signal (a name or number; None or '' = "
+        "none) takes a snapshot (reason 'signal'); not installed where the program "
+        "handles it already (with a warning), and only from the main thread",
+    )
+    trigger_slow_step: float = _key(
+        0.0,
+        _factor,
+        "mxprof: with a flight recorder, a step (a Frame) that lasts more than this many "
+        "times the median of the last trigger_slow_step_steps steps of its frame takes "
+        "a snapshot (reason 'slow step'; 0 = off, else at least 1)",
+    )
+    trigger_slow_step_steps: int = _key(
+        20,
+        _steps,
+        "mxprof: how many steps of a frame the median of trigger_slow_step is taken over; "
+        "no step is slow before that many have ended",
+    )
+    trigger_memory: int = _key(
+        0,
+        _bytes,
+        "mxprof: with a flight recorder, a scope's memory in use (mxprof.memory, "
+        "per scope) rising above this many bytes takes a snapshot (reason "
+        "'memory'), once per crossing (0 = off; checked every 0.1 s)",
+    )
+    trigger_rss: int = _key(
+        0,
+        _bytes,
+        "mxprof: with a flight recorder, the process's resident memory rising above this "
+        "many bytes takes a snapshot (reason 'memory'), once per crossing (0 = off; "
+        "checked every 0.1 s; Linux)",
+    )
+    watchdog: float = _key(
+        0.0,
+        _window,
+        "mxprof: with a flight recorder, no step (Frame) ending for this many seconds "
+        "while recording takes a snapshot (reason 'hang') with every thread's Python "
+        "stack, and prints one line naming the stuck thread on stderr (0 = off)",
     )
 
     def with_(self, **changes: Any) -> Config:

@@ -43,6 +43,10 @@ def set_config(**kwargs: Any) -> None:
         SESSION.remote("set_config", values)
         return
     SESSION.configure(values)
+    if "control" in values:
+        from . import _ctlserver  # it sits above this module: it calls these functions
+
+        _ctlserver.apply(SESSION.config.control)
 
 
 def set_state(state: str = "stop", profile_process: str = "worker") -> None:

@@ -51,6 +51,23 @@ __all__ = ["Event", "Frame", "Task", "set_stream_task"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# The observer of steps (mxprof._triggers' slow step and watchdog), set only
+# while one of them is on: called after each begin and end of a Frame as
+# begin(id) / end(id).  Frames only (one per step), so that no other range
+# pays for it; while it is None a frame pays one global load more.
+_steps: Any = None
+
+
+def set_steps(observer: Any) -> None:
+    """Call observer.begin(id) / observer.end(id) at each Frame's begin and
+    end from now on (None: stop).  ``mxprof._triggers`` is the only user.
+
+    Example: ``ranges.set_steps(None)``.
+    """
+    global _steps
+    _steps = observer
+
+
 # What Task(domain, name, stream=s) makes: mxprof.cuda sets it when imported
 # (set_stream_task), so that this module needs no device code.
 _stream_task: type[Task] | None = None
@@ -193,6 +210,26 @@ class _Range(Named):
 
             return timed_hooked  # type: ignore[return-value]
 
+        if self._kind == _native.KIND_FRAME:
+
+            @functools.wraps(fn)
+            def timed_step(*args: Any, **kwargs: Any) -> Any:
+                rc = _frame_begin(rid)
+                if rc:
+                    _begun(rc, rid)
+                if _steps is not None:
+                    _steps.begin(rid)
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    rc = _end(rid)
+                    if rc:
+                        _ended(rc, rid)
+                    if _steps is not None:
+                        _steps.end(rid)
+
+            return timed_step  # type: ignore[return-value]
+
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
             rc = begin(rid)
@@ -264,17 +301,38 @@ class Frame(_Range):
     def __init__(self, domain: Domain, name: str) -> None:
         super().__init__(check_domain(domain, "Frame"), name)
 
+    # Each begin and end also tells the steps' observer, if any (set_steps).
+
     def start(self) -> None:
         """Begin the next frame on the calling thread (or asyncio task)."""
         rc = _frame_begin(self._id)
         if rc:
             _begun(rc, self._id)
+        if _steps is not None:
+            _steps.begin(self._id)
+
+    def stop(self) -> None:
+        """End the frame (as :meth:`Task.stop` ends a task)."""
+        rc = _end(self._id)
+        if rc:
+            _ended(rc, self._id)
+        if _steps is not None:
+            _steps.end(self._id)
 
     def __enter__(self) -> Frame:
         rc = _frame_begin(self._id)
         if rc:
             _begun(rc, self._id)
+        if _steps is not None:
+            _steps.begin(self._id)
         return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        rc = _end(self._id)
+        if rc:
+            _ended(rc, self._id)
+        if _steps is not None:
+            _steps.end(self._id)
 
 
 class Event(_Range):

@@ -53,6 +53,13 @@ RELEASING = (
         "uint64_t tstate, uint32_t *frames_out, uint32_t cap, uint32_t *n_out, uint32_t *track_out",
         "tstate, frames_out, cap, n_out, track_out",
     ),
+    # `mxprof ctl`'s read of a thread's open ranges takes the registry lock.
+    (
+        "int",
+        "mxp_ranges_open",
+        "int64_t os_tid, uint32_t *ids_out, int64_t *ages_out, uint32_t cap, uint32_t *n_out",
+        "os_tid, ids_out, ages_out, cap, n_out",
+    ),
     (
         "int",
         "mxp_sampler_threads",

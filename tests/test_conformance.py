@@ -711,3 +711,40 @@ def test_ranges_ended_elsewhere_and_cut_at_stop(engine, path, fmt, clock):
         [("item", 2 * ms, False), ("item", 4 * ms, False), ("item", 6 * ms, False)]
         + [("outer", 7 * ms, True)]
     )
+
+
+def test_a_flight_recorder_snapshot(engine, tmp_path, fmt, clock):
+    """A snapshot shows its window only: a range still open at the trigger ends
+    there with what ran inside it nested under it, and a counter starts at
+    its value when the window opened."""
+    ms = 1_000_000
+    d = mxprof.Domain("fr")
+    old, outer, inner = d.new_task("old"), d.new_task("outer"), d.new_task("inner")
+    level = d.new_counter("level")
+    mxprof.set_config(
+        filename=os.fspath(tmp_path / f"ring.{fmt}"),
+        profile_api=False,
+        flight_recorder=1.0,
+        flight_recorder_interval=0,
+    )
+    mxprof.set_state("run")
+    with old:
+        level.set_value(3)
+        clock(ms)
+    level.set_value(4)
+    clock(5000 * ms)  # old and the counter's samples leave the window
+    outer.start()
+    for _ in range(2):
+        with inner:
+            clock(2 * ms)
+    clock(ms)
+    path = mxprof.trigger("conformance")
+    outer.stop()
+    mxprof.set_state("stop")
+    view = View(engine, path)
+    assert collections.Counter((r["name"], r["dur"], r["parent"]) for r in view.ranges) == (
+        collections.Counter(
+            [("outer", 5 * ms, None), ("inner", 2 * ms, "outer"), ("inner", 2 * ms, "outer")]
+        )
+    )
+    assert dict(view.counters) == {counter_track(fmt, "level"): [4]}

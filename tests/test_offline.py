@@ -16,6 +16,8 @@ from mxprof import _testing
 # What reading a trace may import: the offline tier (and the command itself).
 OFFLINE = {
     "mxprof",
+    "mxprof._ctlclient",
+    "mxprof._ctlwire",
     "mxprof._render",
     "mxprof._tallies",
     "mxprof._tracejson",
@@ -31,6 +33,7 @@ OFFLINE = {
     "mxprof.report.hints.loading",
     "mxprof.report.hints.memory",
     "mxprof.report.hints.ranks",
+    "mxprof.report.hints.snapshot",
     "mxprof.report.hints.steps",
     "mxprof.report.ranks",
     "mxprof.report._collective",
@@ -47,7 +50,7 @@ PUBLIC = [
     "TraceReadError", "__version__", "current_scope", "diff", "dump", "dump_profile", "dumps",
     "get_include", "load", "memory", "pause", "profiler_set_config", "profile",
     "profiler_set_state", "record_function", "report", "resume", "schedule", "scope",
-    "set_config", "set_state",
+    "set_config", "set_state", "trigger",
 ]  # fmt: skip
 
 

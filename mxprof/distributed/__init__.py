@@ -29,7 +29,7 @@ import threading
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from .. import _signals
+from .. import _ctlserver, _signals
 from .._session import SESSION
 from ..control import set_config
 from ..errors import ConfigError, StateError
@@ -254,6 +254,7 @@ def _start(job: _node.Job, address: str, key: bytes) -> _node.Node:
         SESSION.set_rename(None)
         raise
     node.publish()
+    node.start_relay()  # a flight recorder's triggers are job-wide from now on
     return node
 
 
@@ -282,6 +283,7 @@ def _connect(job: _node.Job, address: str, key: bytes) -> _node.Node:
             raise
         hub = _node.Hub(job, transport, secret, withdraw)
         _node.install_remote(hub, None)
+        _ctlserver.set_job(hub.me.label, hub.ctl_all, collect)  # mxprof ctl --job
         return hub
     if key:
         source: Callable[[], bytes | None] = lambda: key  # noqa: E731
@@ -440,6 +442,7 @@ def shutdown() -> None:
     if node is None:
         return
     SESSION.clear_remote()
+    _ctlserver.set_job(None)
     node.close()
 
 
@@ -448,6 +451,7 @@ def _forget_in_child() -> None:
     without touching its sockets (ZeroMQ contexts do not survive a fork)."""
     _node_ref.clear()
     SESSION.clear_remote()
+    _ctlserver.set_job(None)
 
 
 atexit.register(shutdown)

@@ -306,8 +306,12 @@ def _deposited(hub: Hub, slot: tuple[str, int]) -> tuple[Member, str] | None:
         return hub.reg.deposits.get(slot)
 
 
-def _download(hub: Hub, known: _Known, tmp: str) -> str | None:
-    """known's trace into tmp, piece by piece; None: it never ran.
+def _download(
+    hub: Hub, known: _Known, tmp: str, kind: str = "upload", args: dict[str, Any] | None = None
+) -> str | None:
+    """known's trace (or, with kind and args, another file it serves in
+    pieces: a flight recorder snapshot) into tmp, piece by piece; None: it
+    never ran.
 
     Its size (declared in the first answer, at most the job's
     ``max_trace``) and name (a plain file name) are checked before a byte
@@ -319,17 +323,17 @@ def _download(hub: Hub, known: _Known, tmp: str) -> str | None:
     try:
         while size is None or offset < size:
             try:
-                args, body = hub.endpoint.request(
-                    known.src, "upload", {"offset": offset}, hub.job.timeout
+                answer, body = hub.endpoint.request(
+                    known.src, kind, {**(args or {}), "offset": offset}, hub.job.timeout
                 )
             except (TimeoutError, PeerGone) as e:
                 raise DistributedTimeout(f"its upload stopped: {e}") from None
             except RemoteFailure as e:
                 raise DistributedError(f"its upload failed: {e}") from None
-            if args.get("missing"):
+            if answer.get("missing"):
                 return None
-            declared = args.get("size")
-            if not isinstance(declared, int) or not isinstance(args.get("name"), str):
+            declared = answer.get("size")
+            if not isinstance(declared, int) or not isinstance(answer.get("name"), str):
                 raise DistributedError("its upload was malformed")
             if size is None:
                 if not 0 <= declared <= hub.job.max_trace:
@@ -338,7 +342,7 @@ def _download(hub: Hub, known: _Known, tmp: str) -> str | None:
                         f"{hub.job.max_trace} bytes a process (MXPROF_MAX_TRACE_BYTES)"
                     )
                 size = declared
-                name = trace_name(args["name"])
+                name = trace_name(answer["name"])
                 os.makedirs(os.path.join(tmp, f"{m.role}{m.rank}"))
                 dest = os.path.join(tmp, f"{m.role}{m.rank}", name)
                 f = open(dest, "xb")  # noqa: SIM115 - closed in finally

@@ -18,6 +18,7 @@ directory only.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import secrets
 import shutil
@@ -28,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .. import _native, _session, control
+from .. import _ctlserver, _native, _session, control
 from .._session import SESSION
 from .._tracejson import dumps as trace_json
 from .._version import __version__
@@ -36,7 +37,7 @@ from ..errors import ConfigError, ProfilerError
 from ..stats import dumps
 from ..trace import clock as _clock
 from ..trace.clock import ClockModel
-from . import _wire
+from . import _flight, _wire
 from ._endpoint import Endpoint, PeerGone, RemoteFailure, Transport
 from ._wire import Channel
 
@@ -147,6 +148,11 @@ class Node:
         self.me = Member(job.role, job.rank, socket.gethostname(), os.getpid())
         self.clock = _clock.IDENTITY
         self.endpoint: Endpoint
+        self.relay: _flight.Relay | None = None  # job-wide flight recorder snapshots
+
+    def start_relay(self) -> None:
+        """Make this process's triggers job-wide (once its channel is up)."""
+        self.relay = _flight.Relay(self)
 
     def info(self) -> dict[str, Any]:
         """This process's ``distributedInfo``."""
@@ -171,6 +177,8 @@ class Node:
     def _current_trace(self) -> str | None:
         """This process's trace file, written up to now; None if it never ran."""
         with SESSION.lock:
+            if SESSION.ring:  # a flight recorder writes snapshots, no trace
+                return None
             if SESSION.profile_open and SESSION.traced:
                 SESSION.flush(finish=False, explicit=True)
             path = SESSION.config.filename
@@ -179,8 +187,23 @@ class Node:
     def tally(self) -> dict[str, int]:
         return self.endpoint.tally.snapshot()
 
+    def close_relay(self) -> None:
+        """Stop making triggers job-wide, once the queued ones are told."""
+        relay, self.relay = self.relay, None
+        if relay is not None:
+            relay.close()
+
     def close(self) -> None:
+        self.close_relay()
         self.endpoint.close()
+
+
+def file_piece(path: str, offset: int) -> tuple[int, bytes]:
+    """The size of the file at path and its piece at offset (an upload's)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return size, f.read(_wire.CHUNK)
 
 
 # ---- peers ----
@@ -335,6 +358,8 @@ class Peer(Node):
         return _clock.best(samples)
 
     def close(self) -> None:
+        # Its last triggers' notices go before its bye: the hub forgets it then.
+        self.close_relay()
         # A process the hub never accepted has nothing to leave with it.
         if self.joined and not self.hub_gone:
             try:
@@ -347,6 +372,8 @@ class Peer(Node):
     def _deposit(self) -> None:
         """Before leaving: a last clock estimate, then the trace, to the hub,
         which keeps them for its collect()."""
+        if SESSION.ring:
+            return  # a flight recorder writes no trace: nothing to leave
         if self._uploaded is not None and self._uploaded == self._trace_size():
             return  # the hub's collect has all of it already
         timeout = min(self.job.timeout, LEAVE_TIMEOUT)
@@ -385,6 +412,13 @@ class Peer(Node):
             return self._upload(args)
         if kind == "dumps":
             return {}, dumps(**args).encode()
+        if kind == _flight.WINDOW and self.relay is not None:
+            return self.relay.window(args), b""
+        if kind == _flight.FETCH and self.relay is not None:
+            return self.relay.piece(args)
+        if kind == "ctl":  # mxprof ctl --job: run here; the reply (it may be big) in the body
+            reply = _ctlserver.answer(str(args.get("cmd")), args.get("args") or {})
+            return {}, json.dumps(reply, default=str).encode()
         raise DistributedError(f"unexpected request {kind!r}")
 
     def _command(self, kind: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -410,10 +444,7 @@ class Peer(Node):
             self._take_snapshot()
         if self._snapshot is None:
             return {"size": 0, "name": "", "info": self.info(), "missing": "never ran"}, b""
-        size = os.path.getsize(self._snapshot)
-        with open(self._snapshot, "rb") as f:
-            f.seek(offset)
-            chunk = f.read(_wire.CHUNK)
+        size, chunk = file_piece(self._snapshot, offset)
         name = os.path.basename(SESSION.config.filename)
         if offset + len(chunk) >= size:
             os.unlink(self._snapshot)
@@ -520,6 +551,9 @@ class Hub(Node):
                 "ping": self._ping,
                 "file": self._file,
                 "bye": self._bye,
+                # On the transport's thread, as bye: a process leaving right
+                # after its trigger says bye next, and is still known here.
+                _flight.NOTICE: self._flight_notice,
             },
             accept=self._accept,
         )
@@ -609,6 +643,14 @@ class Hub(Node):
         if known is not None:
             with self.reg.lock:
                 known.note_file(header.get("args", {}).get("path"))
+        return {}, b""
+
+    def _flight_notice(
+        self, src: Any, channel: Channel | None, header: dict[str, Any], body: bytes
+    ) -> tuple[dict[str, Any], bytes]:
+        known = self._known(channel)
+        if known is not None and self.relay is not None:
+            self.relay.requested(known.member, header.get("args", {}))  # only queued
         return {}, b""
 
     def _bye(
@@ -781,6 +823,32 @@ class Hub(Node):
         for member, (_, body) in self.ask(slots, "dumps", args).items():
             texts[member.label] = body.decode("utf-8", "replace")
         return texts
+
+    def ctl_all(self, cmd: str, args: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """``mxprof ctl --job``: cmd run by every process connected now (no
+        wait for others), each one's ctl reply by its label; one that fails,
+        is gone or stays silent for timeout seconds gets an error reply, and
+        so does every expected process that is not connected."""
+        found, missing = self.present(self.job.expected(), 0.0)
+        by_src = {k.src: k.member for k in found.values()}
+        request = {"cmd": cmd, "args": args}
+        results = self.endpoint.request_many(list(by_src), "ctl", request, timeout)
+        out: dict[str, Any] = {}
+        for src, result in results.items():
+            reply: Any = {"ok": False, "error": str(result) or type(result).__name__}
+            if isinstance(result, RemoteFailure):
+                reply = {"ok": False, "error": f"{result.error}: {result.message}"}
+            elif isinstance(result, tuple):
+                try:
+                    reply = json.loads(result[1])
+                except ValueError:
+                    reply = None
+                if not isinstance(reply, dict):
+                    reply = {"ok": False, "error": "its reply is not a JSON object"}
+            out[by_src[src].label] = reply
+        for role, rank in missing:
+            out[f"{role} {rank}"] = {"ok": False, "error": "not connected to the rank-0 worker"}
+        return out
 
     def command(self, call: str, args: dict[str, Any]) -> None:
         """A profile_process='server' call, applied by every server."""

@@ -58,7 +58,11 @@ REQUESTS = frozenset(
         "upload",
         "deposit",
         "dumps",
+        "ctl",  # mxprof ctl --job: a control command for the peer's own endpoint
         "bye",
+        "flight",  # job-wide flight recorder snapshots (_flight)
+        "flight_window",
+        "flight_upload",
     }
 )
 ANSWERS = frozenset({"ok", "error"})

@@ -11,6 +11,7 @@ the system's; no element has a ``src`` or ``href`` that leaves the file.
 
 from __future__ import annotations
 
+import datetime
 import html
 import json
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from ._sections import (
     TABLE_ROWS,
     Flame,
     Sections,
+    Triggered,
 )
 from ._series import POINTS, Series
 
@@ -229,6 +231,7 @@ def page(sections: Sections, hints: str, diff: str) -> str:
 
     parts = [
         _header(sections),
+        _trigger(sections),
         hints,
         diff,
         _summary(sections),
@@ -259,6 +262,132 @@ def _header(s: Sections) -> str:
     )
     version = f'<p class="muted">mxprof {esc(__version__)}; inputs:</p>'
     return f"<h1>mxprof report</h1>{version}<ul>{files}</ul>{cut}"
+
+
+def _trigger(s: Sections) -> str:
+    """What triggered each flight recorder snapshot among the inputs: at the
+    top, since it is why the file exists."""
+    out = []
+    for t in s.triggers:
+        g = t.trigger
+        kind = "job-wide flight recorder snapshot" if g.job else "flight recorder snapshot"
+        by = f" on <b>{esc(g.by)}</b>" if g.by else ""
+        when = f"{t.at_ns / 1e9:.3f} s from the start of this page's time axis"
+        if g.wall_ns is not None:
+            stamp = datetime.datetime.fromtimestamp(g.wall_ns / 1e9, datetime.timezone.utc)
+            when += f" ({stamp.strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]} UTC)"
+        step = f", in step {t.step}" if t.step is not None else ""
+        window = []
+        if g.window_seconds is not None:
+            window.append(f"{g.window_seconds:g} s before the trigger")
+        if g.after_seconds:
+            window.append(f"{g.after_seconds:g} s after it")
+        held = " and ".join(window) or "the recorded window"
+        kept = g.kept_seconds
+        if g.shortened_by_cap:
+            cut = "<b>shortened</b> by the byte cap (<code>flight_recorder_bytes</code>)" + (
+                f": {kept:.3g} s kept" if kept is not None else ""
+            )
+        else:
+            cut = "not shortened"
+        facts = [
+            f"<p><b>Trigger:</b> <code>{esc(g.reason)}</code>{by}, at {esc(when)}{esc(step)}. "
+            f"Window: {esc(held)}, {cut}.</p>"
+        ]
+        if g.suppressed:
+            facts.append(
+                f"<p>{g.suppressed} earlier trigger(s) were held back by the rate limit "
+                "(<code>flight_recorder_interval</code>).</p>"
+            )
+        if g.job:
+            if g.missing:
+                items = "".join(f"<li>{esc(m)}</li>" for m in g.missing)
+                facts.append(
+                    f'<p><b>Missing processes:</b></p><ul id="trigger-missing">{items}</ul>'
+                )
+            else:
+                facts.append("<p>Every process of the job is in the snapshot.</p>")
+        for line in g.stuck:
+            facts.append(f'<p class="hint high"><b>Stands out:</b> {esc(line)}.</p>')
+        if g.ranks:
+            rows = [
+                (
+                    r.process,
+                    r.range or "(none open)",
+                    format_ns(r.open_for_seconds * 1e9) if r.open_for_seconds is not None else "-",
+                )
+                for r in g.ranks
+            ]
+            facts.append(
+                "<p>Where each process was at the trigger (its main thread's innermost open "
+                "range):</p>" + _table(["process", "range", "open for"], rows, "trigger-ranks")
+            )
+        if g.details is not None:
+            text = json.dumps(g.details, indent=1, default=str)
+            facts.append(
+                f"<details><summary>The trigger's details</summary><pre>{esc(text)}</pre></details>"
+            )
+        facts.append(f'<p class="muted">{esc(_marked_on(s, t))}</p>')
+        out.append(
+            f'<h2 id="sec-trigger">This is a {kind}</h2><div class="trigger" data-path="'
+            f'{esc(t.path)}">{"".join(facts)}</div>'
+        )
+    return "\n".join(out)
+
+
+def _marked_on(s: Sections, t: Triggered) -> str:
+    """Where the page draws the trigger, in words."""
+    plots = []
+    if s.steps is not None and t.step is not None:
+        plots.append(f"the step chart (step {t.step})")
+    if s.counters:
+        plots.append("the counter plots")
+    if s.devices or s.scopes:
+        plots.append("the memory plots")
+    where = (
+        "The trigger is a dashed red line on " + ", ".join(plots) + "."
+        if plots
+        else "No step chart or counter plot here to mark the trigger on."
+    )
+    return (
+        where + " On the timeline (Perfetto), the ranges still open at the trigger end at "
+        "the snapshot's end, marked cut short (args.cut_short)."
+    )
+
+
+def _marks(s: Sections, steps: bool = False) -> dict[str, Any]:
+    """Layout keys that draw each trigger as a dashed vertical line: at its
+    time (s from the page's start) or, on the step chart, at its step."""
+    shapes, notes = [], []
+    for t in s.triggers:
+        x = t.step if steps else t.at_ns / 1e9
+        if x is None:
+            continue
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": x,
+                "x1": x,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": "#d62728", "dash": "dash", "width": 2},
+            }
+        )
+        notes.append(
+            {
+                "x": x,
+                "xref": "x",
+                "y": 1,
+                "yref": "paper",
+                "text": f"trigger: {t.trigger.reason}",
+                "showarrow": False,
+                "xanchor": "left",
+                "font": {"color": "#d62728"},
+            }
+        )
+    return {"shapes": shapes, "annotations": notes} if shapes else {}
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[object]], cls: str = "") -> str:
@@ -458,6 +587,7 @@ def _steps(s: Sections) -> str:
                     "xaxis": {"title": {"text": "step"}},
                     "yaxis": {"title": {"text": "time (s)"}},
                     "title": {"text": "Step time by top-level range, and in no range"},
+                    **_marks(s, steps=True),
                 },
             ),
         ]
@@ -493,7 +623,11 @@ def _counters(s: Sections) -> str:
             plot(
                 f"counter-{k}",
                 [_line(c)],
-                {"title": {"text": f"{c.name} ({c.process})"}, "xaxis": {"title": {"text": "s"}}},
+                {
+                    "title": {"text": f"{c.name} ({c.process})"},
+                    "xaxis": {"title": {"text": "s"}},
+                    **_marks(s),
+                },
                 small=True,
             )
         )
@@ -535,6 +669,7 @@ def _memory(s: Sections) -> str:
                     "title": {"text": "Memory in use by device"},
                     "yaxis": {"title": {"text": "bytes"}},
                     "xaxis": {"title": {"text": "s"}},
+                    **_marks(s),
                 },  # fmt: skip
             )
         )
@@ -547,6 +682,7 @@ def _memory(s: Sections) -> str:
                     "title": {"text": f"Memory in use by scope (the {SCOPE_LINES} largest peaks)"},
                     "yaxis": {"title": {"text": "bytes"}},
                     "xaxis": {"title": {"text": "s"}},
+                    **_marks(s),
                 },  # fmt: skip
             )
         )

@@ -7,6 +7,7 @@ over the events, not one point per event.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from ..averages import Row
 from ..trace import Event, Trace
 from ..trace.processes import DEVICE_STORAGE, SCOPE_STORAGE, job, processes
 from ..trace.processes import Process as TraceProcess
+from ..trace.snapshot import Trigger, trigger_of
 from ._series import Histogram, MemoryPeak, Series, histogram, raw_series, series
 
 HIST_ROWS = 500  # ranges (largest total first) whose histogram the page holds
@@ -71,6 +73,16 @@ class Steps:
 
 
 @dataclass
+class Triggered:
+    """A flight recorder snapshot's trigger (``trace.snapshot``), placed on the page."""
+
+    path: str
+    trigger: Trigger
+    at_ns: float  # ns from the page's start, the counters' and memory plots' axis
+    step: int | None  # the step chart's step open at the trigger (or the last one begun)
+
+
+@dataclass
 class Sections:
     """Everything the page shows, for one set of inputs."""
 
@@ -93,6 +105,7 @@ class Sections:
     config: dict[str, Any] = field(default_factory=dict)
     truncated: list[str] = field(default_factory=list)
     flames: Flames | None = None  # None: the inputs hold no stack samples
+    triggers: list[Triggered] = field(default_factory=list)  # of the snapshots among the inputs
 
 
 @dataclass
@@ -225,7 +238,31 @@ def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
         config=config,
         truncated=[p for p, t in zip(paths, traces) if t.truncated],
         flames=_flames(traces, rows),
+        triggers=_triggers(paths, traces, shifts, start, procs),
     )
+
+
+def _triggers(
+    paths: Sequence[str],
+    traces: Sequence[Trace],
+    shifts: list[int],
+    start: int,
+    procs: Sequence[TraceProcess],
+) -> list[Triggered]:
+    """The trigger of each input that is a flight recorder snapshot."""
+    out = []
+    stepped = _stepped(procs)
+    for k, (path, trace) in enumerate(zip(paths, traces)):
+        trigger = trigger_of(trace)
+        if trigger is None:
+            continue
+        step = None
+        if stepped is not None and stepped.steps is not None:
+            t = trigger.at_ns + shifts[k] - shifts[stepped.source]  # onto its own axis
+            begun = bisect.bisect_right([e.ts for e in stepped.steps.ranges], t) - 1
+            step = stepped.steps.index[begun] if begun >= 0 else None
+        out.append(Triggered(path, trigger, float(trigger.at_ns + shifts[k] - start), step))
+    return out
 
 
 def _why_no_tallies(traces: Sequence[Trace]) -> str:
@@ -366,12 +403,19 @@ def _row_walls(rows: Sequence[Row], procs: Sequence[Process]) -> list[int]:
     return [walls.get(r.name, 0) for r in rows]
 
 
-def _steps(procs: Sequence[TraceProcess]) -> Steps | None:
-    """The steps of the process with the most (ties: the first), as plotted."""
+def _stepped(procs: Sequence[TraceProcess]) -> TraceProcess | None:
+    """The process whose steps the page plots: the one with the most (ties: the first)."""
     stepped = [p for p in procs if p.steps is not None]
     if not stepped:
         return None
-    p = max(stepped, key=lambda q: len(q.steps.ranges) if q.steps else 0)
+    return max(stepped, key=lambda q: len(q.steps.ranges) if q.steps else 0)
+
+
+def _steps(procs: Sequence[TraceProcess]) -> Steps | None:
+    """The steps of the process with the most (ties: the first), as plotted."""
+    p = _stepped(procs)
+    if p is None:
+        return None
     st = p.steps
     assert st is not None
     totals = {name: sum(column) for name, column in st.children.items()}
@@ -396,7 +440,7 @@ def _steps(procs: Sequence[TraceProcess]) -> Steps | None:
     return Steps(
         name=st.name,
         thread=f"{p.thread_label(st.tid)} of {p.label}",
-        processes=len(stepped),
+        processes=sum(1 for q in procs if q.steps is not None),
         count=n,
         index=index,
         duration=duration,

@@ -36,7 +36,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Union
 
@@ -370,6 +370,7 @@ def merge(
     window: Window | None = None,
     ranks: Sequence[tuple[str | None, int, int]] | None = None,
     info: dict[str, Any] | None = None,
+    other: Callable[[int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write one trace holding every input's events, aligned by wall clock.
 
@@ -399,6 +400,10 @@ def merge(
         info: keys added to the merged file's ``distributedInfo`` (made
             when no input has one); ``distributed.collect`` names the
             processes it is missing there.
+        other: given the merged file's ts 0 (``baseTimeNanoseconds``, ns
+            on the reference clock), keys added to its ``otherData``
+            (JSON outputs); ``distributed``'s job-wide flight recorder
+            snapshot puts its trigger there, on the merged timeline.
 
     Returns:
         A summary: ``{"events": n, "inputs": [{"path", "pids", "shift_us",
@@ -471,6 +476,8 @@ def merge(
             }
             if span is not None:
                 doc["otherData"]["window_ns"] = list(span)
+            if other is not None:
+                doc["otherData"].update(other(ref))
             if isinstance(out, _JsonOut):
                 out.close(doc)
             if f is not raw_file:

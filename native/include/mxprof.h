@@ -235,6 +235,17 @@ int mxp_range_end_token(uint32_t id, int64_t token);
  * (every thread passes a memory barrier); safe while threads record. */
 int mxp_ranges_cut(void);
 
+/* The ranges open now on OS thread os_tid that were begun while recording
+ * and are not closed elsewhere: object ids outermost first in ids_out and
+ * how long each has been open in ns in ages_out (up to cap; *n_out the
+ * count, 0 for a thread that never recorded).  A consistent copy of the
+ * stack, taken as a cut takes it (mxp_claim.c), without stopping the
+ * thread.  MXP_E_STATE when the thread stayed in the middle of a stack edit,
+ * or memory ran out (try again).  Thread-safe; for `mxprof ctl where` and
+ * `status`. */
+int mxp_ranges_open(int64_t os_tid, uint32_t *ids_out, int64_t *ages_out, uint32_t cap,
+                    uint32_t *n_out);
+
 /* ---- tracks with a range stack of their own (asyncio tasks) ---- */
 
 /* A new track named name with its own stack of open ranges, for a sequence
@@ -377,6 +388,9 @@ int mxp_max_events_set(uint64_t max_events);
  * previous profile is closed as it is. */
 int mxp_profile_begin(void);
 
+/* The open profile's ts 0 on mxp_clock_ns's clock (0 before any profile). */
+int64_t mxp_profile_epoch_ns(void);
+
 /* Metadata written into every trace file of later flushes: the process name
  * (process_name metadata), a JSON fragment of extra top-level members and one
  * of extra otherData members (each "\"k\":v,..." without outer braces, or
@@ -440,6 +454,34 @@ int mxp_trace_discard(void);
 
 /* errno of the last failed trace write, 0 if none. */
 int mxp_trace_errno(void);
+
+/* ---- flight recorder ---- */
+
+/* A flight recorder's profile has no trace path: its records stay buffered
+ * and only the last window of them is kept.  Drop every buffered record
+ * that ended more than keep_ns ago; then, while more than max_records stay
+ * buffered (0: no cap), drop the oldest, moving the ring's floor (below)
+ * forward.  A counter's last dropped value is kept for the snapshots'
+ * values at their window's start.  MXP_E_STATE when no profile is open or
+ * it writes a trace file. */
+int mxp_ring_trim(int64_t keep_ns, uint64_t max_records);
+
+/* The time (mxp_clock_ns) before which the cap made mxp_ring_trim drop
+ * records of the current profile: a window reaching before it lost them.
+ * INT64_MIN when the cap never bound. */
+int64_t mxp_ring_floor_ns(void);
+
+/* Write a snapshot of a flight recorder's profile to a new file at path,
+ * in the format its name gives, leaving every record buffered: the records
+ * that end at or after from_ns and begin at or before to_ns (mxp_clock_ns
+ * times), each counter's last value before from_ns at from_ns, and the
+ * ranges open now that began by to_ns, cut at to_ns.  other_json is added
+ * to the trace's otherData members.  MXP_E_STATE when no profile is open or
+ * it writes a trace file; MXP_E_INVALID for a path this build cannot write;
+ * MXP_E_IO when the file cannot be written (errno in mxp_trace_errno; no
+ * file is left behind). */
+int mxp_snapshot_write(const char *path, size_t path_len, int64_t from_ns, int64_t to_ns,
+                       const char *other_json, size_t other_json_len);
 
 /* ---- statistics ---- */
 

@@ -259,6 +259,73 @@ bool mxpi_end_elsewhere(mxpi_thread *t, uint32_t id, int64_t now) {
     return true;
 }
 
+bool mxpi_open_peek(int64_t at, mxpi_rec **recs, uint32_t **tids, uint32_t *n) {
+    *recs = NULL;
+    *tids = NULL;
+    *n = 0;
+    uint32_t cap = 0;
+    bool ok = true;
+    snap s = {0};
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    for (mxpi_thread *u = mxpi_g.threads; u && ok; u = u->next) {
+        if (u->retired || u->stack == NULL || !snapshot(u, &s)) continue;
+        for (uint32_t i = 0; i < s.n && ok; i++) {
+            const mxpi_open *e = &s.e[i];
+            uint32_t want = MXPI_OPEN_LIVE | MXPI_OPEN_TRACE;
+            if ((e->flags & want) != want || snap_claimed(&s, i) || e->start > at) continue;
+            if (*n == cap) {
+                uint32_t c = cap ? cap * 2 : 64;
+                mxpi_rec *r = realloc(*recs, c * sizeof *r);
+                if (r != NULL) *recs = r;
+                uint32_t *t = r ? realloc(*tids, c * sizeof *t) : NULL;
+                if (t == NULL) {
+                    ok = false;
+                    break;
+                }
+                *tids = t;
+                cap = c;
+            }
+            mxpi_rec *r = &(*recs)[*n];
+            r->ts = e->start;
+            r->val = at - e->start;
+            r->id = e->id;
+            r->aux = e->aux | MXPI_AUX_CUT;
+            (*tids)[(*n)++] = u->tid;
+        }
+    }
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+    snap_free(&s);
+    return ok;
+}
+
+int mxp_ranges_open(int64_t os_tid, uint32_t *ids_out, int64_t *ages_out, uint32_t cap,
+                    uint32_t *n_out) {
+    uint32_t n = 0;
+    bool ok = true;
+    snap s = {0};
+    *n_out = 0;
+    pthread_mutex_lock(&mxpi_g.reg_lock);
+    for (mxpi_thread *u = mxpi_g.threads; u; u = u->next) {
+        if (u->retired || u->stack == NULL || u->os_tid != os_tid) continue;
+        ok = snapshot(u, &s);
+        for (uint32_t i = 0; ok && i < s.n && n < cap; i++) {
+            if (!(s.e[i].flags & MXPI_OPEN_LIVE) || snap_claimed(&s, i)) continue;
+            ids_out[n] = s.e[i].id;
+            ages_out[n++] = s.e[i].start;
+        }
+        break; /* the thread's own stack, not a track of the same OS thread */
+    }
+    pthread_mutex_unlock(&mxpi_g.reg_lock);
+    snap_free(&s);
+    if (!ok) return MXP_E_STATE;
+    mxpi_timebase tb;
+    mxpi_timebase_get(&tb);
+    int64_t now = mxpi_ticks();
+    for (uint32_t i = 0; i < n; i++) ages_out[i] = mxpi_tb_span(&tb, now - ages_out[i]);
+    *n_out = n;
+    return MXP_OK;
+}
+
 typedef struct cut {
     mxpi_rec r;
     uint32_t tid;

@@ -9,6 +9,7 @@
  * for the next try (or the next path).
  */
 #include "mxpi_trace.h"
+#include "mxpi_claim.h"
 #include "mxpi_sample.h"
 #include "mxpi_buffer.h"
 #include "mxpi_clock.h"
@@ -53,7 +54,15 @@ static struct {
     dev_t dev;
     ino_t ino;
     char *abs_path; /* NULL: not checked */
-} W = {.o = {.fd = -1}};
+    /* the flight recorder: the cap's floor, in ticks (INT64_MIN: never
+     * bound), and each counter's last value that trimming dropped */
+    int64_t ring_floor;
+    struct last_value {
+        int64_t ts, val;
+        uint32_t tid, set;
+    } *last;
+    uint32_t nlast;
+} W = {.o = {.fd = -1}, .ring_floor = INT64_MIN};
 
 /* ---- draining ---- */
 
@@ -350,9 +359,25 @@ int mxp_profile_begin(void) {
     W.profile_open = true;
     W.finished = false;
     W.o.err = 0;
+    W.ring_floor = INT64_MIN;
+    free(W.last);
+    W.last = NULL;
+    W.nlast = 0;
     mxp_counts_get(&W.base);
     pthread_mutex_unlock(&mxpi_g.out_lock);
     return MXP_OK;
+}
+
+int64_t mxp_profile_epoch_ns(void) {
+    mxp_init();
+    pthread_mutex_lock(&mxpi_g.out_lock);
+    int64_t epoch = W.o.epoch_ticks;
+    bool open = W.profile_open;
+    pthread_mutex_unlock(&mxpi_g.out_lock);
+    if (!open) return 0;
+    mxpi_timebase tb;
+    mxpi_timebase_get(&tb);
+    return tb.ns0 + mxpi_tb_span(&tb, epoch - tb.tick0);
 }
 
 static bool set_str(char **dst, size_t *dlen, const char *s, size_t n) {
@@ -450,6 +475,254 @@ int mxp_trace_errno(void) {
     int e = W.o.err;
     pthread_mutex_unlock(&mxpi_g.out_lock);
     return e;
+}
+
+/* ---- the flight recorder ---- */
+
+/* Ticks of a time on mxp_clock_ns's clock. */
+static int64_t ticks_at(const mxpi_timebase *tb, int64_t ns) {
+    double t = (double)tb->tick0 + (double)(ns - tb->ns0) / tb->ns_per_tick;
+    if (t >= 9.2e18) return INT64_MAX;
+    if (t <= -9.2e18) return INT64_MIN;
+    return (int64_t)t;
+}
+
+static bool is_range(uint32_t kind) {
+    return kind == MXP_KIND_TASK || kind == MXP_KIND_FRAME || kind == MXP_KIND_EVENT ||
+           kind == MXP_KIND_GPU;
+}
+
+/* When a record's event ended: a range's end, any other's instant. */
+static int64_t rec_end(const mxpi_rec *r) {
+    if (r->id == MXPI_SAMPLE_ID) return r->ts;
+    return is_range(mxpi_obj(r->id)->kind) && r->val > 0 ? r->ts + r->val : r->ts;
+}
+
+static bool is_counter(const mxpi_rec *r) {
+    return r->id != MXPI_SAMPLE_ID && mxpi_obj(r->id)->kind == MXP_KIND_COUNTER;
+}
+
+/* Remember a counter's value that is about to be dropped (or lies before a
+ * snapshot's window) if it is its latest so far. */
+static void note_last(struct last_value *last, uint32_t nlast, const mxpi_rec *r, uint32_t tid) {
+    if (r->id >= nlast) return;
+    struct last_value *v = &last[r->id];
+    if (v->set && v->ts > r->ts) return;
+    v->ts = r->ts;
+    v->val = r->val;
+    v->tid = tid;
+    v->set = 1;
+}
+
+/* W.last long enough for every object id (false: out of memory, and the
+ * values are then not kept). */
+static bool last_fit(void) {
+    uint32_t nobj = mxp_object_count();
+    if (nobj <= W.nlast) return true;
+    struct last_value *p = realloc(W.last, nobj * sizeof *p);
+    if (p == NULL) return false;
+    memset(p + W.nlast, 0, (nobj - W.nlast) * sizeof *p);
+    W.last = p;
+    W.nlast = nobj;
+    return true;
+}
+
+/* Drop t's records from its read position on while they ended before
+ * cutoff.  A thread appends in the order its events end, so the first one
+ * that ended later stops the walk. */
+static void trim_thread(mxpi_thread *t, int64_t cutoff) {
+    cursor c = cursor_of(t);
+    while (c.chunk != NULL) {
+        mxpi_chunk *next = atomic_load_explicit(&c.chunk->next, MXPI_ACQUIRE);
+        uint32_t count = atomic_load_explicit(&c.chunk->count, MXPI_ACQUIRE);
+        for (; c.pos < count; c.pos++, c.consumed++) {
+            const mxpi_rec *r = &c.chunk->rec[c.pos];
+            if (rec_end(r) >= cutoff) goto done;
+            if (is_counter(r)) note_last(W.last, W.nlast, r, t->tid);
+        }
+        if (next == NULL) break;
+        c.chunk = next;
+        c.pos = 0;
+    }
+done:
+    commit_cursor(t, c);
+}
+
+static void trim_all(int64_t cutoff) {
+    uint32_t n;
+    mxpi_thread **ts = mxpi_threads_snapshot(&n);
+    for (uint32_t i = 0; ts != NULL && i < n; i++) trim_thread(ts[i], cutoff);
+    free(ts);
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < W.ncuts; i++)
+        if (rec_end(&W.cuts[i].r) >= cutoff) W.cuts[kept++] = W.cuts[i];
+    W.ncuts = kept;
+}
+
+int mxp_ring_trim(int64_t keep_ns, uint64_t max_records) {
+    mxp_init();
+    pthread_mutex_lock(&mxpi_g.out_lock);
+    if (!W.profile_open || W.path != NULL) {
+        pthread_mutex_unlock(&mxpi_g.out_lock);
+        return MXP_E_STATE;
+    }
+    mxpi_timebase tb;
+    mxpi_timebase_get(&tb);
+    int64_t now = mxpi_ticks();
+    int64_t cutoff = ticks_at(&tb, mxp_clock_ns() - (keep_ns > 0 ? keep_ns : 0));
+    last_fit();
+    trim_all(cutoff);
+    /* Over the cap: the records lie between the cutoff and now, so move the
+     * cutoff forward by the share that is too much, until they fit. */
+    for (int round = 0; max_records && round < 32 && cutoff < now; round++) {
+        uint64_t n = mxpi_buffered_records() + W.ncuts;
+        if (n <= max_records) break;
+        double excess = (double)(n - max_records) / (double)n;
+        int64_t step = (int64_t)((double)(now - cutoff) * excess) + 1;
+        cutoff = round == 31 || step > now - cutoff ? now : cutoff + step;
+        if (cutoff > W.ring_floor) W.ring_floor = cutoff;
+        trim_all(cutoff);
+    }
+    mxpi_threads_reap();
+    pthread_mutex_unlock(&mxpi_g.out_lock);
+    return MXP_OK;
+}
+
+int64_t mxp_ring_floor_ns(void) {
+    mxp_init();
+    pthread_mutex_lock(&mxpi_g.out_lock);
+    int64_t floor = W.ring_floor;
+    pthread_mutex_unlock(&mxpi_g.out_lock);
+    if (floor == INT64_MIN) return INT64_MIN;
+    mxpi_timebase tb;
+    mxpi_timebase_get(&tb);
+    return tb.ns0 + mxpi_tb_span(&tb, floor - tb.tick0);
+}
+
+/* Hand the format t's buffered records in [from, to] without consuming
+ * them; counters' records before from go to last instead. */
+static bool snap_thread(mxpi_thread *t, int64_t from, int64_t to, struct last_value *last,
+                        uint32_t nlast) {
+    cursor c = cursor_of(t);
+    bool any = false;
+    while (c.chunk != NULL) {
+        mxpi_chunk *next = atomic_load_explicit(&c.chunk->next, MXPI_ACQUIRE);
+        uint32_t count = atomic_load_explicit(&c.chunk->count, MXPI_ACQUIRE);
+        for (; c.pos < count; c.pos++) {
+            const mxpi_rec *r = &c.chunk->rec[c.pos];
+            if (r->ts < W.o.epoch_ticks || r->ts > to) continue;
+            if (rec_end(r) < from) {
+                if (is_counter(r)) note_last(last, nlast, r, t->tid);
+                continue;
+            }
+            if (r->id != MXPI_SAMPLE_ID) any = true;
+            if (!W.fmt->record(&W.o, r, t->tid)) return false;
+        }
+        if (next == NULL) break;
+        c.chunk = next;
+        c.pos = 0;
+    }
+    if (any) mxpi_thread_mark_used(t->tid);
+    return true;
+}
+
+static bool snap_records(int64_t from, int64_t to) {
+    uint32_t n, nlast = W.nlast;
+    struct last_value *last = malloc((nlast ? nlast : 1) * sizeof *last);
+    mxpi_thread **ts = mxpi_threads_snapshot(&n);
+    mxpi_rec *open = NULL;
+    uint32_t *open_tids = NULL, nopen = 0;
+    bool ok = last != NULL && ts != NULL && mxpi_open_peek(to, &open, &open_tids, &nopen);
+    if (ok && nlast) memcpy(last, W.last, nlast * sizeof *last);
+    for (uint32_t i = 0; ok && i < n; i++) ok = snap_thread(ts[i], from, to, last, nlast);
+    for (uint32_t i = 0; ok && i < W.ncuts; i++) {
+        const mxpi_rec *r = &W.cuts[i].r;
+        if (r->ts < W.o.epoch_ticks || r->ts > to || rec_end(r) < from) continue;
+        mxpi_thread_mark_used(W.cuts[i].tid);
+        ok = W.fmt->record(&W.o, r, W.cuts[i].tid);
+    }
+    /* Each counter's value when the window opens. */
+    int64_t start = from > W.o.epoch_ticks ? from : W.o.epoch_ticks;
+    for (uint32_t id = 0; ok && id < nlast; id++) {
+        if (!last[id].set) continue;
+        mxpi_rec r = {start, last[id].val, id, 0};
+        mxpi_thread_mark_used(last[id].tid);
+        ok = W.fmt->record(&W.o, &r, last[id].tid);
+    }
+    for (uint32_t i = 0; ok && i < nopen; i++) {
+        if (open[i].ts < W.o.epoch_ticks) {
+            /* begun before the profile: shown from its start */
+            open[i].val -= W.o.epoch_ticks - open[i].ts;
+            open[i].ts = W.o.epoch_ticks;
+        }
+        mxpi_thread_mark_used(open_tids[i]);
+        ok = W.fmt->record(&W.o, &open[i], open_tids[i]);
+    }
+    if (last == NULL || ts == NULL) W.o.err = ENOMEM;
+    free(last);
+    free(ts);
+    free(open);
+    free(open_tids);
+    return ok;
+}
+
+int mxp_snapshot_write(const char *path, size_t path_len, int64_t from_ns, int64_t to_ns,
+                       const char *other_json, size_t other_json_len) {
+    mxp_init();
+    const mxpi_format *fmt = path_format(path, path_len);
+    if (fmt == NULL) return MXP_E_INVALID;
+    pthread_mutex_lock(&mxpi_g.out_lock);
+    if (!W.profile_open || W.path != NULL) {
+        pthread_mutex_unlock(&mxpi_g.out_lock);
+        return MXP_E_STATE;
+    }
+    /* The snapshot is this profile's file for the length of one flush. */
+    char *other = NULL;
+    size_t base_len = W.other_json ? W.other_json_len : 0;
+    size_t other_len = base_len + (base_len && other_json_len ? 1 : 0) + other_json_len;
+    W.path = mxpi_dup(path, path_len);
+    other = malloc(other_len + 1);
+    int rc = MXP_OK;
+    if (W.path == NULL || other == NULL) {
+        W.o.err = ENOMEM;
+        rc = MXP_E_IO;
+        goto out;
+    }
+    if (base_len) memcpy(other, W.other_json, base_len);
+    if (base_len && other_json_len) other[base_len] = ',';
+    if (other_json_len) memcpy(other + other_len - other_json_len, other_json, other_json_len);
+    other[other_len] = '\0';
+    W.fmt = fmt;
+    W.o.err = 0;
+    mxpi_timebase_get(&W.o.tb);
+    tallies_now();
+    meta_into_out();
+    W.o.other_json = other;
+    W.o.other_json_len = other_len;
+    last_fit();
+    rc = create_file();
+    if (rc != MXP_OK) goto out;
+    if (!fmt->begin(&W.o) || !snap_records(ticks_at(&W.o.tb, from_ns), ticks_at(&W.o.tb, to_ns)) ||
+        !fmt->end(&W.o)) {
+        fmt->restore(&W.o);
+        if (W.o.err == 0) W.o.err = EIO;
+        rc = MXP_E_IO;
+        int err = W.o.err;
+        close_file();
+        unlink(W.path);
+        W.o.err = err;
+        goto out;
+    }
+    fmt->commit(&W.o);
+    close_file();
+out:
+    free(W.path);
+    W.path = NULL;
+    W.fmt = NULL;
+    free(other);
+    meta_into_out();
+    pthread_mutex_unlock(&mxpi_g.out_lock);
+    return rc;
 }
 
 void mxpi_trace_reset(void) {

@@ -16,6 +16,13 @@ void mxpi_claim_init(void);
  * async range.  False when there is none (a stop without a start). */
 bool mxpi_end_elsewhere(mxpi_thread *t, uint32_t id, int64_t now);
 
+/* The ranges open now on every stack that were begun while recording and
+ * go to the trace, as records cut at `at` (those begun after it left out).
+ * Nothing is claimed: their owners still end them.  *recs and *tids (the
+ * stack's trace id beside each) hold *n entries; the caller frees both.
+ * False when memory ran out.  Takes reg_lock. */
+bool mxpi_open_peek(int64_t at, mxpi_rec **recs, uint32_t **tids, uint32_t *n);
+
 /* A full memory fence.  ThreadSanitizer does not model fences: there, a
  * sequentially consistent read-modify-write of one shared word stands in. */
 #ifdef MXPI_TSAN

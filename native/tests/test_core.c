@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -726,6 +727,79 @@ static void test_threads_record_while_draining(void) {
     CHECK(flushes == 20);
 }
 
+/* ---- the flight recorder: trims and snapshots while threads record ---- */
+
+static char *snapshot_text(const char *name, int64_t from, int64_t to) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    CHECK_EQ(mxp_snapshot_write(path, strlen(path), from, to, "\"why\":1", 7), MXP_OK);
+    char *text = read_file(path, NULL);
+    CHECK(text && complete_json(text));
+    CHECK(text && count_of(text, "\"why\":1") == 1);
+    return text;
+}
+
+static void test_ring_while_recording(void) {
+    fresh();
+    mxp_profile_begin(); /* no path: a flight recorder's profile */
+    mt_range = reg(MXP_KIND_TASK, "ring", "r");
+    mt_counter = reg(MXP_KIND_COUNTER, "ring", "c");
+    uint32_t open_range = reg(MXP_KIND_TASK, "ring", "open");
+    CHECK_EQ(mxp_trace_flush(0), MXP_E_STATE); /* nothing to write to */
+    mxp_range_begin(open_range);
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) pthread_create(&th[i], NULL, recorder, NULL);
+    for (int i = 0; i < 20; i++) {
+        /* keep the last 5 ms, at most 20,000 records */
+        CHECK_EQ(mxp_ring_trim(5000000, 20000), MXP_OK);
+        int64_t now = mxp_clock_ns();
+        char name[32];
+        snprintf(name, sizeof name, "ring%d.json", i);
+        free(snapshot_text(name, now - 5000000, now));
+        usleep(2000);
+    }
+    for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 100; i++) {
+        mxp_range_begin(mt_range);
+        mxp_range_end(mt_range);
+    }
+    /* Everything still buffered is in a snapshot of all time, once. */
+    CHECK_EQ(mxp_ring_trim(INT64_MAX / 4, 0), MXP_OK);
+    uint64_t kept = mxp_trace_pending();
+    int64_t now = mxp_clock_ns();
+    char *text = snapshot_text("all.json", INT64_MIN / 4, now);
+    size_t ranges = text ? count_of(text, "\"name\":\"r\"") : 0;
+    /* (and the counter's last value trimmed away, at the start) */
+    CHECK_EQ(ranges + (text ? count_of(text, "\"ph\":\"C\"") : 0), kept + 1);
+    CHECK(ranges >= 100);
+    /* the open range, cut at the snapshot's end; the counter's value */
+    CHECK_EQ(text ? count_of(text, "\"cut_short\":true") : 0, 1);
+    free(text);
+    CHECK_EQ(mxp_trace_pending(), kept); /* a snapshot consumes nothing */
+    /* The cap: the oldest go, and the floor moves. */
+    int64_t floor = mxp_ring_floor_ns();
+    CHECK_EQ(mxp_ring_trim(INT64_MAX / 4, 50), MXP_OK);
+    CHECK(mxp_trace_pending() <= 50);
+    CHECK(mxp_ring_floor_ns() > floor);
+    /* A window after all the records: only the counter's last value and the open range. */
+    CHECK_EQ(mxp_ring_trim(0, 0), MXP_OK);
+    CHECK_EQ(mxp_trace_pending(), 0);
+    now = mxp_clock_ns();
+    text = snapshot_text("empty.json", now - 1000, now);
+    char want[64];
+    snprintf(want, sizeof want, "{\"c\":%d}", THREADS * PER_THREAD);
+    CHECK_EQ(text ? count_of(text, "\"name\":\"r\"") : 0, 0);
+    CHECK_EQ(text ? count_of(text, want) : 0, 1);
+    CHECK_EQ(text ? count_of(text, "\"cut_short\":true") : 0, 1);
+    free(text);
+    mxp_range_end(open_range);
+    /* A profile with a trace path is no ring. */
+    char path[512];
+    set_path("notring.json", path, sizeof path);
+    CHECK_EQ(mxp_ring_trim(0, 0), MXP_E_STATE);
+    CHECK_EQ(mxp_snapshot_write(path, strlen(path), 0, now, "", 0), MXP_E_STATE);
+}
+
 /* ---- ranges closed by other threads: cuts racing with owners, handoffs ---- */
 
 #define RACERS 3
@@ -1262,6 +1336,74 @@ static void test_capi_threads_and_nvtx(void) {
     CHECK_EQ(c.invalid_calls, 0);
 }
 
+static _Atomic int64_t lister_tid;
+static _Atomic int lister_phase; /* 0 loop, 1 park inside both, 2 parked, 3 leave */
+static uint32_t open_outer, open_inner;
+
+static void *ranges_owner(void *arg) {
+    (void)arg;
+    atomic_store(&lister_tid, (int64_t)syscall(SYS_gettid));
+    while (atomic_load(&lister_phase) == 0) {
+        mxp_range_begin(open_outer);
+        mxp_range_begin(open_inner);
+        mxp_range_end(open_inner);
+        mxp_range_end(open_outer);
+    }
+    mxp_range_begin(open_outer);
+    mxp_range_begin(open_inner);
+    atomic_store(&lister_phase, 2);
+    while (atomic_load(&lister_phase) != 3) sched_yield();
+    mxp_range_end(open_inner);
+    mxp_range_end(open_outer);
+    return NULL;
+}
+
+/* mxp_ranges_open (mxprof ctl where) reads another thread's stack while its
+ * owner edits it: every read is a prefix of the nesting, outermost first,
+ * ages never negative; a parked owner shows both; a cut closes them. */
+static void test_ranges_open_while_the_owner_edits(void) {
+    fresh();
+    open_outer = reg(MXP_KIND_TASK, "ctl", "outer");
+    open_inner = reg(MXP_KIND_TASK, "ctl", "inner");
+    atomic_store(&lister_tid, 0);
+    atomic_store(&lister_phase, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, ranges_owner, NULL);
+    while (atomic_load(&lister_tid) == 0) sched_yield();
+    int64_t tid = atomic_load(&lister_tid);
+    uint32_t ids[8], n = 0, bad = 0, busy = 0;
+    int64_t ages[8];
+    for (int i = 0; i < 20000; i++) {
+        int rc = mxp_ranges_open(tid, ids, ages, 8, &n);
+        if (rc == MXP_E_STATE) {
+            busy++;
+            continue;
+        }
+        if (rc != MXP_OK || n > 2 || (n >= 1 && ids[0] != open_outer) ||
+            (n == 2 && ids[1] != open_inner) || (n >= 1 && ages[0] < 0))
+            bad++;
+    }
+    CHECK_EQ(bad, 0);
+    CHECK(busy < 20000);
+    atomic_store(&lister_phase, 1);
+    while (atomic_load(&lister_phase) != 2) sched_yield();
+    CHECK_EQ(mxp_ranges_open(tid, ids, ages, 8, &n), MXP_OK);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(ids[0], open_outer);
+    CHECK_EQ(ids[1], open_inner);
+    CHECK(ages[0] >= ages[1] && ages[1] >= 0);
+    CHECK_EQ(mxp_ranges_open(tid, ids, ages, 1, &n), MXP_OK); /* cap: the outermost */
+    CHECK_EQ(n, 1);
+    CHECK_EQ(ids[0], open_outer);
+    CHECK_EQ(mxp_ranges_cut(), 2);
+    CHECK_EQ(mxp_ranges_open(tid, ids, ages, 8, &n), MXP_OK);
+    CHECK_EQ(n, 0);
+    atomic_store(&lister_phase, 3);
+    pthread_join(th, NULL);
+    CHECK_EQ(mxp_ranges_open((int64_t)syscall(SYS_gettid) + 1000000, ids, ages, 8, &n), MXP_OK);
+    CHECK_EQ(n, 0); /* a thread the core never saw */
+}
+
 int main(void) {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(tmpdir, sizeof tmpdir, "%s/mxprof-ctest-XXXXXX", base);
@@ -1287,6 +1429,7 @@ int main(void) {
     test_failed_write_keeps_records();
     test_pipes_and_vanished_files();
     test_threads_record_while_draining();
+    test_ring_while_recording();
     test_cuts_race_with_owners();
     test_end_on_another_thread();
     test_other_formats();
@@ -1297,6 +1440,7 @@ int main(void) {
     test_track_self_time();
     test_tracks_survive_fork();
     test_capi_threads_and_nvtx();
+    test_ranges_open_while_the_owner_edits();
     mxp_reset();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -79,6 +79,12 @@ idle-gap               on a thread with ranges, a gap with none      a tenth of 
                        open between two ranges >= max(1 ms,          unaccounted for is worth a
                        10 % of wall time), or >= 1 s; medium when    look; 1 s is long anywhere
                        a thread's gaps add up to >= 25 % of wall
+flight-recorder        the input is a flight recorder snapshot       says why the file exists;
+                       (``otherData.flight_recorder``): its trigger  a rank in another range
+                       and window; high when a rank of a job's       than the others in a hang
+                       snapshot is in another range than most        is the one they wait for
+                       others (``stuck``), medium when processes
+                       are missing, else low
 =====================  ============================================  ==========================
 
 Loading ranges: a range (not a step, not containing one) whose name has one
@@ -119,6 +125,7 @@ from .health import RANGE_COST_NS, dropped, misuse, overhead, tail_latency
 from .loading import data_loading
 from .memory import memory_growth, memory_peak
 from .ranks import straggler
+from .snapshot import snapshot
 from .steps import idle_gaps, step_variance
 
 __all__ = ["RANGE_COST_NS", "RULES", "Hint", "find_hints", "not_checked", "to_json"]
@@ -135,6 +142,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("dropped-events", dropped),
     ("misuse", misuse),
     ("idle-gap", idle_gaps),
+    ("flight-recorder", snapshot),
 )
 
 
