@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections.abc import Iterator, MutableSequence, Sequence
-from itertools import compress, count, islice, repeat
+from itertools import compress, count, repeat
 from operator import eq
 from typing import Any, overload
 
@@ -324,13 +324,11 @@ class Events(Sequence[Event]):
     def __getitem__(self, index: int | slice) -> Event | list[Event]:
         if isinstance(index, slice):
             start, stop, step = index.indices(self._len)
-            if step == 1:
-                return list(islice(self, start, stop)) if stop > start else []
             return [self[i] for i in range(start, stop, step)]
         i = index + self._len if index < 0 else index
         if not 0 <= i < self._len:
             raise IndexError("event index out of range")
-        k = bisect.bisect_right(self.offsets, i) - 1
+        k = bisect.bisect_right(self.offsets, i) - 1  # the thread holding event i
         return self.threads[k].event(i - self.offsets[k])
 
     def __eq__(self, other: object) -> bool:
