@@ -116,8 +116,11 @@ sys.exit(code)
 def build(trace: str, page: str, tree: str | None) -> tuple[float, dict[str, float]]:
     """One report in a process of its own, with this mxprof or tree's: (wall s, _REPORT's)."""
     env = dict(os.environ)
-    if tree is not None:
-        env["PYTHONPATH"] = os.path.abspath(tree)
+    # The tree's mxprof, or the one this script imported; run from the trace's
+    # folder, since `python -c` puts the working directory first on the path
+    # (from a checkout's root, that checkout's mxprof would shadow the tree's).
+    here = os.path.dirname(os.path.dirname(os.path.abspath(mxprof.__file__)))
+    env["PYTHONPATH"] = os.path.abspath(tree) if tree is not None else here
     t0 = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", _REPORT, trace, page],
@@ -125,6 +128,7 @@ def build(trace: str, page: str, tree: str | None) -> tuple[float, dict[str, flo
         stdout=subprocess.PIPE,
         text=True,
         env=env,
+        cwd=os.path.dirname(os.path.abspath(trace)),
     )
     return time.perf_counter() - t0, json.loads(done.stdout.splitlines()[-1])
 

@@ -158,7 +158,7 @@ def _combine(traces: Sequence[Trace]) -> tuple[Trace, list[int], list[dict[Any, 
     process_names: dict[Any, str] = {}
     thread_names: dict[tuple[Any, Any], str] = {}
     for k, (trace, shift) in enumerate(zip(traces, shifts)):
-        pids = {e.pid for e in trace} | set(trace.process_names)
+        pids = {t.pid for t in trace.events.threads} | set(trace.process_names)
         clash = pids & seen
         seen |= pids
         renamed.append({pid: f"{k}:{pid}" for pid in clash})
@@ -361,8 +361,12 @@ _MEMORY = (DEVICE_STORAGE, SCOPE_STORAGE)
 
 def _histograms(trace: Trace, rows: Sequence[Row]) -> dict[int, Histogram]:
     wanted = [(r.name, r.category) for r in rows[:HIST_ROWS]]
-    durations = trace.durations(wanted)
-    return {i: histogram(durations[key]) for i, key in enumerate(wanted) if durations.get(key)}
+    out = {}
+    for i, key in enumerate(wanted):  # one sorted list of ints at a time (40 bytes a range)
+        durations = trace.durations([key]).get(key)
+        if durations:
+            out[i] = histogram(durations)
+    return out
 
 
 def _processes(

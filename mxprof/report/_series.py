@@ -141,7 +141,7 @@ def raw_series(trace: Trace, start: int) -> RawSeries:
     Times are ns from ``start``.
     """
     found: RawSeries = {}
-    for e in trace:
+    for e in trace.events.points():
         if e.ph != "C":
             continue
         value = counter_value(e)

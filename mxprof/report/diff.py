@@ -684,11 +684,21 @@ class _Side:
             self.samples.add(trace.samples.samples)
             timed: dict[str, list[tuple[int, int]]] = {}
             where: dict[str, Counter[ThreadKey]] = {}
-            for event in trace:
-                if event.dur is not None and not is_own(event.category, event.name):
-                    timed.setdefault(event.name, []).append((event.ts, event.dur))
-                    self.categories.setdefault(event.name, set()).add(event.category)
-                    where.setdefault(event.name, Counter())[(event.pid, event.tid)] += 1
+            for thread in trace.events.threads:  # the ranges' columns: no Event made
+                names, categories = thread.keys.names, thread.keys.categories
+                own: dict[int, bool] = {}
+                for _, ts, dur, k in thread.range_columns():
+                    mine = own.get(k)
+                    if mine is None:
+                        mine = own[k] = is_own(categories[k], names[k])
+                    if not mine:
+                        name = names[k]
+                        timed.setdefault(name, []).append((ts, dur))
+                        self.categories.setdefault(name, set()).add(categories[k])
+                        seen = where.get(name)
+                        if seen is None:
+                            seen = where[name] = Counter()
+                        seen[(thread.pid, thread.tid)] += 1
             self.runs.append({name: [d for _, d in sorted(v)] for name, v in timed.items()})
             if not self.spans:  # the first run's, for which name holds which
                 for name, v in timed.items():

@@ -186,6 +186,7 @@ class Converter:
         last_pid: Any = None
         last_tid: Any = None
         sink: Any = None
+        put: Any = None
         for e in events:
             ph = e.ph
             ts = e.ts
@@ -201,20 +202,19 @@ class Converter:
                 else:
                     exact_times = False
                 if exact_times:
-                    if length > 256:  # (up to 256, Python's ints are shared already)
+                    if length <= 0:
+                        length = 0
+                    elif 256 < length < SHARED and put is None:  # (to 256, ints are shared)
                         # Short ranges repeat their lengths: one int per length, not
                         # per range (32 bytes each); the table is bounded by SHARED.
-                        length = lengths.setdefault(length, length) if length < SHARED else length
-                    fs(e, "dur", length if length > 0 else 0)
+                        length = lengths.setdefault(length, length)
                 else:
                     span = span_ns(ts, 0 if dur is None else dur)
                     if span is None:  # no valid time: the general way drops it
                         continue
                     start, end = span
-                    fs(e, "dur", end - start if end > start else 0)
-                # msgspec decodes a str of its own for every event's ph: one
-                # shared instead (50 bytes an event, 0.5 GB of 10 M events).
-                fs(e, "ph", "X")
+                    length = end - start if end > start else 0
+                ph = "X"
             elif ph in _FAST_POINTS and ts is not None:
                 if ph == "i" and e.category == SAMPLE_CATEGORY:
                     self.sample_events.append(_as_raw(e))
@@ -226,25 +226,34 @@ class Converter:
                     if ratio is None:  # no valid time: the general way drops it
                         continue
                     start = round_ratio(*ratio)
-                fs(e, "dur", None)
-                fs(e, "ph", POINT_PHASES[ph])  # shared, as for ranges
+                length = None
+                ph = POINT_PHASES[ph]
             else:
                 self.add(_as_raw(e))
                 last_pid = None  # add may have made a new thread's sink
                 continue
-            fs(e, "ts", start)
-            name = e.name
-            fs(e, "name", strings.setdefault(name, name))
-            category = e.category
-            fs(e, "category", strings.setdefault(category, category))
             pid = e.pid
             tid = e.tid
             if last_pid is None or tid != last_tid or pid != last_pid:
                 key = (pid, tid)
                 found = ids.get(key)
                 if found is None:
-                    found = ids[key] = (pid, tid, self.sink(key))
-                last_pid, last_tid, sink = found
+                    sink = self.sink(key)
+                    found = ids[key] = (pid, tid, sink, getattr(sink, "put", None))
+                last_pid, last_tid, sink, put = found
+            if put is not None:  # a sink that takes the values (trace/_columns.py)
+                args = e.args
+                put(start, length, e.name, e.category, ph, NO_ARGS if args is None else args)
+                continue
+            # msgspec decodes a str of its own for every event's ph: one shared
+            # instead (50 bytes an event, 0.5 GB of 10 M events); and names too.
+            fs(e, "ph", ph)
+            fs(e, "ts", start)
+            fs(e, "dur", length)
+            name = e.name
+            fs(e, "name", strings.setdefault(name, name))
+            category = e.category
+            fs(e, "category", strings.setdefault(category, category))
             fs(e, "pid", last_pid)
             fs(e, "tid", last_tid)
             if e.args is None:

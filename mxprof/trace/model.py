@@ -12,20 +12,19 @@ import os
 import re
 from array import array
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from itertools import compress, count, islice
-from operator import attrgetter, eq
 from typing import Any, overload
 
 import msgspec
 
 from ..averages import KeyAverages, Row
 from . import _scan
+from ._columns import NO_DUR, Events, Keys, Thread, in_columns
 from ._convert import Converter, ThreadKey, ns_ratio, round_ratio
 from ._event import DECODE_EVENTS, Event, Id
 from .nvidia import is_database
 from .reader import PathArg, RawEvent, open_trace, read_raw
 from .samples import Samples
-from .tree import CallTree, build_tree, structure
+from .tree import CallTree, build_tree, nest, nested
 
 __all__ = ["Event", "Trace", "base_time_ns", "load", "ns_ratio", "round_ratio"]
 
@@ -33,7 +32,6 @@ _PERCENTILES = (50, 90, 99)
 # A run of the text holding an async begin or end: the fast decoding drops
 # their ids, so the run is read the general way.
 _ASYNC = re.compile(rb'"ph"\s*:\s*"[be]"')
-_TS = attrgetter("ts")
 
 
 def load(path: PathArg) -> Trace:
@@ -120,10 +118,9 @@ class Trace(Sequence[Event]):
         path: str | None = None,
         unmatched: int = 0,
     ) -> None:
-        threads: dict[ThreadKey, list[Event]] = {}
-        for event in events:
-            threads.setdefault((event.pid, event.tid), []).append(event)
-        self._events: list[Event] | None = _in_order(threads)
+        # The events as columns per thread (trace/_columns.py); None for a
+        # file read without keeping them, until they are asked for.
+        self._events: Events | None = _columns_of(events)
         self.metadata: dict[str, Any] = metadata if metadata is not None else {}
         self.truncated = truncated
         self.process_names: dict[Id, str] = process_names if process_names is not None else {}
@@ -185,8 +182,8 @@ class Trace(Sequence[Event]):
             path=path,
             unmatched=converted.unmatched,
         )
-        if all(isinstance(sink, list) for sink in sinks.values()):
-            trace._events = _in_order(sinks)  # type: ignore[arg-type]
+        if all(isinstance(sink, (list, Thread)) for sink in sinks.values()):
+            trace._events = in_columns(sinks)
         else:
             trace._events = None
         trace.samples = converted.samples()
@@ -198,7 +195,7 @@ class Trace(Sequence[Event]):
         name = os.fspath(path)
         summary = None if keep_events else _Summary()
         try:
-            converted, metadata = read_lines(path, None if summary is None else summary.sink)
+            converted, metadata = read_lines(path, _columns() if summary is None else summary.sink)
         except _scan.NotLines:
             events, metadata, truncated = read_raw(path)
             return cls.from_raw(events, metadata=metadata, truncated=truncated, path=name)
@@ -207,23 +204,28 @@ class Trace(Sequence[Event]):
         return trace
 
     @property
-    def events(self) -> list[Event]:
-        """Every event, ordered by ``(str(pid), str(tid), ts, -dur)``, ties in file order."""
+    def events(self) -> Events:
+        """Every event, ordered by ``(str(pid), str(tid), ts, -dur)``, ties in file order.
+
+        A sequence (len, indexing, iteration; equal to a list of the same
+        events) whose ``Event`` objects are made as they are asked for: the
+        trace holds its events as columns, about 20 bytes an event.
+        """
         if self._events is None:
             # Read without keeping its events: read them now (the file is
             # mxprof's own shape, or it would have been read whole at once).
             assert self.path is not None
             try:
-                converted, _ = read_lines(self.path, None)
-                self._events = _in_order(converted.finish())  # type: ignore[arg-type]
+                converted, _ = read_lines(self.path, _columns())
+                self._events = in_columns(converted.finish())
             except _scan.NotLines:  # changed since: read it whole
                 raw, _, _ = read_raw(self.path)
                 self._events = Trace.from_raw(raw).events
         return self._events
 
     @events.setter
-    def events(self, events: list[Event]) -> None:
-        self._events = events
+    def events(self, events: Iterable[Event]) -> None:
+        self._events = _columns_of(events)
         self._summary = None
         self._by_name = None
         self._by_length = None
@@ -255,7 +257,9 @@ class Trace(Sequence[Event]):
 
     def _parts(self) -> tuple[Sequence[int], Sequence[int]]:
         if self._structure is None:
-            self._structure = structure(self.events)
+            events = self.events
+            runs = (t.spans(base) for t, base in zip(events.threads, events.offsets))
+            self._structure = nested(len(events), runs)
         return self._structure
 
     def _subset(self, keep: list[int]) -> Trace:
@@ -270,7 +274,14 @@ class Trace(Sequence[Event]):
             new_parents.append(new_index.get(p, -1))
         subset = Trace.__new__(Trace)
         subset.__dict__.update(self.__dict__)
-        subset.events = [self.events[i] for i in keep]
+        wanted = iter(keep)
+        at = next(wanted, -1)
+        kept = []
+        for i, event in enumerate(self.events):
+            if i == at:
+                kept.append(event)
+                at = next(wanted, -1)
+        subset.events = kept
         subset._structure = (new_parents, [selfs[i] for i in keep])
         return subset
 
@@ -378,18 +389,19 @@ class Trace(Sequence[Event]):
         if groups is not None:
             return {key: lengths for key, (lengths, _) in groups.items()}
         if self._by_length is None:
-            found: dict[tuple[str, str], array[int]] = {}
-            for event in self.events:
-                if event.dur is not None:
-                    key = (event.name, event.category)
-                    lengths = found.get(key)
-                    if lengths is None:
-                        lengths = found[key] = array("q")
-                    try:
-                        lengths.append(event.dur)
-                    except OverflowError:  # past int64 ns (a damaged file): a list holds it
-                        found[key] = [*lengths, event.dur]  # type: ignore[assignment]
-            self._by_length = found
+            by_key: dict[int, array[int]] = {}
+            for thread in self.events.threads:
+                for d, k in zip(thread.dur, thread.kind):
+                    if d != NO_DUR:
+                        k = k if k >= 0 else thread.extras[-k - 1][0]
+                        lengths = by_key.get(k)
+                        if lengths is None:
+                            lengths = by_key[k] = array("q")
+                        try:
+                            lengths.append(d)
+                        except OverflowError:  # past int64 ns (a damaged file): a list holds it
+                            by_key[k] = [*lengths, d]  # type: ignore[assignment]
+            self._by_length = _by_name(by_key, self.events.keys)
         return self._by_length
 
     def _groups(self) -> dict[tuple[str, str], tuple[array[int], list[int]]]:
@@ -399,19 +411,32 @@ class Trace(Sequence[Event]):
             return summary.groups
         if self._by_name is not None:
             return self._by_name
-        _, selfs = self._parts()
-        groups: dict[tuple[str, str], tuple[array[int], list[int]]] = {}
-        for i, event in enumerate(self.events):
-            if event.dur is not None:
-                key = (event.name, event.category)
-                group = groups.get(key)
+        # Self times from the nesting walk, per range as its children are
+        # seen: no array of parents or self times per event is kept.
+        # A subset keeps its source's self times (``_structure``).
+        by_key: dict[int, tuple[array[int], list[int]]] = {}
+        events = self.events
+        for thread, base in zip(events.threads, events.offsets):
+            kinds, lengths, extras = thread.kind, thread.dur, thread.extras
+            if self._structure is None:
+                done: Iterable[tuple[int, int]] = nest(thread.spans())
+            else:
+                selfs = self._structure[1]
+                done = ((i - base, selfs[i]) for i, _, _ in thread.spans(base))
+            for i, own in done:
+                k = kinds[i]
+                if k < 0:
+                    k = extras[-k - 1][0]
+                group = by_key.get(k)
                 if group is None:
-                    group = groups[key] = (array("q"), [0])
+                    group = by_key[k] = (array("q"), [0])
                 try:
-                    group[0].append(event.dur)
+                    group[0].append(lengths[i])
                 except OverflowError:  # past int64 ns (a damaged file): a list holds it
-                    group = groups[key] = ([*group[0], event.dur], group[1])  # type: ignore[assignment]
-                group[1][0] += selfs[i]
+                    group = by_key[k] = ([*group[0], lengths[i]], group[1])  # type: ignore[assignment]
+                if own > 0:
+                    group[1][0] += own
+        groups = _by_name(by_key, self.events.keys)
         self._by_name = groups
         return groups
 
@@ -448,32 +473,41 @@ def _nearest_rank(ordered: list[int], percent: int) -> int:
     return ordered[max(rank, 1) - 1]
 
 
-def _longer_first(event: Event) -> int:
-    return -(event.dur or 0)
+def _columns() -> Any:
+    """A sink per thread for ``read_lines`` that keeps the events as columns."""
+    keys = Keys()
+
+    def sink(key: ThreadKey) -> Thread:
+        return Thread(key[0], key[1], keys)
+
+    return sink
 
 
-def _in_order(threads: dict[ThreadKey, list[Event]]) -> list[Event]:
-    """The threads' events (each list in file order) as ``Trace.events`` orders them."""
-    ordered: list[Event] = []
-    for key in sorted(threads, key=lambda k: (str(k[0]), str(k[1]))):
-        events = threads[key]
-        events.sort(key=_TS)  # stable: file order at one ts
-        # i where events i and i + 1 start together, found without a list per
-        # event (three of them took 240 MB of a 10 M-event load at its peak).
-        starts = map(_TS, events)
-        nexts = map(_TS, islice(events, 1, None))
-        ties = list(compress(count(), map(eq, starts, nexts)))
-        if ties:  # at one ts, longer first (then file order)
-            k = 0
-            while k < len(ties):
-                first = last = ties[k]
-                while k + 1 < len(ties) and ties[k + 1] == last + 1:
-                    k += 1
-                    last = ties[k]
-                events[first : last + 2] = sorted(events[first : last + 2], key=_longer_first)
-                k += 1
-        ordered += events
-    return ordered
+def _columns_of(events: Iterable[Event]) -> Events:
+    """Events as ``Trace.events`` holds them: per thread, ordered (see ``_columns``)."""
+    if isinstance(events, Events):
+        return events
+    threads: dict[ThreadKey, list[Event]] = {}
+    for event in events:
+        threads.setdefault((event.pid, event.tid), []).append(event)
+    return in_columns(threads)
+
+
+def _by_name(by_key: dict[int, Any], keys: Keys) -> dict[tuple[str, str], Any]:
+    """Per-key-index groups (durations[, self total]) as per (name, category):
+    keys that differ only by phase are put together."""
+    out: dict[tuple[str, str], Any] = {}
+    for k, group in by_key.items():
+        name = (keys.names[k], keys.categories[k])
+        got = out.get(name)
+        if got is None:
+            out[name] = group
+        elif isinstance(group, tuple):
+            got[0].extend(group[0])
+            got[1][0] += group[1][0]
+        else:
+            got.extend(group)
+    return out
 
 
 def _rows(groups: dict[tuple[str, str], tuple[array[int], list[int]]]) -> KeyAverages:
@@ -556,7 +590,8 @@ class _Running:
 
 
 def read_lines(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any]]:
-    """Read a file in mxprof's one-event-per-line shape into sink(thread) per thread.
+    """Read a file in mxprof's one-event-per-line shape into sink(thread) per thread
+    (a list of Events per thread where sink is None).
 
     Raises:
         _scan.NotLines: the file is not in that shape (or is cut short, or

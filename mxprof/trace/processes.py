@@ -51,9 +51,12 @@ import weakref
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, count, repeat
+from operator import add, eq
 from typing import Any
 
 from .._render import is_own
+from ._columns import NO_DUR, Events, Ranges
 from ._event import Event, Id
 from .model import Trace
 from .steps import is_frame, is_profiler_step, step_number
@@ -154,6 +157,7 @@ class Steps:
     category: str
     tid: Id
     ranges: list[Event]
+    positions: Sequence[int]  # the steps' places in their thread's columns (trace/_columns.py)
     index: list[int]
     children: dict[str, array[int]]
     in_no_range: array[int]
@@ -223,12 +227,12 @@ class Process:
     events: int  # its events, every phase
     tids: set[Id] = field(default_factory=set)  # threads with an event
     phases: dict[str, int] = field(default_factory=dict)  # events that are not ranges, by ph
-    threads: dict[Id, list[Event]] = field(default_factory=dict)  # ranges, in ts order
+    threads: dict[Id, Ranges] = field(default_factory=dict)  # ranges, in ts order
     thread_names: dict[Id, str] = field(default_factory=dict)
     counters: dict[tuple[str, str], list[Event]] = field(default_factory=dict)  # time order
     steps: Steps | None = None
     memory: list[MemoryPeak] = field(default_factory=list)
-    _durations: dict[tuple[str, str], list[int]] | None = field(default=None, repr=False)
+    _durations: dict[tuple[str, str], array[int]] | None = field(default=None, repr=False)
 
     @property
     def pid(self) -> Id:
@@ -267,25 +271,11 @@ class Process:
         if s is None:
             return []
         lo, hi = s.span
-        starts = s._starts()
-        ends = [e.ts + (e.dur or 0) for e in s.ranges]
-        step_ids = {id(e) for e in s.ranges}
         covered: list[list[int]] = []
-        k, last = -1, len(starts) - 1
-        for e in self.threads.get(s.tid, ()):  # in ts order
-            if id(e) in step_ids:
-                continue
-            ts = e.ts
-            end = ts + (e.dur or 0)
-            while k < last and starts[k + 1] <= ts:
-                k += 1  # the last step that starts at or before ts
-            if k >= 0 and ts < ends[k]:
-                inside = end <= ends[k]  # within step k
-            else:
-                inside = k == last or end <= starts[k + 1]  # within a gap
+        for _, _, ts, end, _ in _fitting(self, s):
             a, b = max(ts, lo), min(end, hi)
-            if not inside or b <= a:
-                continue  # a range holding a step is not what the step did
+            if b <= a:
+                continue
             if covered and a <= covered[-1][1]:
                 covered[-1][1] = max(covered[-1][1], b)
             else:
@@ -300,30 +290,57 @@ class Process:
             out.append((at, hi))
         return out
 
-    def durations(self) -> dict[tuple[str, str], list[int]]:
-        """Every range's duration by (name, category), each list sorted."""
+    def durations(self) -> dict[tuple[str, str], array[int]]:
+        """Every range's duration by (name, category), each array (int64) sorted."""
         if self._durations is None:
-            found: dict[tuple[str, str], list[int]] = {}
-            for ranges in self.threads.values():
-                for e in ranges:
-                    found.setdefault((e.name, e.category), []).append(e.dur or 0)
-            for durations in found.values():
-                durations.sort()
-            self._durations = found
+            # Past int64 ns (a damaged file: its columns are lists): lists hold them.
+            wide = any(isinstance(r.thread.dur, list) for r in self.threads.values())
+            make: Any = list if wide else (lambda values=(): array("q", values))
+            by_key = self._by_key(make, list.append if wide else array.append)
+            found: dict[tuple[str, str], array[int]] = {}
+            for (name, category, _), lengths in by_key.items():
+                got = found.get((name, category))
+                if got is None:
+                    found[(name, category)] = lengths
+                else:
+                    got.extend(lengths)
+            # Sorted one name at a time: a list of ints per range (40 bytes
+            # each) is held for one name only.
+            self._durations = {key: make(sorted(v)) for key, v in found.items()}
         return self._durations
 
     def totals(self) -> dict[str, int]:
         """Total ns in ranges by name, the profiler's own ranges left out."""
         out: dict[str, int] = {}
-        own: dict[tuple[str, str], bool] = {}
+        for (name, category, _), total in self._by_key(int, int.__add__).items():
+            if not is_own(category, name):
+                out[name] = out.get(name, 0) + total
+        return out
+
+    def _by_key(self, new: Any, add: Any) -> dict[tuple[str, str, str], Any]:
+        """Per (name, category, phase) of ranges, ``add(got, dur)`` over them from
+        ``new()``; add returns the new value or None (it changed got in place)."""
+        out: dict[tuple[str, str, str], Any] = {}
         for ranges in self.threads.values():
-            for e in ranges:
-                key = (e.name, e.category)
-                mine = own.get(key)
-                if mine is None:
-                    mine = own[key] = is_own(e.category, e.name)
-                if not mine:
-                    out[e.name] = out.get(e.name, 0) + (e.dur or 0)
+            thread = ranges.thread
+            extras = thread.extras
+            got: dict[int, Any] = {}
+            for d, k in zip(thread.dur, thread.kind):
+                if d == NO_DUR:
+                    continue
+                if k < 0:
+                    k = extras[-k - 1][0]
+                value = got.get(k)
+                if value is None:
+                    value = got[k] = new()
+                changed = add(value, d)
+                if changed is not None:
+                    got[k] = changed
+            keys = thread.keys
+            for k, value in got.items():
+                key = (keys.names[k], keys.categories[k], keys.phases[k])
+                before = out.get(key)
+                out[key] = value if before is None else _joined(before, value)
         return out
 
     def devices(self) -> Iterator[tuple[str, list[Event]]]:
@@ -337,6 +354,13 @@ class Process:
         for (category, name), samples in sorted(self.counters.items()):
             if category == SCOPE_STORAGE:
                 yield name, samples
+
+
+def _joined(a: Any, b: Any) -> Any:
+    if isinstance(a, int):
+        return a + b
+    a.extend(b)
+    return a
 
 
 def counter_value(event: Event) -> float | None:
@@ -389,7 +413,7 @@ def outliers(durations: Sequence[int]) -> tuple[float, float, list[int]]:
 
 # ---- building the model ----
 
-_CACHE: weakref.WeakKeyDictionary[Trace, tuple[list[Event], tuple[Process, ...]]] = (
+_CACHE: weakref.WeakKeyDictionary[Trace, tuple[Events, tuple[Process, ...]]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -445,53 +469,61 @@ def _file(trace: Trace, i: int) -> str:
     return os.path.basename(trace.path) if trace.path else f"trace {i + 1}"
 
 
-def _build(trace: Trace, events: list[Event]) -> list[Process]:
+def _build(trace: Trace, events: Events) -> list[Process]:
     mine: dict[Id, Process] = {}
-    groups: dict[Id, dict[tuple[Id, str, str], list[Event]]] = {}
+    groups: dict[Id, dict[tuple[Id, str, str], list[int]]] = {}
     file = _file(trace, 0)
-    frames: dict[str, bool] = {}  # category -> whether its ranges are frames
-    stepping: dict[str, bool] = {}  # name -> whether it is ProfilerStep#N
-    p: Process | None = None
-    thread: list[Event] = []
-    tid: object = None
-    for e in events:  # sorted by pid, tid, ts: one thread after another
-        if p is None or e.pid != p.pid:
-            p = mine.get(e.pid)
-            if p is None:
-                p = mine[e.pid] = Process(Identity(e.pid, e.pid), "", None, file, 0, e.ts, e.ts, 0)
-                groups[e.pid] = {}
-            tid = None
-        p.events += 1
-        ts, dur = e.ts, e.dur
-        if ts < p.start:
-            p.start = ts
-        if dur is None:
-            if ts > p.end:
-                p.end = ts
-            p.phases[e.ph] = p.phases.get(e.ph, 0) + 1
-            p.tids.add(e.tid)
-            if e.ph == "C":
-                p.counters.setdefault((e.category, e.name), []).append(e)
+    keys = events.keys
+    # Per key index: the group of steps its ranges belong to (a frame's name,
+    # or every ProfilerStep#N together), or None; worked out once per key.
+    step_group: list[tuple[str, str] | None] = []
+    for thread in events.threads:  # sorted by pid, tid: one thread after another
+        p = mine.get(thread.pid)
+        if p is None:
+            p = mine[thread.pid] = Process(
+                Identity(thread.pid, thread.pid), "", None, file, 0, thread.ts[0], thread.ts[0], 0
+            )
+            groups[thread.pid] = {}
+        p.events += len(thread)
+        p.tids.add(thread.tid)
+        if thread.ts[0] < p.start:
+            p.start = thread.ts[0]
+        # The last end: of the ranges, ts + dur; points end where they start.
+        last = max(map(add, thread.ts, thread.dur))  # a point's is far below its ts
+        if thread.ranges < len(thread):
+            for i in compress(count(), map(eq, thread.dur, repeat(NO_DUR))):
+                e = thread.event(i)
+                last = max(last, e.ts)
+                p.phases[e.ph] = p.phases.get(e.ph, 0) + 1
+                if e.ph == "C":
+                    p.counters.setdefault((e.category, e.name), []).append(e)
+        if last > p.end:
+            p.end = last
+        if not thread.ranges:
             continue
-        if ts + dur > p.end:
-            p.end = ts + dur
-        if e.tid != tid:
-            tid = e.tid
-            p.tids.add(tid)
-            thread = p.threads.setdefault(e.tid, [])
-        thread.append(e)
-        category = e.category
-        frame = frames.get(category)
-        if frame is None:
-            frame = frames[category] = is_frame(category)
-        if frame:
-            groups[e.pid].setdefault((e.tid, e.name, category), []).append(e)
+        p.threads[thread.tid] = Ranges(thread)
+        while len(step_group) < len(keys.names):
+            k = len(step_group)
+            name, category = keys.names[k], keys.categories[k]
+            step_group.append(
+                (name, category)
+                if is_frame(category)
+                else (PROFILER_STEPS, category)
+                if is_profiler_step(name)
+                else None
+            )
+        wanted = {k for k, g in enumerate(step_group) if g is not None}
+        if not wanted:
             continue
-        step = stepping.get(e.name)
-        if step is None:
-            step = stepping[e.name] = is_profiler_step(e.name)
-        if step:
-            groups[e.pid].setdefault((e.tid, PROFILER_STEPS, category), []).append(e)
+        raw = wanted | {-(j + 1) for j, (k, _) in enumerate(thread.extras) if k in wanted}
+        mine_groups = groups[thread.pid]
+        lengths = thread.dur
+        for i in compress(count(), map(raw.__contains__, thread.kind)):
+            if lengths[i] == NO_DUR:
+                continue
+            group = step_group[thread.key(thread.kind[i])]
+            assert group is not None
+            mine_groups.setdefault((thread.tid, *group), []).append(i)
     for pid in trace.process_names:
         if pid not in mine:  # named, but no event: a process that recorded nothing
             mine[pid] = Process(Identity(pid, pid), "", None, file, 0, 0, 0, 0)
@@ -552,60 +584,87 @@ def _identities(trace: Trace, pids: list[Id], active: list[Id]) -> dict[Id, Iden
     return out
 
 
-def _steps(p: Process, groups: dict[tuple[Id, str, str], list[Event]]) -> Steps | None:
+def _steps(p: Process, groups: dict[tuple[Id, str, str], list[int]]) -> Steps | None:
     if not groups:
         return None
-    (tid, name, category), ranges = max(
-        groups.items(), key=lambda kv: (len(kv[1]), sum(e.dur or 0 for e in kv[1]))
-    )
-    ranges.sort(key=lambda e: e.ts)  # already so on one thread; kept explicit
+
+    def measure(item: tuple[tuple[Id, str, str], list[int]]) -> tuple[int, int]:
+        (tid, _, _), positions = item
+        lengths = p.threads[tid].thread.dur
+        return len(positions), sum(lengths[i] for i in positions)
+
+    (tid, name, category), positions = max(groups.items(), key=measure)
+    thread = p.threads[tid].thread
+    ranges = [thread.event(i) for i in positions]  # in ts order: positions ascend
     index = [step_number(e, k) for k, e in enumerate(ranges)]
     durations = [e.dur or 0 for e in ranges]
-    children: dict[str, array[int]] = {}
-    inside = [0] * len(ranges)
-    between = [0] * max(len(ranges) - 1, 0)
-    covered_gap = [0] * len(between)
-    starts = [e.ts for e in ranges]
-    ends = [e.end for e in ranges]
-    child_end = list(starts)
-    gap_end = [ends[k] for k in range(len(between))]
-    is_step = {id(e) for e in ranges}
-    k, last = -1, len(starts) - 1
-    for e in p.threads.get(tid, ()):  # in ts order, a parent before its children
-        if id(e) in is_step:
-            continue
-        ts = e.ts
-        end = ts + (e.dur or 0)
-        while k < last and starts[k + 1] <= ts:
-            k += 1  # the last step that starts at or before ts
-        if k >= 0 and ts < ends[k]:  # starts inside step k
-            if end <= ends[k] and (ts >= child_end[k] or e.dur == 0):
-                column = children.get(e.name)
-                if column is None:
-                    column = children[e.name] = array("q", bytes(8 * len(ranges)))
-                column[k] += e.dur or 0
-                inside[k] += e.dur or 0
-                child_end[k] = max(child_end[k], end)
-        elif 0 <= k < len(between) and end <= starts[k + 1] and ts >= gap_end[k]:
-            covered_gap[k] += e.dur or 0  # a top-level range between steps k and k + 1
-            gap_end[k] = end
-    in_no_range = array("q", (max(d - i, 0) for d, i in zip(durations, inside)))
-    for k in range(len(between)):
-        between[k] = max(starts[k + 1] - ends[k] - covered_gap[k], 0)
-    median, threshold, found = outliers(durations)
-    return Steps(
+    steps = Steps(
         name=name,
         category=category,
         tid=tid,
         ranges=ranges,
+        positions=array("q", positions),
         index=index,
-        children=children,
-        in_no_range=in_no_range,
-        between=array("q", between),
-        median=median,
-        threshold=threshold,
-        outliers=found,
+        children={},
+        in_no_range=array("q"),
+        between=array("q"),
+        median=0.0,
+        threshold=0.0,
+        outliers=[],
     )
+    children = steps.children
+    inside = [0] * len(ranges)
+    between = [0] * max(len(ranges) - 1, 0)
+    covered_gap = [0] * len(between)
+    starts = steps._starts()
+    ends = [e.end for e in ranges]
+    child_end = list(starts)
+    gap_end = [ends[k] for k in range(len(between))]
+    names = thread.keys.names
+    for k, in_step, ts, end, key in _fitting(p, steps):
+        length = end - ts
+        if in_step:
+            if ts >= child_end[k] or length == 0:  # a direct child of step k
+                column = children.get(names[key])
+                if column is None:
+                    column = children[names[key]] = array("q", bytes(8 * len(ranges)))
+                column[k] += length
+                inside[k] += length
+                child_end[k] = max(child_end[k], end)
+        elif 0 <= k < len(between) and ts >= gap_end[k]:
+            covered_gap[k] += length  # a top-level range between steps k and k + 1
+            gap_end[k] = end
+    steps.in_no_range = array("q", (max(d - i, 0) for d, i in zip(durations, inside)))
+    for k in range(len(between)):
+        between[k] = max(starts[k + 1] - ends[k] - covered_gap[k], 0)
+    steps.between = array("q", between)
+    steps.median, steps.threshold, steps.outliers = outliers(durations)
+    return steps
+
+
+def _fitting(p: Process, steps: Steps) -> Iterator[tuple[int, bool, int, int, int]]:
+    """The ranges on the steps' thread, other than the steps, that fit in a
+    step or in the time before, between or after steps: (k, whether inside
+    step k, ts, end, key index), in ts order (a parent before its children).
+    k is the last step that starts at or before the range (-1: none); not
+    inside it, the range lies in the gap after step k. The one walk behind
+    a step's children and ``Process.no_range``.
+    """
+    starts = steps._starts()
+    ends = [e.end for e in steps.ranges]
+    is_step = set(steps.positions)
+    k, last = -1, len(starts) - 1
+    for i, ts, d, key in p.threads[steps.tid].thread.range_columns():
+        if i in is_step:
+            continue
+        end = ts + d
+        while k < last and starts[k + 1] <= ts:
+            k += 1  # the last step that starts at or before ts
+        if k >= 0 and ts < ends[k]:  # starts inside step k
+            if end <= ends[k]:
+                yield k, True, ts, end, key
+        elif k == last or end <= starts[k + 1]:  # within the gap after step k
+            yield k, False, ts, end, key
 
 
 def _memory(p: Process) -> list[MemoryPeak]:

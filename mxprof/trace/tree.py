@@ -11,7 +11,7 @@ Zero-length ranges are never parents (two at one instant are siblings).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping, MutableSequence, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,59 +39,79 @@ def structure(events: Sequence[Event]) -> tuple[Sequence[int], Sequence[int]]:
         >>> [list(part) for part in structure([outer, inner])]
         [[-1, 0], [3000, 1000]]
     """
-    n = len(events)
-    try:
-        parents: MutableSequence[int] = array("q", [-1]) * n
-        selfs: MutableSequence[int] = array("q", [0]) * n
-        _nest(events, parents, selfs)
-    except OverflowError:
-        parents, selfs = [-1] * n, [0] * n
-        _nest(events, parents, selfs)
-    if n and min(selfs) < 0:  # children that overlap each other: at least 0
-        for i in range(n):
-            if selfs[i] < 0:
-                selfs[i] = 0
+    threads: dict[ThreadKey, list[int]] = {}
+    for i, event in enumerate(events):
+        if event.dur is not None:
+            threads.setdefault((event.pid, event.tid), []).append(i)
+    runs = [
+        ((i, events[i].ts, events[i].dur or 0) for i in indices) for indices in threads.values()
+    ]
+    return nested(len(events), runs)
+
+
+def nested(
+    n: int, threads: Iterable[Iterable[tuple[int, int, int]]]
+) -> tuple[Sequence[int], Sequence[int]]:
+    """``structure``'s parents and selfs of n events, given each thread's ranges
+    as (index, ts, dur) in ``Trace.events``'s order (``nest``)."""
+    parents: MutableSequence[int] = array("q", [-1]) * n
+    selfs: MutableSequence[int] = array("q", [0]) * n
+    for ranges in threads:
+        for i, own in nest(ranges, parents):
+            try:
+                selfs[i] = own if own > 0 else 0  # children that overlap: at least 0
+            except OverflowError:  # past int64 ns (a damaged file): lists hold it
+                selfs = list(selfs)
+                selfs[i] = own if own > 0 else 0
     return parents, selfs
 
 
-def _nest(
-    events: Sequence[Event], parents: MutableSequence[int], selfs: MutableSequence[int]
-) -> None:
-    """structure's work, into parents and selfs (self times not yet clamped at 0)."""
-    # Per thread, the ranges that may still contain what comes: (ts, end, index).
-    open_ranges: dict[ThreadKey, list[tuple[int, int, int]]] = {}
-    stack: list[tuple[int, int, int]] = []
-    thread: ThreadKey | None = None
-    for i, event in enumerate(events):
-        length = event.dur
-        if length is None:
-            continue
-        if thread is None or event.pid != thread[0] or event.tid != thread[1]:
-            thread = (event.pid, event.tid)
-            stack = open_ranges.setdefault(thread, [])
-        start = event.ts
+def nest(
+    ranges: Iterable[tuple[int, int, int]], parents: MutableSequence[int] | None = None
+) -> Iterator[tuple[int, int]]:
+    """The nesting of one thread's ranges: (index, self ns) of each range once
+    its children are all seen (self not yet clamped at 0), and with parents
+    given, parents[index] = its direct parent's index.
+
+    ``ranges`` are the thread's ranges as (index, ts, dur), ordered by ts then
+    longest first. The one walk behind ``structure`` and the statistics.
+
+    Example:
+        >>> sorted(nest([(0, 0, 10), (1, 2, 3), (2, 6, 0)]))
+        [(0, 7), (1, 3), (2, 0)]
+    """
+    # The ranges that may still contain what comes: [ts, end, index, self so far].
+    stack: list[list[int]] = []
+    for i, start, length in ranges:
         end = start + length
-        selfs[i] = length
         # Ranges that ended before this one starts can parent nothing after it.
         while stack:
-            top_start, top_end, _ = stack[-1]
-            if start < top_end or (top_start <= start and end <= top_end):
+            top = stack[-1]
+            if start < top[1] or (top[0] <= start and end <= top[1]):
                 break
             stack.pop()
+            yield top[2], top[3]
         if stack:
-            top_start, top_end, j = stack[-1]
-            if top_start <= start and end <= top_end:  # the usual case: inside the last open
-                parents[i] = j
-                selfs[j] -= length
+            top = stack[-1]
+            if top[0] <= start and end <= top[1]:  # the usual case: inside the last open
+                top[3] -= length
+                if parents is not None:
+                    parents[i] = top[2]
             else:  # overlaps it without fitting: the innermost open range that contains it
                 for k in range(len(stack) - 2, -1, -1):
-                    top_start, top_end, j = stack[k]
-                    if top_start <= start and end <= top_end:
-                        parents[i] = j
-                        selfs[j] -= length
+                    top = stack[k]
+                    if top[0] <= start and end <= top[1]:
+                        top[3] -= length
+                        if parents is not None:
+                            parents[i] = top[2]
                         break
         if length > 0:
-            stack.append((start, end, i))
+            stack.append([start, end, i, length])
+        else:
+            yield i, length
+    while stack:
+        top = stack.pop()
+        yield top[2], top[3]
 
 
 @dataclass

@@ -3,6 +3,9 @@ dropped events, misuse tallies, instrumentation overhead, tail latency."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import chain
+
 from ..._render import display, format_ns
 from ...trace.steps import is_profiler_step
 from ._common import (
@@ -65,24 +68,25 @@ _SERIOUS_TALLIES = (
 )  # fmt: skip
 
 
-def rank(ordered: list[int], percent: int) -> int:
+def rank(ordered: Sequence[int], percent: int) -> int:
     """The nearest-rank percentile, as Trace.key_averages computes it."""
     return ordered[max(-(-percent * len(ordered) // 100), 1) - 1]
 
 
 def tail_latency(job: Job) -> Hint | None:
     """A range name whose P99 is far above its P50."""
-    pooled: dict[tuple[str, str], list[int]] = {}
+    pooled: dict[tuple[str, str], list[Sequence[int]]] = {}
     steps = {(s.ranges[0].name, s.ranges[0].category) for p in job.procs if (s := p.steps)}
     for p in job.procs:
-        for key, durations in p.durations().items():
+        for key, lengths in p.durations().items():
             if key not in steps and not is_profiler_step(key[0]):
-                pooled.setdefault(key, []).extend(durations)
+                pooled.setdefault(key, []).append(lengths)
     found = []
-    for (name, category), durations in pooled.items():
-        if len(durations) < TAIL_MIN_COUNT:
+    for (name, category), runs in pooled.items():
+        if sum(map(len, runs)) < TAIL_MIN_COUNT:
             continue
-        durations.sort()  # runs already sorted per process: timsort merges them
+        # One name's durations at a time, sorted (each process's run already is).
+        durations: Sequence[int] = runs[0] if len(runs) == 1 else sorted(chain.from_iterable(runs))
         p50, p99 = rank(durations, 50), rank(durations, 99)
         if p99 >= TAIL_MIN_P99_NS and p99 >= TAIL_RATIO * max(p50, 1):
             found.append((p99 / max(p50, 1), name, category, durations, p50, p99))

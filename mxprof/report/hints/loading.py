@@ -30,6 +30,7 @@ from collections import Counter
 
 from ..._render import format_ns
 from ...trace import Event
+from ...trace._columns import Ranges
 from ...trace.processes import Id, Process
 from ...trace.samples import Frame, Sample
 from ...trace.steps import is_frame, is_profiler_step
@@ -190,20 +191,30 @@ def _by_ranges(job: Job, p: Process, cache: dict[tuple[str, str], bool]) -> _Fou
     starts = [e.ts for e in steps]
     best: tuple[int, Id, list[Event]] | None = None
     for tid in tids:
-        ranges, other, open_end = [], False, lo - 1
-        for e in p.threads.get(tid, ()):
-            ts = e.ts
-            if (
-                is_loading(e.name, e.category, cache)
-                and not is_frame(e.category)
-                and not is_profiler_step(e.name)
-                and not _holds_a_step(e, steps, starts)
-            ):
-                ranges.append(e)
+        ranges: list[Event] = []
+        other, open_end = False, lo - 1
+        found = p.threads.get(tid)
+        if found is None:
+            continue
+        thread = found.thread
+        names, categories = thread.keys.names, thread.keys.categories
+        loads: dict[int, bool] = {}  # per key index: a loading range that is no step
+        for i, ts, d, k in thread.range_columns():  # an Event made only for loading ranges
+            end = ts + d
+            is_load = loads.get(k)
+            if is_load is None:
+                name, category = names[k], categories[k]
+                is_load = loads[k] = (
+                    is_loading(name, category, cache)
+                    and not is_frame(category)
+                    and not is_profiler_step(name)
+                )
+            if is_load and not _holds_a_step(ts, end, steps, starts):
+                ranges.append(thread.event(i))
             elif ts >= open_end:
                 other = True  # a top-level range that is not loading
-            if e.end > open_end:
-                open_end = e.end
+            if end > open_end:
+                open_end = end
         if not steps and not other:
             continue  # a thread that only loads runs beside the work: not a stall
         covered = measure(union(clipped(ranges, lo, hi)))
@@ -240,10 +251,18 @@ def _by_ranges(job: Job, p: Process, cache: dict[tuple[str, str], bool]) -> _Fou
     return f
 
 
-def _holds_a_step(e: Event, steps: list[Event], starts: list[int]) -> bool:
-    k = bisect.bisect_left(starts, e.ts)
-    while k < len(steps) and starts[k] < e.end:
-        if steps[k].end <= e.end:
+def _loading(ranges: Ranges, cache: dict[tuple[str, str], bool]) -> list[Event]:
+    """A thread's loading ranges (an Event made for these only)."""
+    thread = ranges.thread
+    names, categories = thread.keys.names, thread.keys.categories
+    wanted = {k for k in range(len(names)) if is_loading(names[k], categories[k], cache)}
+    return [thread.event(i) for i, _, _, k in thread.range_columns() if k in wanted]
+
+
+def _holds_a_step(ts: int, end: int, steps: list[Event], starts: list[int]) -> bool:
+    k = bisect.bisect_left(starts, ts)
+    while k < len(steps) and starts[k] < end:
+        if steps[k].end <= end:
             return True
         k += 1
     return False
@@ -341,8 +360,7 @@ def _by_no_range(job: Job, p: Process, cache: dict[tuple[str, str], bool]) -> _F
     others = {
         tid: loading
         for tid, ranges in p.threads.items()
-        if tid != s.tid
-        and (loading := [e for e in ranges if is_loading(e.name, e.category, cache)])
+        if tid != s.tid and (loading := _loading(ranges, cache))
     }
     if not others:
         return None  # no loader: a busy thread alone does not say the loop waits for it

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..._render import format_bytes, format_ns
-from ...trace import Event
+from ...trace._columns import Ranges
 from ...trace.processes import value_at
 from ._common import MAX_LINES, MIN_STEPS, Hint, Job, capped, hint, pct, quoted
 
@@ -17,13 +17,17 @@ GROWTH_MIN_SHARE = 0.10
 HOLDERS = 5  # scopes named as in use at a peak
 
 
-def _open_at(ranges: list[Event], t: int) -> Iterator[Event]:
-    """The ranges open at t (ts <= t < end), outermost first."""
-    for e in ranges:
-        if e.ts > t:
+def _open_at(ranges: Ranges | None, t: int) -> Iterator[str]:
+    """The names of the ranges open at t (ts <= t < end), outermost first
+    (read from the thread's columns: no Event made)."""
+    if ranges is None:
+        return
+    names = ranges.thread.keys.names
+    for ts, d, k in ranges.columns():
+        if ts > t:
             return
-        if t < e.end:
-            yield e
+        if t < ts + d:
+            yield names[k]
 
 
 def memory_peak(job: Job) -> Hint | None:
@@ -34,7 +38,7 @@ def memory_peak(job: Job) -> Hint | None:
     found.sort(key=lambda f: -f[0])
     evidence, subjects, unknown = [], [], False
     for value, p, m in found:
-        where = [quoted(e.name) for e in _open_at(p.threads.get(m.tid, []), m.at)]
+        where = [quoted(name) for name in _open_at(p.threads.get(m.tid), m.at)]
         step = p.step_at(m.at)
         evidence.append(
             f"{job.where(p)}{m.device}: peak {format_bytes(value)} at {format_ns(m.at)}"

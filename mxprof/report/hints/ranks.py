@@ -128,19 +128,24 @@ def _busy(
         tid = p.steps.tid
         lo, hi = p.steps.span
     elif p.threads:
-        tid = max(p.threads, key=lambda t: measure(union((e.ts, e.end) for e in p.threads[t])))
+        tid = max(
+            p.threads,
+            key=lambda t: measure(union((ts, ts + d) for ts, d, _ in p.threads[t].columns())),
+        )
         lo, hi = p.start, p.end
     else:
         return None
     work: list[list[int]] = []
     comm: list[list[int]] = []
     by_name: dict[str, float] = {}
-    for e in p.threads[tid]:  # in ts order, so clipped starts stay in order
-        a, b = max(e.ts, lo), min(e.end, hi)
+    names = p.threads[tid].thread.keys.names
+    for ts, d, k in p.threads[tid].columns():  # in ts order, so clipped starts stay in order
+        a, b = max(ts, lo), min(ts + d, hi)
         if b <= a:
             continue
-        by_name[e.name] = by_name.get(e.name, 0) + b - a
-        spans = comm if _is_comm(e.name, cache) else work
+        name = names[k]
+        by_name[name] = by_name.get(name, 0) + b - a
+        spans = comm if _is_comm(name, cache) else work
         if spans and a <= spans[-1][1]:
             spans[-1][1] = max(spans[-1][1], b)
         else:

@@ -147,17 +147,17 @@ def idle_gaps(job: Job) -> Hint | None:
     for p in job.procs:
         floor = max(GAP_MIN_NS, GAP_WALL_SHARE * p.wall)
         for tid, ranges in p.threads.items():
-            end, last = None, ""
-            for e in ranges:
-                ts = e.ts
+            names = ranges.thread.keys.names
+            end, last = None, -1
+            for ts, d, k in ranges.columns():  # no Event made
                 if end is not None and ts > end:
                     length = ts - end
                     if length >= floor or length >= GAP_ABS_NS:
-                        gaps.append((length, p, tid, end, ts, last, e.name))
+                        gaps.append((length, p, tid, end, ts, names[last], names[k]))
                         idle[(id(p), tid)] = idle.get((id(p), tid), 0) + length
-                stop = ts + (e.dur or 0)
+                stop = ts + d
                 if end is None or stop > end:
-                    end, last = stop, e.name
+                    end, last = stop, k
     if not gaps:
         return None
     gaps.sort(key=lambda g: -g[0])
