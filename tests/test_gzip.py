@@ -76,6 +76,19 @@ def test_gzip_cut_short_loads_what_was_written(tmp_path, clock):
 
 
 @pytest.mark.skipif(lib.mxp_trace_format(b"x.gz", 4) < 0, reason="built without zlib")
+def test_gzip_cut_in_the_next_members_magic_is_a_cut_file(tmp_path, clock):
+    """A cut one byte into a member's header (its first magic byte) is a
+    file cut short, read up to the cut, not bytes that are not gzip."""
+    scenario(tmp_path / "t.json.gz", clock)
+    data = (tmp_path / "t.json.gz").read_bytes()
+    starts = [i for i in range(1, len(data) - 1) if data[i : i + 3] == b"\x1f\x8b\x08"]
+    assert starts  # the writer's later members
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(data[: starts[-1] + 1])
+    assert mxprof.load(cut).truncated
+
+
+@pytest.mark.skipif(lib.mxp_trace_format(b"x.gz", 4) < 0, reason="built without zlib")
 def test_gzip_failed_write_then_a_good_path(tmp_path, clock):
     bad = tmp_path / "missing" / "t.json.gz"
     mxprof.set_config(filename=str(bad), continuous_dump=False, profile_api=False)

@@ -389,6 +389,9 @@ def gunzip(
         data = member.unused_data
         while len(data) < 2 and (more := read(_GZIP_CHUNK)):
             data += more
+        if data and len(data) < 2 and GZIP_MAGIC.startswith(data):
+            # The file ends inside the next member's first two bytes.
+            return _Fault("the gzip stream ends inside a member: the file was cut short", True)
         if data[:2] != GZIP_MAGIC:
             # Zero padding after the last member is harmless; anything else is damage.
             while not data.strip(b"\0") and (more := read(_GZIP_CHUNK)):
