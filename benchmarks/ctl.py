@@ -27,7 +27,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-sys.path.insert(0, ROOT)
 
 import calls  # noqa: E402
 
@@ -73,7 +72,7 @@ def idle_cost(number: int, repeats: int) -> dict[str, tuple[float, float]]:
 
 
 def where_latency(block: str, asks: int, cli_asks: int) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ)  # the children import the mxprof this script imports
     child = subprocess.Popen(
         [sys.executable, os.path.join(ROOT, "tests", "_ctl_child.py"), block, "run",
          os.path.join(tempfile.mkdtemp(prefix="mxprof-bench-ctl-"), "own.json")],
@@ -109,7 +108,7 @@ def where_latency(block: str, asks: int, cli_asks: int) -> dict[str, float]:
 
 def import_ms(module: str, runs: int = 5) -> float:
     """Median ms of a fresh interpreter that imports module, minus one that imports nothing."""
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ)  # the children import the mxprof this script imports
 
     def once(code: str) -> float:
         t0 = time.perf_counter()

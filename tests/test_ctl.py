@@ -25,7 +25,6 @@ import mxprof
 from mxprof import _ctlclient, _ctlwire
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 CHILD = os.path.join(HERE, "_ctl_child.py")
 
 
@@ -41,7 +40,10 @@ def ctl_dir(monkeypatch):
 
 
 def _env(**extra):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # The children import the mxprof this process imports (installed, or the
+    # tree PYTHONPATH names): never the checkout's sources, which have no
+    # compiled core unless installed in place.
+    env = dict(os.environ)
     env.update(extra)
     return env
 
