@@ -610,3 +610,13 @@ def test_damaged_databases_raise_trace_format_errors_only(tmp_path):
                 assert all(isinstance(e.name, str) for e in trace)
                 outcomes["read"] += 1
     assert outcomes["refused"] > 0 and outcomes["read"] > 0
+
+
+def test_a_damaged_schema_sqlite_answers_with_out_of_memory(tmp_path):
+    """A 7 KB file the sqlite fuzz target found (kept in its corpus): SQLite
+    answers SQLITE_NOMEM (Python's MemoryError) when it reads the schema."""
+    seed = os.path.join(os.path.dirname(__file__), "fuzz", "corpus_sqlite", "cb4fb5a66994749f")
+    path = tmp_path / "nomem.sqlite"
+    with open(seed, "rb") as f:
+        path.write_bytes(f.read())
+    expect_error(path, "SQLite ran out of memory reading it")

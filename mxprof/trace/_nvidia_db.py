@@ -127,6 +127,13 @@ def check_file(path: str, where: str) -> None:
         )
 
 
+def _why(error: Exception) -> str:
+    """What a failed read says (a MemoryError from SQLite says nothing)."""
+    if isinstance(error, MemoryError):
+        return "SQLite ran out of memory reading it (a damaged file, or one too big to read here)"
+    return str(error)
+
+
 class Tables:
     """Checked reads of one database's tables: every failure names table and column."""
 
@@ -136,12 +143,19 @@ class Tables:
         self.conn = conn
         self.where = where
         # sqlite3's own errors, and what a damaged file makes of its reading
-        # (a text cell that is not UTF-8, a value out of Python's ranges).
-        self.error: tuple[type[Exception], ...] = (sqlite3.Error, ValueError, OverflowError)
+        # (a text cell that is not UTF-8, a value out of Python's ranges;
+        # sizes in a damaged schema that SQLite answers with SQLITE_NOMEM,
+        # which Python raises as MemoryError: a 7 KB file did so).
+        self.error: tuple[type[Exception], ...] = (
+            sqlite3.Error,
+            ValueError,
+            OverflowError,
+            MemoryError,
+        )
         try:
             rows = conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
         except self.error as e:
-            raise TraceFormatError(f"{where}: not a readable SQLite database: {e}") from None
+            raise TraceFormatError(f"{where}: not a readable SQLite database: {_why(e)}") from None
         self.names = {r[0] for r in rows}
 
     def fail(self, problem: str) -> TraceFormatError:
@@ -151,7 +165,7 @@ class Tables:
         try:
             return [r[1] for r in self.conn.execute(f'PRAGMA table_info("{table}")')]
         except self.error as e:
-            raise self.fail(f"cannot read table {table}: {e}") from None
+            raise self.fail(f"cannot read table {table}: {_why(e)}") from None
 
     def rows(
         self, table: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
@@ -169,7 +183,7 @@ class Tables:
         try:
             raw = self.conn.execute(f'SELECT {listed} FROM "{table}"').fetchall()
         except self.error as e:
-            raise self.fail(f"cannot read table {table}: {e}") from None
+            raise self.fail(f"cannot read table {table}: {_why(e)}") from None
         return [{c: v for c, v in zip(wanted, row)} | _absent(optional, have) for row in raw]
 
     def integer(self, value: object, table: str, column: str, *, null: bool = False) -> Any:
