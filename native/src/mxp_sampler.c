@@ -16,7 +16,9 @@
  *      in wall mode a blocked thread's sample ends in a frame "<waiting>"
  *      under the function that blocks; in CPU mode only a thread on a CPU is
  *      sampled: 'R' now and its CPU clock moved since the last look (one
- *      ready to run but not given a CPU has not run);
+ *      ready to run but not given a CPU has not run), and only once the CPU
+ *      time it ran since its last sample covers a sampling interval (so
+ *      threads sharing a CPU get samples in proportion to their CPU time);
  *   2. the thread's range stacks pinned (mxpi_sample_pin), its Python stack
  *      read, the innermost open range read and the pin checked
  *      (mxpi_sample_settle): a thread that began or ended a range meanwhile
@@ -78,6 +80,8 @@ typedef struct seen {
     uint32_t gen;   /* the last tick it was sampled in */
     int64_t cpu_ns; /* its CPU time at its last blocked sample (-1: none) */
     int64_t cpu_last; /* cpu mode: its CPU time when last looked at (-1: never) */
+    int64_t looked;   /* cpu mode: when (CLOCK_MONOTONIC ns) */
+    int64_t credit;   /* cpu mode: CPU time run and not yet paid for by a sample */
     uint64_t tstate;
     uint32_t node, range, tid; /* that sample */
     mxpi_pin pin;
@@ -274,12 +278,25 @@ static void sample_thread(mxpi_thread *self, mxpi_pythread *t, uint32_t f) {
             return;
         }
         if (S.mode == MXP_SAMPLE_CPU && attempt == 0) {
-            /* On a CPU: running or ready to run now, and its CPU time moved
-             * since the last look (a thread woken but not given a CPU yet,
-             * or pushed off one by other work, has not run: not counted). */
-            int64_t was = e->cpu_last;
+            /* A sample stands for one interval between looks of CPU time:
+             * the CPU time the thread ran since its last look is credited,
+             * and a sample is taken (on a CPU now: running or ready to run)
+             * once the credit covers the interval.  Threads sharing one CPU
+             * in slices shorter than the interval then get samples in
+             * proportion to the CPU they had, not one at every look they
+             * had run at all.  The credit is capped at two intervals, so a
+             * thread that ran while blocked at the looks brings no burst. */
+            int64_t was = e->cpu_last, at = mono_ns();
             e->cpu_last = cpu_time(t->os_tid);
+            int64_t interval = e->looked > 0 ? at - e->looked : 0;
+            e->looked = at;
+            if (was >= 0 && e->cpu_last > was) e->credit += e->cpu_last - was;
+            if (interval > 0 && e->credit > 2 * interval) e->credit = 2 * interval;
             if (state == BLOCKED || (was >= 0 && e->cpu_last == was)) return;
+            if (interval > 0) {
+                if (e->credit < interval) return;
+                e->credit -= interval;
+            }
         }
         /* Its CPU time before its stack is read: if it runs meanwhile, the
          * next sample sees the time moved and reads the stack again. */
