@@ -455,18 +455,12 @@ def run(args: Any, out: TextIO | None = None) -> int:
         path = attach(pid, timeout=max(timeout, 10.0))
         _emit({"pid": pid, "socket": path}, fmt, out, f"process {pid}: control endpoint at {path}")
         return 0
-    if action == "status":
-        s = request(pid, "status", timeout=timeout)
+    if action in ("status", "where"):
+        answer = request(pid, action, timeout=timeout)
         if fmt == "json":
-            _emit(s, fmt, out, "")
+            _emit(answer, fmt, out, "")
         else:
-            render_status(s, out)
-    elif action == "where":
-        w = request(pid, "where", timeout=timeout)
-        if fmt == "json":
-            _emit(w, fmt, out, "")
-        else:
-            render_where(w, out)
+            (render_status if action == "status" else render_where)(answer, out)
     elif action == "start":
         _start(pid, args, timeout, fmt, out)
     elif action in ("stop", "dump", "snapshot"):

@@ -211,22 +211,16 @@ class _Range(Named):
             return timed_hooked  # type: ignore[return-value]
 
         if self._kind == _native.KIND_FRAME:
+            # One per step: through start/stop, which tell the steps' observer.
+            start, stop = self.start, self.stop
 
             @functools.wraps(fn)
             def timed_step(*args: Any, **kwargs: Any) -> Any:
-                rc = _frame_begin(rid)
-                if rc:
-                    _begun(rc, rid)
-                if _steps is not None:
-                    _steps.begin(rid)
+                start()
                 try:
                     return fn(*args, **kwargs)
                 finally:
-                    rc = _end(rid)
-                    if rc:
-                        _ended(rc, rid)
-                    if _steps is not None:
-                        _steps.end(rid)
+                    stop()
 
             return timed_step  # type: ignore[return-value]
 
