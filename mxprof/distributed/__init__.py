@@ -33,7 +33,7 @@ from .. import _ctlserver, _signals
 from .._session import SESSION
 from ..control import set_config
 from ..errors import ConfigError, StateError
-from . import _launcher, _node, _secret
+from . import _collect, _launcher, _node, _secret
 from ._node import DistributedError, DistributedTimeout, Member
 
 __all__ = [
@@ -381,7 +381,7 @@ def collect(path: str, *, strict: bool = False) -> dict[str, Any]:
     node = _current()
     if not isinstance(node, _node.Hub):
         raise StateError(f"collect() runs on the rank-0 worker; this is {node.me.label}")
-    return node.collect(os.fspath(path), strict)
+    return _collect.collect(node, os.fspath(path), strict)
 
 
 def dumps(*, ranks: bool = False, **kwargs: Any) -> dict[str, str]:
@@ -430,7 +430,7 @@ def _analyze_ranks(node: _node.Hub, as_json: bool) -> str:
 
     with tempfile.TemporaryDirectory(prefix="mxprof-ranks-") as where:
         path = os.path.join(where, "job.json")
-        node.collect(path)
+        _collect.collect(node, path, strict=False)
         result = analyze(load(path))
     return result.to_json() if as_json else result.table()
 

@@ -39,9 +39,9 @@ from ._node import (
     DistributedError,
     DistributedTimeout,
     Hub,
+    Known,
     Member,
-    _Known,
-    _may_be_alive,
+    may_be_alive,
     trace_name,
 )
 
@@ -95,7 +95,7 @@ def collect(hub: Hub, path: str, strict: bool) -> dict[str, Any]:
     who: list[str] = []
     gaps: list[Gap] = []
     try:
-        own = hub._current_trace()
+        own = _session.SESSION.trace_now()
         if own is not None:
             inputs.append(own)
             who.append(hub.me.label)
@@ -106,7 +106,7 @@ def collect(hub: Hub, path: str, strict: bool) -> dict[str, Any]:
             answer = synced.get(known.src) if known is not None else None
             if known is not None and not isinstance(answer, BaseException):
                 try:
-                    got = _download(hub, known, tmp)
+                    got = download(hub, known, tmp)
                 except DistributedError as e:
                     gap = _failed(hub, slot, known, str(e), timeout=isinstance(e, TimeoutError))
                 else:
@@ -122,7 +122,7 @@ def collect(hub: Hub, path: str, strict: bool) -> dict[str, Any]:
                     inputs.append(left[1])
                     who.append(left[0].label)
                     continue
-                why = _silence(hub, slot, known, answer, answer_within)
+                why = silence(hub, slot, known, answer, answer_within)
                 gap = _failed(hub, slot, known, why)
                 gap.timeout = not isinstance(answer, RemoteFailure)
             gaps.append(gap)
@@ -140,7 +140,7 @@ def collect(hub: Hub, path: str, strict: bool) -> dict[str, Any]:
         # process and its own file's name instead.
         sources = [f"{label}: {os.path.basename(p)}" for label, p in zip(who, inputs)]
         try:
-            summary = merge(inputs, path, sources=sources, info=_missing(gaps))
+            summary = merge(inputs, path, sources=sources, info=missing_info(gaps))
         except TraceFormatError as e:
             # A dead process's last file, read as it was being written, must
             # not cost the others: merge again without the last files.
@@ -155,7 +155,7 @@ def collect(hub: Hub, path: str, strict: bool) -> dict[str, Any]:
             sources = [sources[i] for i in keep]
             if not inputs:
                 raise
-            summary = merge(inputs, path, sources=sources, info=_missing(gaps))
+            summary = merge(inputs, path, sources=sources, info=missing_info(gaps))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for item, label in zip(summary["inputs"], who):
@@ -185,8 +185,8 @@ def _never_ran(member: Member) -> Gap:
     return Gap(member.label, member.role, member.rank, "its profiler never ran", failed=False)
 
 
-def _silence(
-    hub: Hub, slot: tuple[str, int], known: _Known | None, answer: Any, waited: float
+def silence(
+    hub: Hub, slot: tuple[str, int], known: Known | None, answer: Any, waited: float
 ) -> str:
     """Why a process gave no sync answer, in words."""
     timeout = hub.job.timeout
@@ -199,7 +199,7 @@ def _silence(
             f"not connected within {timeout:g} s (not started, dead, or on another token or "
             "address)"
         )
-    if not _may_be_alive(known.member):
+    if not may_be_alive(known.member):
         return f"its process (pid {known.member.pid}) has exited"
     if isinstance(answer, TimeoutError):
         return f"no answer within {waited:.3g} s (frozen, hung or overloaded)"
@@ -211,7 +211,7 @@ def _silence(
 
 
 def _failed(
-    hub: Hub, slot: tuple[str, int], known: _Known | None, why: str, timeout: bool = True
+    hub: Hub, slot: tuple[str, int], known: Known | None, why: str, timeout: bool = True
 ) -> Gap:
     """A Gap for a process that failed, with its last flushed file where readable."""
     if known is None:
@@ -227,7 +227,7 @@ def _failed(
     return gap
 
 
-def _last_file(known: _Known) -> tuple[str | None, str]:
+def _last_file(known: Known) -> tuple[str | None, str]:
     """The process's own last trace file, found by the identity it carries.
 
     Looked for among the files it named (at hello, at every change of its
@@ -262,7 +262,7 @@ def _last_file(known: _Known) -> tuple[str | None, str]:
     newest = sorted(found, key=lambda p: -found[p])
     others = set([p for p in newest if p not in named][:LOOK_AT])
     for path in (p for p in newest if p in others or p in named):
-        info = _identity(path)
+        info = identity(path)
         if info is not None and (
             info.get("role"),
             info.get("rank"),
@@ -274,12 +274,12 @@ def _last_file(known: _Known) -> tuple[str | None, str]:
     name = os.path.basename(last)
     if last not in found:
         return None, f"its last file {name} cannot be read here, nor another file of its own"
-    if _identity(last) is None:
+    if identity(last) is None:
         return None, f"its last file {name} has no readable distributedInfo (cut while written?)"
     return None, f"its last file {name} is another process's"
 
 
-def _identity(path: str) -> dict[str, Any] | None:
+def identity(path: str) -> dict[str, Any] | None:
     """The distributedInfo in a trace file's trailer (None: none readable)."""
     try:
         with open(path, "rb") as f:
@@ -289,7 +289,7 @@ def _identity(path: str) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else None
 
 
-def _missing(gaps: list[Gap]) -> dict[str, Any] | None:
+def missing_info(gaps: list[Gap]) -> dict[str, Any] | None:
     """What the merged file's distributedInfo says of the missing (Perfetto
     protobuf has no place for it: the result and the warning say it there)."""
     return {"missing": [g.to_json() for g in gaps]} if gaps else None
@@ -306,8 +306,8 @@ def _deposited(hub: Hub, slot: tuple[str, int]) -> tuple[Member, str] | None:
         return hub.reg.deposits.get(slot)
 
 
-def _download(
-    hub: Hub, known: _Known, tmp: str, kind: str = "upload", args: dict[str, Any] | None = None
+def download(
+    hub: Hub, known: Known, tmp: str, kind: str = "upload", args: dict[str, Any] | None = None
 ) -> str | None:
     """known's trace (or, with kind and args, another file it serves in
     pieces: a flight recorder snapshot) into tmp, piece by piece; None: it
