@@ -273,6 +273,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
             f"mxprof merge: {item['path']}: shifted {item['shift_us']:+.3f} us{cut}",
             file=sys.stderr,
         )
+    for gap in summary.get("missing", ()):
+        print(f"mxprof merge: missing {gap.get('process')}: {gap.get('why')}", file=sys.stderr)
     print(f"mxprof merge: {summary['events']} events written to {args.output}", file=sys.stderr)
     return 0
 

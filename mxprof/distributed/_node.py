@@ -396,7 +396,12 @@ class Peer(Node):
             return {**self._command(kind, args), "file": trace_path()}, b""
         if kind == "sync":
             self.remeasure(self.job.timeout)
-            return {"clock": self.clock.to_json(), "file": trace_path()}, b""
+            answer: dict[str, Any] = {"clock": self.clock.to_json(), "file": trace_path()}
+            if args.get("flush"):  # collect(shared=True): the file itself, written up to now
+                written = self._trace_size()
+                if written is not None:
+                    answer["file"], answer["size"] = written
+            return answer, b""
         if kind == "upload":
             return self._upload(args)
         if kind == "dumps":

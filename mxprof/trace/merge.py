@@ -47,7 +47,7 @@ from .._tallies import TALLIES
 from .._tracejson import dumps as trace_json
 from .._version import __version__
 from ..errors import TraceFormatError
-from . import _scan
+from . import _scan, manifest
 from ._convert import Converter, ident, span_ns, whole_ns
 from ._event import DECODE_EVENTS
 from .clock import IDENTITY, ClockModel
@@ -380,7 +380,11 @@ def merge(
     and renamed into place.
 
     Args:
-        paths: the traces to merge (any form ``mxprof.load`` reads).
+        paths: the traces to merge (any form ``mxprof.load`` reads), or a
+            job's manifest (``trace.manifest``), which stands for the traces
+            it names; the summary then has ``"missing"``: the processes the
+            manifest names as missing and those whose file has moved or been
+            cut since.
         output: the merged file, in the format its suffix names (as for
             ``set_config(filename=...)``): ``.json`` (object form, like
             mxprof's own), ``.json.gz`` (gzip-compressed), ``.pftrace`` or
@@ -423,6 +427,13 @@ def merge(
         raise TraceFormatError("merge: no input traces")
     if sources is not None and len(sources) != len(paths):
         raise ValueError(f"merge: {len(sources)} sources named for {len(paths)} inputs")
+    # A job's manifest (distributed.collect(shared=True)) stands for the files it names.
+    listed = manifest.expand([os.fspath(p) for p in paths], sources)
+    if listed.manifests:
+        paths, sources = listed.paths, listed.sources
+        if listed.missing:
+            info = {**(info or {})}
+            info["missing"] = [*info.get("missing", []), *listed.missing]
     inputs = [_Input(os.fspath(p)) for p in paths]
     _align_databases(inputs)
     dist = [_distributed(inp.path, inp.metadata) for inp in inputs]
@@ -489,6 +500,8 @@ def merge(
     result: dict[str, Any] = {"events": count, "inputs": summary}
     if span is not None:
         result["window_ns"] = list(span)
+    if listed.manifests:
+        result["missing"] = listed.missing
     return result
 
 
