@@ -34,6 +34,7 @@ viewer-sized timeline out of a big job.
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -54,7 +55,7 @@ from .clock import IDENTITY, ClockModel
 from .gpu import align_inputs, is_nvidia
 from .model import Event, Trace, base_time_ns, ns_ratio, read_lines, round_ratio
 from .processes import display_name, from_info
-from .reader import RawEvent, open_trace, read_raw
+from .reader import GZIP_MAGIC, RawEvent, open_trace, read_raw
 from .steps import is_frame, is_profiler_step, number
 from .writer import JSON_GZ, PERFETTO, PerfettoWriter, file_format
 
@@ -174,9 +175,13 @@ class _Input:
         self.path = path
         self.truncated = False
         self.held: list[RawEvent] | None = None  # events replaced in memory (aligned)
+        self.index: list[_scan.Block] | None = None  # a plain file's blocks (see blocks)
         try:
             with open_trace(path) as f:
                 self.metadata: dict[str, Any] = _scan.metadata(f)  # the events are read later
+                plain = f.seek(0) == 0 and f.read(2) != GZIP_MAGIC
+                if plain:
+                    self.index = _scan.index(self.metadata, f.seek(0, 2))
             self.lines = True
         except _scan.NotLines:  # another shape: read whole, here and again later
             self.lines = False
@@ -197,6 +202,27 @@ class _Input:
         if not self.lines:
             yield read_raw(self.path)[0]
             return
+        if near is not None and self.index is not None:
+            # Only the blocks whose events may overlap near (µs; the index
+            # says ns), those that define sample ids, the head and the tail.
+            lo, hi = near[0] * 1000, near[1] * 1000
+
+            def keep(b: _scan.Block) -> bool:
+                return b.defines or (b.first_ns <= hi and b.last_ns >= lo)
+
+            with open(self.path, "rb") as indexed:
+                texts = _scan.indexed_blocks(indexed, self.index, keep)
+                try:
+                    first = next(texts, None)  # the file checked against its index first
+                except _scan.NotLines:
+                    pass  # changed since its index was written: read it all (below)
+                else:
+                    try:
+                        for text in itertools.chain(() if first is None else (first,), texts):
+                            yield _scan.raw_events(_near(text, near))
+                    except _scan.NotLines:
+                        raise self._damaged() from None
+                    return
         with open_trace(self.path) as f:
             blocks = _scan.blocks(f)
             try:
@@ -206,10 +232,13 @@ class _Input:
             except StopIteration:
                 return
             except _scan.NotLines:
-                raise TraceFormatError(
-                    f"{self.path}: damaged (or changed while it was merged): read it with "
-                    "mxprof.load for where"
-                ) from None
+                raise self._damaged() from None
+
+    def _damaged(self) -> TraceFormatError:
+        return TraceFormatError(
+            f"{self.path}: damaged (or changed while it was merged): read it with "
+            "mxprof.load for where"
+        )
 
 
 def _near(text: bytes, near: tuple[float, float]) -> bytes:
