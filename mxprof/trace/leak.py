@@ -1,0 +1,170 @@
+"""The leak rule: memory that keeps growing step after step.
+
+One function decides, :func:`leak`, and both sides call it: the live
+sampler (``mxprof._memstep``) on the last ``leak_steps`` samples it took,
+to flag a leak while the program runs (and start ``tracemalloc``, and
+trigger the flight recorder), and the report's ``memory-leak`` hint on the
+counters a trace holds (:func:`first_leak` slides the same window over them).
+
+The rule, over a window of n values (bytes, one per step, oldest first):
+
+- the rate is the Theil–Sen slope, the median of the slopes between every
+  two values: one spike, or one jump (a cache filled once), moves the
+  median little, where a least-squares line would follow it;
+- it must be at least ``min_rate`` bytes per step;
+- the growth is persistent: each half of the window grows at no less than
+  half ``min_rate`` by its own Theil–Sen slope, so a single jump (which lies
+  in one half only) is not a leak, and the later half grows at no less than
+  ``LATE_SHARE`` (0.65) of the rate of the earlier one, so growth that
+  slows to a stop (warm-up: pools and caches filling) is not one either;
+- it stands out of the noise: the growth over the window (rate x (n - 1))
+  is at least ``NOISE_MADS`` scaled median absolute deviations of the
+  values around the fitted line.
+
+So a leak is reported once it has lasted a whole window (``leak_steps``, 16
+by default: a steady leak of 1 MB per step is flagged at its 16th step, by
+the 20th under noise of +-2 MB), and growth that stops within about half a
+window never is.  The thresholds were set on synthetic series
+(tests/test_memstep.py): over 300 seeds of 200 steps each, noise of +-2 MB
+with 8 MB spikes and a linear warm-up that stops never fired; a warm-up
+decaying as exp(-step/4) fired in 2 of 300.
+
+The counters it reads are written by the live sampler, in the counter
+domain ``Process Memory`` (:data:`PROCESS_MEMORY`): ``rss`` at step ends
+and on the period; ``pss``, ``uss`` (private), ``shared`` on the period
+(``/proc/self/smaps_rollup``); ``cuda:N allocated`` and ``cuda:N reserved``
+at step ends.  The allocation sites ``tracemalloc`` found after a leak are
+counters of domain ``Allocation Sites`` (:data:`SITES`), named
+``file:line``, each valued in bytes per step.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "COPY_ON_READ_SHARE",
+    "LEAK_MIN_BYTES",
+    "LEAK_STEPS",
+    "MIN_WINDOW",
+    "PROCESS_MEMORY",
+    "SITES",
+    "Growth",
+    "copy_on_read",
+    "first_leak",
+    "leak",
+    "theil_sen",
+]
+
+PROCESS_MEMORY = "Process Memory"  # the sampler's counter domain (category in the trace)
+SITES = "Allocation Sites"  # tracemalloc's growing sites after a leak: bytes per step
+LEAK_STEPS = 16  # the window, in steps (config leak_steps)
+LEAK_MIN_BYTES = 256 << 10  # the least rate that is a leak, per step (config leak_min_bytes)
+MIN_WINDOW = 6  # fewer values say nothing about persistence
+NOISE_MADS = 6.0  # growth over the window vs. the scaled MAD of the residuals
+MAD_SCALE = 1.4826  # a normal's standard deviation from its MAD
+LATE_SHARE = 0.65  # the later half grows at least this share of the earlier half's rate
+COPY_ON_READ_SHARE = 0.5  # shared bytes lost / private bytes gained that names copy-on-read
+
+
+@dataclass(frozen=True)
+class Growth:
+    """A leak found by :func:`leak` over one window.
+
+    Attributes:
+        rate: bytes per step (the Theil–Sen slope over the window).
+        steps: values in the window.
+        first: the window's first value (bytes).
+        last: the window's last value (bytes).
+    """
+
+    rate: float
+    steps: int
+    first: float
+    last: float
+
+
+def theil_sen(values: Sequence[float]) -> float:
+    """The median of the slopes between every two values (x: their positions).
+
+    Example:
+        >>> theil_sen([0, 1, 2, 3, 100, 5, 6])  # one spike moves it not at all
+        1.0
+    """
+    n = len(values)
+    slopes = [(values[j] - values[i]) / (j - i) for i in range(n) for j in range(i + 1, n)]
+    return float(statistics.median(slopes)) if slopes else 0.0
+
+
+def leak(values: Sequence[float], min_rate: float = LEAK_MIN_BYTES) -> Growth | None:
+    """The leak rule of the module docstring over one window of values.
+
+    Args:
+        values: bytes in use, one per step, oldest first (the whole window).
+        min_rate: the least growth per step that is a leak (bytes; > 0 is
+            always required).
+
+    Returns:
+        The growth when the window is a leak, else None (also for fewer
+        than ``MIN_WINDOW`` values).
+
+    Example:
+        >>> leak([100 + 2**20 * k for k in range(16)]).rate
+        1048576.0
+        >>> leak([100 + 2**20 * min(k, 5) for k in range(16)]) is None  # stops: warm-up
+        True
+    """
+    n = len(values)
+    if n < MIN_WINDOW:
+        return None
+    rate = theil_sen(values)
+    if rate <= 0 or rate < min_rate:
+        return None
+    half = n // 2
+    early, late = theil_sen(values[:half]), theil_sen(values[n - half :])
+    if min(early, late) < min_rate / 2 or min(early, late) <= 0 or late < LATE_SHARE * early:
+        return None
+    residuals = [v - rate * i for i, v in enumerate(values)]
+    centre = statistics.median(residuals)
+    spread = MAD_SCALE * statistics.median(abs(r - centre) for r in residuals)
+    if rate * (n - 1) < NOISE_MADS * spread:
+        return None
+    return Growth(rate, n, float(values[0]), float(values[-1]))
+
+
+def first_leak(
+    values: Sequence[float], window: int = LEAK_STEPS, min_rate: float = LEAK_MIN_BYTES
+) -> tuple[int, Growth] | None:
+    """Where the live rule would first have fired over a whole series: the
+    position of the window's last value, and its growth.
+
+    Example:
+        >>> first_leak([0.0] * 10 + [2**20 * k for k in range(30)])[0]
+        21
+    """
+    for end in range(window, len(values) + 1):
+        found = leak(values[end - window : end], min_rate)
+        if found is not None:
+            return end - 1, found
+    return None
+
+
+def copy_on_read(shared: Sequence[float], private: Sequence[float]) -> tuple[float, float] | None:
+    """(shared bytes lost, private bytes gained) over a window when shared
+    pages turned private (copy-on-read: a forked worker touching objects it
+    inherited copies their pages): private grew and shared fell by at least
+    ``COPY_ON_READ_SHARE`` of it.  Each list: samples over the window, oldest
+    first; None otherwise.
+
+    Example:
+        >>> copy_on_read([100e6, 80e6, 60e6], [10e6, 30e6, 50e6])
+        (40000000.0, 40000000.0)
+    """
+    if len(shared) < 2 or len(private) < 2:
+        return None
+    lost, gained = shared[0] - shared[-1], private[-1] - private[0]
+    if gained <= 0 or lost < COPY_ON_READ_SHARE * gained:
+        return None
+    return float(lost), float(gained)
