@@ -60,6 +60,11 @@ __all__ = ["SAMPLER", "leaks", "process_role"]
 SITES_TOP = 10  # growing allocation sites recorded after a leak
 SITES_MIN_BYTES = 1024  # per step: smaller growth is the interpreter's churn, not the leak
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
+# A fork child inherits this module loaded (another pid); a spawned one loads
+# it while the parent's offer is still the one in its environment (the
+# child's own export for its children replaces it later).
+_LOADED_PID = os.getpid()
+_LOADED_AS_CHILD = _children.inherited() is not None
 
 
 def process_role() -> str:
@@ -78,8 +83,11 @@ def process_role() -> str:
         info = data.get_worker_info() if data is not None else None
     if info is not None:
         return f"DataLoader worker {info.id} (pid {pid})"
-    if _children.inherited() is not None:
-        mp = sys.modules.get("multiprocessing")
+    mp = sys.modules.get("multiprocessing")
+    parent = None
+    with contextlib.suppress(Exception):
+        parent = mp.parent_process() if mp is not None else None
+    if parent is not None or pid != _LOADED_PID or _LOADED_AS_CHILD:
         name = mp.current_process().name if mp is not None else "child"
         return f"child {name} (pid {pid})"
     return f"main (pid {pid})"
@@ -359,6 +367,11 @@ class _Sampler:
 
     def after_fork_in_child(self) -> None:
         """The parent's files name the parent's /proc/self; its series are not ours."""
+        self.lock = threading.Lock()  # the parent's may have been held by another thread
+        self.forget()
+
+    def forget(self) -> None:
+        """Back to the state of a process that never sampled (also for tests)."""
         for fd in (self.statm, self.rollup):
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -368,7 +381,7 @@ class _Sampler:
             self.sites.stop()
         self.found = []
         self.on = False
-        self.lock = threading.Lock()
+        self.warned = False
         self.reset()
 
 
