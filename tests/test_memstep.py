@@ -17,6 +17,7 @@ import pytest
 
 import mxprof
 from mxprof import _memstep, _testing, memory
+from mxprof.cli import main
 from mxprof.errors import ConfigError
 from mxprof.report.hints import find_hints
 from mxprof.trace.leak import copy_on_read, first_leak, leak, theil_sen
@@ -123,7 +124,7 @@ def touched(n):
 
 
 @needs_proc
-def test_a_leaking_loop_is_flagged_live_with_its_scope_and_allocation_site(trace_file):
+def test_a_leaking_loop_is_flagged_live_with_its_scope_and_allocation_site(trace_file, capsys):
     kept = []
 
     def body(k):
@@ -159,6 +160,16 @@ def test_a_leaking_loop_is_flagged_live_with_its_scope_and_allocation_site(trace
     assert "over steps 0 to 15" in hint.evidence[0]
     assert any(f"scope 'cache:' grew most: {15}.00 MiB" in line for line in hint.evidence)
     assert any(site in line for line in hint.evidence)
+    # mxprof stats: the counters, and the same rule's answer
+    assert main(["stats", trace_file, "--format", "json"]) == 0
+    (proc,) = json.loads(capsys.readouterr().out)["Memory"]["processes"]
+    assert proc["process"] == f"pid {os.getpid()}"
+    rss = next(c for c in proc["counters"] if c["name"] == "rss")
+    assert rss["samples"] == 24 and rss["last"] - rss["first"] > 20 * MB
+    assert proc["leak"]["series"] == "rss" and proc["leak"]["window"] == 16
+    assert int(proc["leak"]["at"].removeprefix("step ")) == flagged
+    assert main(["stats", trace_file]) == 0
+    assert "    leak: rss +" in capsys.readouterr().out
 
 
 @needs_proc

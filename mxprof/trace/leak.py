@@ -41,8 +41,15 @@ counters of domain ``Allocation Sites`` (:data:`SITES`), named
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._render import format_bytes
+
+if TYPE_CHECKING:
+    from .model import Trace
+    from .processes import Process
 
 __all__ = [
     "COPY_ON_READ_SHARE",
@@ -55,6 +62,9 @@ __all__ = [
     "copy_on_read",
     "first_leak",
     "leak",
+    "render_memory",
+    "series",
+    "summary",
     "theil_sen",
 ]
 
@@ -168,3 +178,119 @@ def copy_on_read(shared: Sequence[float], private: Sequence[float]) -> tuple[flo
     if gained <= 0 or lost < COPY_ON_READ_SHARE * gained:
         return None
     return float(lost), float(gained)
+
+
+def series(p: Process) -> Iterator[tuple[str, list[int], list[float], list[int | None]]]:
+    """What the live sampler's rule watches, read back from p's counters:
+    (name, the instants of its values in ns, the values, their step numbers
+    or None).
+
+    With steps (at least ``MIN_WINDOW``), ``rss`` and each ``cuda:N
+    allocated`` as they were at each step end: the sample taken at a step's
+    end lies after the step's end and before the next one's start, so each
+    value is read at the next step's start.  Without steps, ``uss`` and
+    ``cuda:N allocated`` at every sample (the period's samples are that
+    process's steps, as they are live).
+    """
+    from .processes import counter_value, value_at  # processes imports the trace model
+
+    mine = {name: e for (cat, name), e in p.counters.items() if cat == PROCESS_MEMORY}
+    s = p.steps
+    if s is not None and len(s.ranges) >= MIN_WINDOW:
+        reads = [e.ts for e in s.ranges[1:]] + [p.end + 1]
+        ends = [e.end for e in s.ranges]
+        for name, samples in sorted(mine.items()):
+            if name == "rss" or name.endswith(" allocated"):
+                values = [value_at(samples, t) for t in reads]
+                yield name, ends, values, list(s.index)
+        return
+    for name, samples in sorted(mine.items()):
+        if name == "uss" or name.endswith(" allocated"):
+            values = [counter_value(e) or 0.0 for e in samples]
+            yield name, [e.ts for e in samples], values, [None] * len(values)
+
+
+def _setting(trace: Trace, key: str, default: int) -> int:
+    """A memory_steps key as the trace's config (``otherData``) recorded it."""
+    other = trace.metadata.get("otherData")
+    config = other.get("config") if isinstance(other, dict) else None
+    value = config.get(key) if isinstance(config, dict) else None
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return int(value) if ok else default  # type: ignore[arg-type]
+
+
+def settings(trace: Trace) -> tuple[int, int]:
+    """(leak_steps, leak_min_bytes) the trace was recorded with (else the defaults)."""
+    return _setting(trace, "leak_steps", LEAK_STEPS), _setting(
+        trace, "leak_min_bytes", LEAK_MIN_BYTES
+    )
+
+
+def summary(trace: Trace) -> dict[str, Any] | None:
+    """``mxprof stats``' memory block: per process with ``memory_steps``
+    counters, each counter's samples, first, last, min and max (bytes), and
+    the leak the rule finds (as the report's hint does); None without them.
+
+    Example:
+        >>> summary(mxprof.load("run.json"))["processes"][0]["leak"]  # doctest: +SKIP
+        {'series': 'rss', 'rate_per_step': 1048576, 'window': 16, 'at': 'step 15'}
+    """
+    from .processes import counter_value, processes
+
+    window, min_rate = settings(trace)
+    out = []
+    for p in processes(trace):
+        counters = []
+        for (category, name), samples in sorted(p.counters.items()):
+            if category != PROCESS_MEMORY or not samples:
+                continue
+            values = [counter_value(e) or 0.0 for e in samples]
+            counters.append(
+                {
+                    "name": name,
+                    "samples": len(values),
+                    "first": round(values[0]),
+                    "last": round(values[-1]),
+                    "min": round(min(values)),
+                    "max": round(max(values)),
+                }
+            )
+        if not counters:
+            continue
+        found = None
+        for name, _, values, steps in series(p):
+            first = first_leak(values, window, min_rate)
+            if first is not None:
+                at, growth = first
+                where = f"step {steps[at]}" if steps[at] is not None else f"sample {at}"
+                found = {
+                    "series": name,
+                    "rate_per_step": round(growth.rate),
+                    "window": window,
+                    "at": where,
+                }
+                break
+        out.append({"process": p.label, "counters": counters, "leak": found})
+    return {"processes": out} if out else None
+
+
+def render_memory(block: dict[str, Any]) -> list[str]:
+    """The memory block as text lines (sizes in binary units)."""
+    lines = ["Process memory (memory_steps)"]
+    for p in block["processes"]:
+        lines.append(f"  {p['process']}:")
+        for c in p["counters"]:
+            lines.append(
+                f"    {c['name']:<20} {c['samples']:>6} samples  first {format_bytes(c['first'])}"
+                f"  last {format_bytes(c['last'])}  min {format_bytes(c['min'])}"
+                f"  max {format_bytes(c['max'])}"
+            )
+        leak_found = p["leak"]
+        if leak_found:
+            lines.append(
+                f"    leak: {leak_found['series']} +{format_bytes(leak_found['rate_per_step'])} "
+                f"per step over {leak_found['window']} steps, flagged at {leak_found['at']}"
+            )
+        else:
+            lines.append("    no leak (the leak rule: docs/memory.md)")
+    return lines

@@ -13,13 +13,12 @@ from operator import eq
 from ..._render import format_bytes, format_ns
 from ...trace._columns import NO_DUR, Ranges
 from ...trace.leak import (
-    LEAK_MIN_BYTES,
-    LEAK_STEPS,
-    MIN_WINDOW,
     PROCESS_MEMORY,
     SITES,
     copy_on_read,
     first_leak,
+    series,
+    settings,
 )
 from ...trace.processes import Process, counter_value, value_at
 from ._common import MAX_LINES, MIN_STEPS, Hint, Job, capped, hint, pct, quoted
@@ -160,41 +159,6 @@ def memory_growth(job: Job) -> Hint | None:
 # ---- memory_steps: the leak rule over the sampler's counters ----
 
 
-def _setting(job: Job, p: Process, key: str, default: int) -> int:
-    """A memory_steps key as the process's trace recorded it (its config in
-    ``otherData``), else the default."""
-    other = job.traces[p.source].metadata.get("otherData")
-    config = other.get("config") if isinstance(other, dict) else None
-    value = config.get(key) if isinstance(config, dict) else None
-    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    return value if ok else default  # type: ignore[return-value]
-
-
-def _series(p: Process) -> Iterator[tuple[str, list[int], list[float], list[int | None]]]:
-    """What the live sampler's rule watched, from its counters: (name, the
-    instants of its values, the values, their step numbers or None).
-
-    With steps, ``rss`` and each ``cuda:N allocated`` as they were at each
-    step end: the sample taken at a step's end lies after the step's end
-    and before the next one's start, so each value is read at the next
-    step's start.  Without steps, ``uss`` and ``cuda:N allocated`` at every
-    sample (the period's samples are that process's steps)."""
-    mine = {name: e for (cat, name), e in p.counters.items() if cat == PROCESS_MEMORY}
-    s = p.steps
-    if s is not None and len(s.ranges) >= MIN_WINDOW:
-        reads = [e.ts for e in s.ranges[1:]] + [p.end + 1]
-        ends = [e.end for e in s.ranges]
-        for name, samples in sorted(mine.items()):
-            if name == "rss" or name.endswith(" allocated"):
-                values = [value_at(samples, t) for t in reads]
-                yield name, ends, values, list(s.index)
-        return
-    for name, samples in sorted(mine.items()):
-        if name == "uss" or name.endswith(" allocated"):
-            values = [counter_value(e) or 0.0 for e in samples]
-            yield name, [e.ts for e in samples], values, [None] * len(values)
-
-
 def _live_leaks(job: Job, p: Process) -> list[str]:
     """The ``leak: ...`` markers the live sampler left in p (they name the
     process as it knew itself: ``DataLoader worker 1 (pid N)``); read only
@@ -216,9 +180,8 @@ def memory_leak(job: Job) -> Hint | None:
     ``leak_steps`` steps, persistent over both halves of the window."""
     found = []
     for p in job.procs:
-        window = _setting(job, p, "leak_steps", LEAK_STEPS)
-        min_rate = _setting(job, p, "leak_min_bytes", LEAK_MIN_BYTES)
-        for name, times, values, steps in _series(p):
+        window, min_rate = settings(job.traces[p.source])
+        for name, times, values, steps in series(p):
             first = first_leak(values, window, min_rate)
             if first is not None:
                 end, growth = first
