@@ -47,6 +47,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from . import _children, _native, flight
+from . import memory as _memory
 from ._render import format_bytes
 from .domain import Domain
 from .trace.leak import PROCESS_MEMORY, SITES, copy_on_read, leak
@@ -64,6 +65,7 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 # it while the parent's offer is still the one in its environment (the
 # child's own export for its children replaces it later).
 _LOADED_PID = os.getpid()
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _LOADED_AS_CHILD = _children.inherited() is not None
 
 
@@ -226,7 +228,7 @@ class _Sampler:
         if self.statm < 0:
             self._unavailable()
             return None
-        return int(os.pread(self.statm, 128, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return int(os.pread(self.statm, 128, 0).split()[1]) * _PAGE
 
     def _smaps(self) -> dict[str, int] | None:
         if self.rollup == -2:
@@ -292,7 +294,10 @@ class _Sampler:
         if self.sites is not None:  # counted before a new leak could start it
             with contextlib.suppress(Exception):
                 self._sites_step(self.sites)
-        self.scopes.append({s.key: s.current for s in _native.memory_usage() if s.is_scope})
+        # The scopes' bytes, to name the one that grew most: read only where
+        # mxprof.memory has recorded (the core's table costs a call to copy).
+        if _memory._slots:
+            self.scopes.append({s.key: s.current for s in _native.memory_usage() if s.is_scope})
         for name, value in values.items():
             if name.endswith("reserved"):
                 continue  # allocated is what a leak grows; reserved follows it

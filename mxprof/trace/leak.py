@@ -108,6 +108,24 @@ def theil_sen(values: Sequence[float]) -> float:
     return float(statistics.median(slopes)) if slopes else 0.0
 
 
+def _span(n: int) -> int:
+    """A span d such that a Theil–Sen slope m over n values implies a range of
+    at least d x m: the median being >= m needs n(n-1)/4 pairs (at least)
+    of slope >= m, and fewer pairs than that are closer than d apart, so one
+    of them spans d or more positions.
+
+    Example:
+        >>> _span(16)  # 54 pairs are closer than 5 apart, 60 are needed
+        5
+    """
+    needed = n * (n - 1) // 2 // 2
+    d, closer = 1, 0
+    while closer + (n - d) < needed:
+        closer += n - d
+        d += 1
+    return d
+
+
 def leak(values: Sequence[float], min_rate: float = LEAK_MIN_BYTES) -> Growth | None:
     """The leak rule of the module docstring over one window of values.
 
@@ -127,8 +145,8 @@ def leak(values: Sequence[float], min_rate: float = LEAK_MIN_BYTES) -> Growth | 
         True
     """
     n = len(values)
-    if n < MIN_WINDOW:
-        return None
+    if n < MIN_WINDOW or max(values) - min(values) < _span(n) * max(min_rate, 1e-9):
+        return None  # cannot pass: the cheap test that keeps a level process's steps cheap
     rate = theil_sen(values)
     if rate <= 0 or rate < min_rate:
         return None
