@@ -47,9 +47,9 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from . import _children, _native, flight
-from . import memory as _memory
 from ._render import format_bytes
 from .domain import Domain
+from .memory import _slots as _memory_slots  # devices recorded on (a dict, filled in place)
 from .trace.leak import PROCESS_MEMORY, SITES, copy_on_read, leak
 
 if TYPE_CHECKING:
@@ -296,7 +296,7 @@ class _Sampler:
                 self._sites_step(self.sites)
         # The scopes' bytes, to name the one that grew most: read only where
         # mxprof.memory has recorded (the core's table costs a call to copy).
-        if _memory._slots:
+        if _memory_slots:
             self.scopes.append({s.key: s.current for s in _native.memory_usage() if s.is_scope})
         for name, value in values.items():
             if name.endswith("reserved"):
