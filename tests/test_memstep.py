@@ -134,7 +134,7 @@ def test_a_leaking_loop_is_flagged_live_with_its_scope_and_allocation_site(trace
 
     flagged = run_steps(trace_file, 24, body, leak_sites_steps=3)
     assert flagged is not None and flagged < 20
-    (found,) = _memstep.leaks()
+    (found,) = memory.leaks()  # the public name of _memstep.leaks()
     assert found["series"] == "rss" and found["steps"] == 16
     assert found["process"] == f"main (pid {os.getpid()})"
     assert 0.8 * MB < found["rate_per_step"] < 1.3 * MB
@@ -388,3 +388,26 @@ def test_a_dataloader_worker_leaking_1_mb_per_batch_is_named(tmp_path):
     assert sorted(named) == ["DataLoader worker 0", "DataLoader worker 1"]
     main = mxprof.load(tmp_path / "main.json")
     assert [h for h in find_hints([main]) if h.rule == "memory-leak"] == []
+
+
+@pytest.mark.gpu
+def test_a_cuda_leak_is_read_from_torchs_allocator(trace_file):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    torch.zeros(1, device="cuda")  # the program initialises CUDA; mxprof never does
+    kept = []
+
+    def body(k):
+        kept.append(torch.empty(MB, dtype=torch.uint8, device="cuda"))
+
+    flagged = run_steps(trace_file, 20, body, leak_sites_steps=0)
+    assert flagged is not None and flagged < 20
+    cuda = [f for f in _memstep.leaks() if f["series"] == "cuda:0 allocated"]
+    assert len(cuda) == 1 and cuda[0]["rate_per_step"] == MB
+    mxprof.set_state("stop")
+    mxprof.dump()
+    allocated = [
+        e.args["cuda:0 allocated"] for e in mxprof.load(trace_file) if e.name == "cuda:0 allocated"
+    ]
+    assert len(allocated) == 20 and allocated[-1] - allocated[0] == 19 * MB
