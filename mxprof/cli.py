@@ -42,6 +42,8 @@ from .report.hints import to_json as hints_json
 from .report.ranks import analyze
 from .trace import Trace, export, load, samples
 from .trace.gpu import gpu_json, gpu_rows, gpu_table
+from .trace.leak import render_memory
+from .trace.leak import summary as memory_summary
 from .trace.merge import merge, parse_ranks, parse_window
 from .trace.repair import repair
 
@@ -219,6 +221,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     rows = trace.key_averages().without_own()
     gpu = gpu_rows(trace)  # GPU work by launching range (imported NVIDIA databases)
     sampled = _samples_block(trace, args.top)
+    memory = memory_summary(trace)  # memory_steps' counters and the leak rule
     if args.format == "table":
         print(rows.table(sort_by=args.sort, row_limit=args.top), end="")
         if gpu:
@@ -226,6 +229,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         if sampled is not None:
             top = args.top if args.top is not None else samples.TABLE_TOP
             print("\n" + "\n".join(samples.render_table(sampled, top)), end="")
+        if memory is not None:
+            print("\n" + "\n".join(render_memory(memory)))
         return 0
     fields = ("count", "total", "self", "avg", "min", "max", "p50", "p90", "p99")
     top = rows.sorted(args.sort)[: args.top] if args.top is not None else rows.sorted(args.sort)
@@ -242,6 +247,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         doc["GPU"] = gpu_json(gpu[: args.top] if args.top is not None else gpu)
     if sampled is not None:
         doc["Samples"] = sampled
+    if memory is not None:
+        doc["Memory"] = memory
     print(json.dumps(doc, indent=2, ensure_ascii=False))
     return 0
 

@@ -60,6 +60,12 @@ memory-peak            a device's memory counter (``Memory: gpu/0``  a peak is a
 memory-growth          >= 5 steps, the device's bytes in use at      a leak grows in most
                        step ends rise in >= 60 % of steps and end    steps; 10 % keeps small
                        >= 10 % above where they began; medium        one-off caches out
+memory-leak            ``memory_steps``' counters (``Process         trace.leak's rule, the
+                       Memory``): rss / cuda:N allocated at step     one the live sampler runs:
+                       ends (uss per sample without steps) grow      a slope robust to spikes,
+                       >= leak_min_bytes (256 KiB) per step over     growth in both halves so
+                       leak_steps (16) by a Theil-Sen slope, in      warm-up that stops and one
+                       both halves, above the noise; high            jump stay silent
 straggler              the cross-rank analysis (``report.ranks``)    its thresholds are
                        names the rank the others wait for in         ``report.ranks``'s; 20 %
                        collectives (high when they wait >= 20 % of   of a step (or busy time)
@@ -119,11 +125,12 @@ import json
 from collections.abc import Sequence
 
 from ...trace import Trace
+from ...trace.leak import PROCESS_MEMORY
 from ...trace.processes import job
 from ._common import SEVERITY_RANK, Hint, Job, Rule
 from .health import RANGE_COST_NS, dropped, misuse, overhead, tail_latency
 from .loading import data_loading
-from .memory import memory_growth, memory_peak
+from .memory import memory_growth, memory_leak, memory_peak
 from .ranks import straggler
 from .snapshot import snapshot
 from .steps import idle_gaps, step_variance
@@ -138,6 +145,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("instrumentation-overhead", overhead),
     ("memory-peak", memory_peak),
     ("memory-growth", memory_growth),
+    ("memory-leak", memory_leak),
     ("straggler", straggler),
     ("dropped-events", dropped),
     ("misuse", misuse),
@@ -203,7 +211,9 @@ def not_checked(traces: Trace | Sequence[Trace]) -> list[str]:
     if sum(1 for p in procs if p.threads) < 2:
         out.append("one process with ranges: no straggler to compare")
     if not any(p.memory for p in procs):
-        out.append("no memory counters (profile_memory): memory rules not run")
+        out.append("no memory counters (profile_memory): memory-peak and memory-growth not run")
+    if not any(cat == PROCESS_MEMORY for p in procs for cat, _ in p.counters):
+        out.append("no process memory samples (memory_steps): memory-leak not run")
     return out
 
 
