@@ -79,7 +79,9 @@ class StepLoad:
     """One step of the waiting process: its data wait and each worker's busy time."""
 
     number: int
-    window: tuple[int, int]  # the end of the step before (or this one's start) to its end
+    # From the end of the step before to this one's end (the first step's:
+    # from the first wait for it, else its start).
+    window: tuple[int, int]
     wait: int  # ns in DataLoader waits assigned to this step
     busy: dict[int, int] = field(default_factory=dict)  # worker id -> ns producing batches
 
@@ -104,9 +106,7 @@ class Loader:
         return sum(w.end - w.ts for w in self.waits)
 
 
-def _numbered(
-    ranges: list[tuple[int, int]], samples: Sequence[Event]
-) -> list[int | None]:
+def _numbered(ranges: list[tuple[int, int]], samples: Sequence[Event]) -> list[int | None]:
     """The value of the first counter sample inside each range (None: none)."""
     times = [s.ts for s in samples]
     out: list[int | None] = []
@@ -216,7 +216,7 @@ def _pair(waits: list[Wait], batches: list[Batch]) -> None:
 
 
 def _pin(pins: list[tuple[int, int, int]], waits: list[Wait]) -> None:
-    """Give each waited-for batch the time its pin range took (same number, before the wait ended)."""
+    """Give each waited-for batch its pin range's time (same number, before the wait ended)."""
     by_index: dict[int, list[tuple[int, int]]] = {}
     for n, ts, d in sorted(pins, key=lambda x: x[1]):
         by_index.setdefault(n, []).append((ts, d))
@@ -243,8 +243,10 @@ def _steps(main: Process, waits: list[Wait], batches: list[Batch]) -> list[StepL
     ends = [st.window[1] for st in out]
     for w in waits:
         k = bisect.bisect_left(ends, w.end)  # the first step ending at or after the wait
-        if k < len(out) and w.ts >= out[k].window[0] - (w.end - w.ts):
+        if k < len(out):
             out[k].wait += w.end - w.ts
+            if k == 0 and w.ts < out[0].window[0]:  # the wait before the first step
+                out[0].window = (w.ts, out[0].window[1])
     for b in batches:
         if b.worker < 0:
             continue
@@ -321,13 +323,13 @@ class FlowCollector:
         flow_id = 0
         for pid in sorted(pids, key=str):
             for n, ts, end, tid in self._numbered(pid, WAIT, WAIT_INDEX):
-                found = batches.get(n)
-                if not found:
+                made = batches.get(n)
+                if not made:
                     continue
-                k = bisect.bisect_left([b[1] for b in found], end) - 1
-                if k < 0 or found[k][2] == pid:
+                k = bisect.bisect_left([b[1] for b in made], end) - 1
+                if k < 0 or made[k][2] == pid:
                     continue  # none begun before the wait ended; in the waiter itself
-                at, _, bpid, btid = found[k]
+                at, _, bpid, btid = made[k]
                 flow_id += 1
                 head = {"name": FLOW_NAME, "cat": DOMAIN, "id": flow_id}
                 out.append({**head, "ph": "s", "ts": at, "pid": bpid, "tid": btid})

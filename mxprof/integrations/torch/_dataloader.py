@@ -53,6 +53,7 @@ from ...trace.dataloader import (
 
 __all__ = ["ProfiledLoader", "instrument_dataloader"]
 
+
 class _Recorder:
     """The ranges and counters of one process, made once (register once, record by id)."""
 
@@ -222,7 +223,8 @@ def _install_pin() -> None:
     if _pin_users > 1:
         return
     rec = _recorder()
-    original = _pin_original = _pin.pin_memory
+    original: Any = _pin.pin_memory
+    _pin_original = original
     start, stop, set_index = rec.pin.start, rec.pin.stop, rec.pin_index.set_value
 
     def pin_memory(data: Any, device: Any = None) -> Any:
@@ -234,7 +236,7 @@ def _install_pin() -> None:
         finally:
             stop()
 
-    _pin.pin_memory = pin_memory  # type: ignore[assignment]
+    _pin.pin_memory = pin_memory
 
 
 def _remove_pin() -> None:
@@ -342,4 +344,3 @@ def instrument_dataloader(loader: DataLoader[Any]) -> ProfiledLoader:
     if isinstance(loader.worker_init_fn, _WorkerInit):
         raise ConfigError("this DataLoader is already instrumented: remove() the first first")
     return ProfiledLoader(loader)
-

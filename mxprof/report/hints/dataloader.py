@@ -76,8 +76,7 @@ def dataloader_stage(job: Job) -> Hint | None:
         return hint(
             "dataloader-stage",
             "high" if share >= LOADING_SHARE_HIGH else "medium",
-            f"Steps wait on data {pct(share)} of {basis}; the batches' stages are not in "
-            "the trace",
+            f"Steps wait on data {pct(share)} of {basis}; the batches' stages are not in the trace",
             evidence,
             "Profile the workers too (follow_children=True, then mxprof merge the "
             "files) so that the slow stage can be named; with num_workers=0 every "
@@ -124,8 +123,7 @@ def dataloader_stage(job: Job) -> Hint | None:
             f"make Dataset.__getitem__ faster ({format_ns(per_sample)} per sample: cache, "
             "pre-decode or move work to the GPU)"
             if stage == "getitem"
-            else "make collate_fn cheaper (pre-stack samples, avoid Python loops over "
-            "fields)"
+            else "make collate_fn cheaper (pre-stack samples, avoid Python loops over fields)"
         )
         if needed > n_workers:
             title += f"; too few workers ({n_workers} for {needed})"
