@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._render import format_ns
 from .model import Event
 from .processes import Id, Process, counter_value
 
@@ -84,6 +85,8 @@ class StepLoad:
     window: tuple[int, int]
     wait: int  # ns in DataLoader waits assigned to this step
     busy: dict[int, int] = field(default_factory=dict)  # worker id -> ns producing batches
+    # worker id -> ns of the wait spent on that worker's batch (-1: no batch joined)
+    waited_for: dict[int, int] = field(default_factory=dict)
 
     def idle(self, worker: int) -> int:
         """ns the worker spent not producing in this step's window."""
@@ -245,6 +248,8 @@ def _steps(main: Process, waits: list[Wait], batches: list[Batch]) -> list[StepL
         k = bisect.bisect_left(ends, w.end)  # the first step ending at or after the wait
         if k < len(out):
             out[k].wait += w.end - w.ts
+            who = w.batch.worker if w.batch is not None else -1
+            out[k].waited_for[who] = out[k].waited_for.get(who, 0) + w.end - w.ts
             if k == 0 and w.ts < out[0].window[0]:  # the wait before the first step
                 out[0].window = (w.ts, out[0].window[1])
     for b in batches:
@@ -336,3 +341,61 @@ class FlowCollector:
                 into = end - min((end - ts) / 2, 0.001)
                 out.append({**head, "ph": "f", "bp": "e", "ts": into, "pid": pid, "tid": tid})
         return out
+
+
+def to_dict(ld: Loader) -> dict[str, Any]:
+    """The loader as plain data (ns): totals, per worker, per step.
+
+    Example: ``to_dict(loader(job([trace])))["steps"][0]["wait"]``.
+    """
+    workers = sorted(ld.workers)
+    return {
+        "main": ld.main.label,
+        "workers": {str(w): ld.workers[w].label for w in workers},
+        "waits": len(ld.waits),
+        "wait": ld.wait_ns,
+        "batches": len(ld.batches),
+        "paired": sum(1 for w in ld.waits if w.batch is not None),
+        "steps": [
+            {
+                "step": s.number,
+                "window": s.window[1] - s.window[0],
+                "wait": s.wait,
+                "waited_for": {str(w): ns for w, ns in sorted(s.waited_for.items())},
+                "busy": {str(w): s.busy.get(w, 0) for w in workers},
+                "idle": {str(w): s.idle(w) for w in workers},
+            }
+            for s in ld.steps
+        ],
+        "unit": "ns",
+    }
+
+
+def render(ld: Loader, rows: int | None = 20) -> list[str]:
+    """The loader as text lines: a summary, then data wait and each worker's
+    busy/idle per step (the first ``rows`` steps; None: all), for ``mxprof
+    stats`` and ``mxprof ranks``."""
+    workers = sorted(ld.workers)
+    paired = sum(1 for w in ld.waits if w.batch is not None)
+    names = ", ".join(f"{w}: {ld.workers[w].label}" for w in workers) or "none recorded"
+    lines = [
+        f"DataLoader: {ld.main.label} waited {format_ns(ld.wait_ns)} in {len(ld.waits)} "
+        f"waits; {len(ld.batches)} batches, {paired} joined to their wait; workers {names}"
+    ]
+    if not ld.steps:
+        return lines
+    head = f"{'step':>6}  {'data wait':>11}" + "".join(
+        f"  {f'w{w} busy':>10}  {f'w{w} idle':>10}" for w in workers
+    )
+    lines.append(head)
+    shown = ld.steps if rows is None else ld.steps[:rows]
+    for s in shown:
+        lines.append(
+            f"{s.number:>6}  {format_ns(s.wait):>11}"
+            + "".join(
+                f"  {format_ns(s.busy.get(w, 0)):>10}  {format_ns(s.idle(w)):>10}" for w in workers
+            )
+        )
+    if len(shown) < len(ld.steps):
+        lines.append(f"... and {len(ld.steps) - len(shown)} more steps")
+    return lines
