@@ -54,6 +54,13 @@ SCRIPT = textwrap.dedent(
                 time.sleep(0.001)
                 yield torch.tensor([float(i)])
 
+    class Collate:  # a class at module level: spawn pickles it by name
+        def __init__(self, delay):
+            self.delay = delay
+        def __call__(self, items):
+            time.sleep(self.delay)
+            return torch.utils.data.default_collate(items)
+
     if __name__ == "__main__":
         cfg = json.loads(sys.argv[1])
         mxprof.set_config(filename=cfg["out"], follow_children=True, aggregate_stats=True,
@@ -62,8 +69,9 @@ SCRIPT = textwrap.dedent(
             data = Stream(cfg["n"])
         else:
             data = Data(cfg["n"], cfg["delay"], cfg.get("die_at", -1))
+        collate = Collate(cfg.get("collate_delay", 0.0))
         loader = torch.utils.data.DataLoader(
-            data, batch_size=cfg["batch"], num_workers=cfg["workers"],
+            data, batch_size=cfg["batch"], num_workers=cfg["workers"], collate_fn=collate,
             persistent_workers=cfg.get("persistent", False),
             multiprocessing_context=cfg.get("context"))
         step = mxprof.Domain("train").new_frame("step")
@@ -83,6 +91,12 @@ SCRIPT = textwrap.dedent(
         print("BATCHES", len(got))
     """
 )
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    """One run with two fork workers and a slow data set, shared by the tests that read it."""
+    return run(tmp_path_factory.mktemp("two_workers"), workers=2, delay=0.002)
 
 
 def run(tmp_path, **cfg):
@@ -113,8 +127,8 @@ def flows_of(path):
     return [e for e in events if e.get("ph") in ("s", "f")]
 
 
-def test_workers_batches_waits_and_flows(tmp_path):
-    merged, out, children = run(tmp_path, workers=2, delay=0.002)
+def test_workers_batches_waits_and_flows(two_workers):
+    merged, out, children = two_workers
     assert "BATCHES 12" in out
     assert len(children) == 2  # each worker process profiled into its own file
     trace = mxprof.load(merged)
@@ -153,13 +167,13 @@ def test_workers_batches_waits_and_flows(tmp_path):
     assert sum(sum(s.busy.values()) for s in ld.steps) > 0
 
 
-def test_flows_bound_in_perfetto(tmp_path):
+def test_flows_bound_in_perfetto(two_workers):
     sys.path.insert(0, os.path.dirname(__file__))
     try:
         import _perfetto_engine as pe
     finally:
         sys.path.pop(0)
-    merged, _, _ = run(tmp_path, workers=2, delay=0.002)
+    merged, _, _ = two_workers
     try:
         engine = pe.Engine.start()
     except pe.Unavailable as e:
@@ -188,6 +202,75 @@ def test_stage_hint_fires_for_a_slow_dataset(tmp_path):
     assert any(line.startswith("worker 0 (") for line in h.evidence)
     assert any(line.startswith("worker 1 (") for line in h.evidence)
     assert "raise num_workers from 2 to" in h.suggestion
+
+
+def test_stage_hint_names_a_slow_collate(tmp_path):
+    merged, _, _ = run(tmp_path, workers=2, collate_delay=0.02, compute=0.001, n=32)
+    h = {h.rule: h for h in find_hints([mxprof.load(merged)])}["dataloader-stage"]
+    assert "the slow stage is collate" in h.title
+    assert h.suggestion.startswith("Make collate_fn cheaper")
+    assert "DataLoader collate" in h.subjects
+
+
+def test_per_step_in_stats_ranks_and_report(two_workers, tmp_path, capsys):
+    from mxprof.cli import main
+    from mxprof.report.ranks import analyze
+    from mxprof.trace.dataloader import to_dict
+
+    merged, _, _ = two_workers
+    trace = mxprof.load(merged)
+    expected = to_dict(loader(job([trace])))
+    assert main(["stats", str(merged), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["DataLoader"] == expected
+    assert [s["step"] for s in expected["steps"]] == list(range(12))
+    first = expected["steps"][0]
+    assert first["waited_for"]["0"] == first["wait"]  # batch 0 comes from worker 0
+    assert all(
+        s["busy"][w] + s["idle"][w] == s["window"] for s in expected["steps"] for w in ("0", "1")
+    )
+    assert main(["stats", str(merged)]) == 0
+    text = capsys.readouterr().out
+    assert "DataLoader: " in text and "12 batches, 12 joined to their wait" in text
+    assert analyze([trace]).to_dict()["dataloader"] == expected
+    html = tmp_path / "r.html"
+    assert main(["report", str(merged), "-o", str(html)]) == 0
+    page = html.read_text()
+    assert '"name": "data wait: worker 0"' in page or '"name":"data wait: worker 0"' in page
+    assert "worker 1 busy" in page
+
+
+def test_pin_memory_thread_recorded(tmp_path):
+    import torch
+    import torch.utils.data._utils.pin_memory as pin
+
+    from mxprof.integrations.torch import instrument_dataloader
+
+    out = tmp_path / "pin.json"
+    mxprof.set_config(filename=str(out), aggregate_stats=True)
+    data = torch.utils.data.TensorDataset(torch.zeros(4))
+    handle = instrument_dataloader(
+        torch.utils.data.DataLoader(data, num_workers=1, pin_memory=True)
+    )
+    mxprof.set_state("run")
+
+    def do_one_step(idx):  # as torch's pin-memory loop: the batch number in idx
+        return pin.pin_memory("not a tensor", None)
+
+    assert do_one_step(5) == "not a tensor"
+    mxprof.set_state("stop")
+    mxprof.dump()
+    handle.remove()
+    events = list(mxprof.load(out))
+    assert [e.name for e in events if e.ph == "X" and e.category == "dataloader"] == [
+        "DataLoader pin"
+    ]
+    assert [e.args for e in events if e.name == "DataLoader pin index"] == [
+        {"DataLoader pin index": 5}
+    ]
+    assert pin.pin_memory.__name__ == "pin_memory" and pin.pin_memory.__module__.startswith(
+        "torch"
+    )  # given back at remove()
 
 
 def test_stage_hint_silent_for_a_fast_dataset(tmp_path):
@@ -300,3 +383,62 @@ def test_instrument_dataloader_bad_input():
     first.remove()
     assert loader_.worker_init_fn is None
     instrument_dataloader(loader_).remove()
+
+
+def synthetic(path, pin_ms=0.0):
+    """A merged trace as instrument_dataloader and merge write it (ms times):
+    per step k a 10 ms wait, then a 10 ms step; worker k % 2 makes batch k in
+    1 ms inside the wait (so the workers idle while the loop waits)."""
+    ev = []
+
+    def rng(name, pid, tid, ts, dur, cat="dataloader", args=None):
+        e = {"name": name, "cat": cat, "ph": "X", "ts": ts * 1e3, "dur": dur * 1e3}
+        ev.append({**e, "pid": pid, "tid": tid, **({"args": args} if args else {})})
+
+    def cnt(name, pid, ts, value):
+        ev.append({"name": name, "cat": "dataloader", "ph": "C", "ts": ts * 1e3, "pid": pid,
+                   "tid": 1, "args": {name: value}})  # fmt: skip
+
+    for k in range(10):
+        t = 20.0 * k
+        rng("DataLoader wait", 1, 1, t, 10.0)
+        cnt("DataLoader wait index", 1, t + 0.001, k)
+        rng("step", 1, 1, t + 10.0, 10.0, cat="train,frame", args={"frame": k})
+        w = 2 + k % 2
+        rng("DataLoader batch", w, 1, t + 1.0, 1.0)
+        cnt("DataLoader batch index", w, t + 1.001, k)
+        cnt("DataLoader worker", w, t + 1.001, k % 2)
+        rng("DataLoader getitem", w, 1, t + 1.01, 0.5)
+        rng("DataLoader collate", w, 1, t + 1.6, 0.3)
+        if pin_ms:
+            rng("DataLoader pin", 1, 2, t + 2.0, pin_ms)
+            cnt("DataLoader pin index", 1, t + 2.001, k)
+    path.write_text(json.dumps({"traceEvents": ev, "displayTimeUnit": "ms"}))
+    return mxprof.load(path)
+
+
+def test_stage_hint_prefetch_too_small(tmp_path):
+    trace = synthetic(tmp_path / "idle.json")
+    ld = loader(job([trace]))
+    assert [w.batch.index for w in ld.waits] == list(range(10))
+    h = {h.rule: h for h in find_hints([trace])}["dataloader-stage"]
+    # step time 10..200 ms holds 9 waits (90 ms: 47 %); worker 0 lives 1..162 ms,
+    # where the waits cover 9 + 7 x 10 + 2 = 81 ms and it is busy 5 x 1 ms: 6.2 %;
+    # worker 1 lives 21..182 ms: 9 + 7 x 10 + 2 = 81 ms likewise: 10 / 160 = 6.25 %
+    assert h.title == (
+        "Steps wait on data 47 % of step time while the workers are busy only 6.3 % of "
+        "the wait: prefetch too small"
+    )
+    assert "raise prefetch_factor" in h.suggestion
+
+
+def test_stage_hint_pin(tmp_path):
+    trace = synthetic(tmp_path / "pin.json", pin_ms=15.0)
+    ld = loader(job([trace]))
+    assert all(w.batch.pin == 15_000_000 for w in ld.waits)
+    h = {h.rule: h for h in find_hints([trace])}["dataloader-stage"]
+    assert h.title == (
+        "Steps wait on data 47 % of step time: pinning memory takes 15.000ms per batch, "
+        "more than a step's 10.000ms"
+    )
+    assert "DataLoader pin" in h.subjects

@@ -42,7 +42,7 @@ data-loading           the loop waits for input >= 20 % of step      a fifth of 
 dataloader-stage       torch DataLoader waits (``instrument_-       the input rule's share;
                        dataloader``) >= 20 % of step time; names     workers busy 80 % of the
                        the stage: getitem or collate when workers    time have no slack left
-                       are busy >= 80 % (too few workers when
+                       are busy >= 80 % of the waits (too few when
                        ceil(batch / step) > num_workers), pin when
                        pinning a batch outlasts a step, else
                        prefetch too small (``dataloader``)

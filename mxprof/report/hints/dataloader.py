@@ -8,8 +8,9 @@ ranges cover ``LOADING_SHARE`` of its step time (the input rule's
 threshold, ``loading``: the same "the loop waits for its input"), high
 from ``LOADING_SHARE_HIGH``; then it names the stage:
 
-- the workers are busy ``SATURATED`` (80 %) of the time: they are the
-  bottleneck, and the slow stage is the larger of getitem and collate in a
+- the workers are busy ``SATURATED`` (80 %) of the time the loop waits
+  (each worker from its first batch to its last: one still starting is not
+  idle): they are the bottleneck, and the slow stage is the larger of getitem and collate in a
   batch's production (per worker; the slowest worker is named).  Where
   ``num_workers`` workers make a batch less often than a step takes one,
   *too few workers* is said with the number that would keep up
@@ -26,11 +27,11 @@ import math
 import statistics
 
 from ..._render import format_ns
-from ...trace.dataloader import Batch, Loader, loader
-from ._common import Hint, Job, hint, pct
+from ...trace.dataloader import Batch, Loader, Wait, loader
+from ._common import Hint, Job, hint, measure, overlap, pct, union
 from .loading import LOADING_SHARE, LOADING_SHARE_HIGH
 
-SATURATED = 0.80  # share of time the workers produce: past it they are the bottleneck
+SATURATED = 0.80  # the workers' busy share of the waits: past it they are the bottleneck
 
 
 def _median(values: list[int]) -> float:
@@ -43,6 +44,20 @@ def _span(ld: Loader) -> tuple[int, int, str]:
         lo, hi = ld.main.steps.span
         return lo, hi, "step time"
     return ld.waits[0].ts, ld.waits[-1].end, "the time from the first wait to the last"
+
+
+def _busy_while_waited(waits: list[Wait], per: dict[int, list[Batch]]) -> float:
+    """The workers' busy share of the loop's waits, each worker counted from
+    its first batch to its last (a worker still starting is not idle)."""
+    waited = union(sorted((w.ts, w.end) for w in waits))
+    busy = alive = 0
+    for bs in per.values():
+        window = [(bs[0].ts, max(b.end for b in bs))]
+        mine = [(max(a, window[0][0]), min(b, window[0][1])) for a, b in waited]
+        mine = [(a, b) for a, b in mine if b > a]
+        alive += measure(mine)
+        busy += overlap(union((b.ts, b.end) for b in bs), mine)
+    return busy / alive if alive else 0.0
 
 
 def dataloader_stage(job: Job) -> Hint | None:
@@ -86,8 +101,7 @@ def dataloader_stage(job: Job) -> Hint | None:
     per: dict[int, list[Batch]] = {}
     for b in made:
         per.setdefault(b.worker, []).append(b)
-    busy = sum(min(b.end, hi) - max(b.ts, lo) for b in made)
-    saturation = busy / (max(n_workers, 1) * (hi - lo))
+    saturation = _busy_while_waited(inside, per)
     batch_ns = _median([b.end - b.ts for b in made])
     rows: list[tuple[float, int, str, float, float, float]] = []
     for w, bs in sorted(per.items()):
@@ -133,8 +147,8 @@ def dataloader_stage(job: Job) -> Hint | None:
                 "workers keep up where there are cores for them"
             )
         evidence.append(
-            f"the workers are busy {pct(saturation)} of {basis} (>= {pct(SATURATED)}): "
-            "they are the bottleneck"
+            f"the workers are busy {pct(saturation)} of the time the loop waits "
+            f"(>= {pct(SATURATED)}): they are the bottleneck"
         )
         subjects.append(f"DataLoader {stage}")
     elif pins and step_ns and pin_ns > step_ns:
@@ -152,7 +166,7 @@ def dataloader_stage(job: Job) -> Hint | None:
         stage = "prefetch"
         title = (
             f"Steps wait on data {pct(share)} of {basis} while the workers are busy only "
-            f"{pct(saturation)} of it: prefetch too small"
+            f"{pct(saturation)} of the wait: prefetch too small"
         )
         fix = (
             "the workers sit idle while the loop waits: raise prefetch_factor (batches "
