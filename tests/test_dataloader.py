@@ -249,9 +249,10 @@ def test_pin_memory_thread_recorded(tmp_path):
     out = tmp_path / "pin.json"
     mxprof.set_config(filename=str(out), aggregate_stats=True)
     data = torch.utils.data.TensorDataset(torch.zeros(4))
-    handle = instrument_dataloader(
-        torch.utils.data.DataLoader(data, num_workers=1, pin_memory=True)
-    )
+    with pytest.warns(UserWarning, match="not profiled"):  # no workers run here
+        handle = instrument_dataloader(
+            torch.utils.data.DataLoader(data, num_workers=1, pin_memory=True)
+        )
     mxprof.set_state("run")
 
     def do_one_step(idx):  # as torch's pin-memory loop: the batch number in idx
@@ -383,6 +384,12 @@ def test_instrument_dataloader_bad_input():
     first.remove()
     assert loader_.worker_init_fn is None
     instrument_dataloader(loader_).remove()
+    mxprof.set_config(follow_children=False)
+    with_workers = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.zeros(4)), num_workers=2
+    )
+    with pytest.warns(UserWarning, match=r"not profiled \(set_config\(follow_children=True\)\)"):
+        instrument_dataloader(with_workers).remove()
 
 
 def synthetic(path, pin_ms=0.0):

@@ -27,6 +27,7 @@ not profiled (``follow_children`` off: the main process's waits only).
 from __future__ import annotations
 
 import sys
+import warnings
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -35,6 +36,7 @@ import torch.utils.data._utils.fetch as _fetch
 import torch.utils.data._utils.pin_memory as _pin
 from torch.utils.data import DataLoader
 
+from ..._session import SESSION
 from ...counter import Counter
 from ...domain import Domain
 from ...errors import ConfigError
@@ -327,6 +329,10 @@ def instrument_dataloader(loader: DataLoader[Any]) -> ProfiledLoader:
     Returns:
         A :class:`ProfiledLoader` to iterate; ``remove()`` undoes this.
 
+    Warns:
+        UserWarning: loader has workers and the profile does not follow
+            children (they would record nothing).
+
     Raises:
         TypeError: loader is not a DataLoader.
         ConfigError: loader is already instrumented.
@@ -343,4 +349,10 @@ def instrument_dataloader(loader: DataLoader[Any]) -> ProfiledLoader:
         raise TypeError(f"instrument_dataloader needs a DataLoader, got {type(loader).__name__}")
     if isinstance(loader.worker_init_fn, _WorkerInit):
         raise ConfigError("this DataLoader is already instrumented: remove() the first first")
+    if loader.num_workers > 0 and not SESSION.config.follow_children:
+        warnings.warn(
+            "instrument_dataloader: the DataLoader's worker processes are not profiled "
+            "(set_config(follow_children=True)): only the main process's waits are recorded",
+            stacklevel=2,
+        )
     return ProfiledLoader(loader)
