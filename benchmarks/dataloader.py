@@ -2,7 +2,7 @@
 
     python benchmarks/dataloader.py [--repeats 7] [--epochs-per-repeat 2]
         [--sample-us 200] [--batch 16] [--samples 512] [--workers 2] [--json out.json]
-        [--trace report-example.json]
+        [--trace report-example.json] [--quick]
 
 Two DataLoaders over the same data set (each ``__getitem__`` spins the CPU
 for ``--sample-us`` µs: the epoch is bound by the workers), workers started
@@ -23,7 +23,10 @@ with samples that cost nothing, the instrumentation's own CPU time per
 batch (its absolute cost, the same whatever the data set).  The target is checked on the CPU ratio:
 on a shared, loaded machine the wall time of a multi-process epoch swings by
 tens of percent between neighbouring epochs, its CPU time by a few.  ``--trace FILE`` instead writes
-one instrumented run with steps (the README's screenshot) and exits.
+one instrumented run with steps (the README's screenshot) and exits;
+``--quick`` is a tiny run that checks the script works (the test suite runs
+it), never how fast anything is; otherwise the exit status is 1 when the CPU
+ratio misses the target.
 """
 
 from __future__ import annotations
@@ -115,7 +118,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", default=None)
     ap.add_argument("--trace", default=None, help="write an example trace and exit")
+    ap.add_argument("--quick", action="store_true", help="a tiny run: the script works")
     args = ap.parse_args()
+    if args.quick:
+        args.repeats, args.epochs_per_repeat, args.samples, args.sample_us = 1, 1, 64, 10.0
     if args.trace:
         example(args.trace, args)
         return
@@ -176,7 +182,7 @@ def main() -> None:
         with open(args.json, "w") as f:
             doc = {"wall_s": walls, "cpu_s": cpus, "cpu_ratios": cpu_ratios}
             json.dump({**doc, "wall_ratios": wall_ratios, "ratio": ratio}, f, indent=1)
-    sys.exit(0 if ratio <= 1.05 else 1)
+    sys.exit(0 if args.quick or ratio <= 1.05 else 1)
 
 
 if __name__ == "__main__":
