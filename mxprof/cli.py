@@ -40,11 +40,12 @@ from .report.diff import MIN_CHANGE_NS, DiffError, diff
 from .report.hints import find_hints, not_checked
 from .report.hints import to_json as hints_json
 from .report.ranks import analyze
-from .trace import Trace, export, load, samples
+from .trace import Trace, dataloader, export, load, samples
 from .trace.gpu import gpu_json, gpu_rows, gpu_table
 from .trace.leak import render_memory
 from .trace.leak import summary as memory_summary
 from .trace.merge import merge, parse_ranks, parse_window
+from .trace.processes import job
 from .trace.repair import repair
 
 
@@ -222,8 +223,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
     gpu = gpu_rows(trace)  # GPU work by launching range (imported NVIDIA databases)
     sampled = _samples_block(trace, args.top)
     memory = memory_summary(trace)  # memory_steps' counters and the leak rule
+    loading = dataloader.loader(job([trace]))  # torch DataLoader waits and workers, if any
     if args.format == "table":
         print(rows.table(sort_by=args.sort, row_limit=args.top), end="")
+        if loading is not None:
+            print("\n" + "\n".join(dataloader.render(loading, args.top or 20)))
         if gpu:
             print("\n" + gpu_table(gpu, row_limit=args.top), end="")
         if sampled is not None:
@@ -249,6 +253,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         doc["Samples"] = sampled
     if memory is not None:
         doc["Memory"] = memory
+    if loading is not None:
+        doc["DataLoader"] = dataloader.to_dict(loading)
     print(json.dumps(doc, indent=2, ensure_ascii=False))
     return 0
 

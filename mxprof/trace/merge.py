@@ -52,6 +52,7 @@ from . import _scan, manifest
 from ._convert import Converter, ident, span_ns, whole_ns
 from ._event import DECODE_EVENTS
 from .clock import IDENTITY, ClockModel
+from .dataloader import FlowCollector
 from .gpu import align_inputs, is_nvidia
 from .model import Event, Trace, base_time_ns, ns_ratio, read_lines, round_ratio
 from .processes import display_name, from_info
@@ -494,7 +495,14 @@ def merge(
             if fmt == JSON_GZ:
                 f = gzip.GzipFile(fileobj=raw_file, mode="wb", compresslevel=6, mtime=0)  # type: ignore[assignment]
             out: Output = _PerfettoOut(f, ref) if fmt == PERFETTO else _JsonOut(f, head)
-            count, summary, ranks_info = _write_inputs(inputs, dist, moves, span, out)
+            flows = FlowCollector()
+            count, summary, ranks_info = _write_inputs(inputs, dist, moves, span, out, flows)
+            if isinstance(out, _JsonOut):
+                # DataLoader batches joined to the waits for them: the arrows
+                # need both ends on one clock, so the merge writes them.
+                joined = flows.flows()
+                out.add(joined)
+                count += len(joined)
             doc: dict[str, Any] = {}
             if ranks_info or info:
                 first = next((d[0] for d in dist if d is not None), {})
@@ -555,8 +563,10 @@ def _write_inputs(
     moves: list[_Move],
     span: tuple[int, int] | None,
     out: Output,
+    flows: FlowCollector,
 ) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every input's events, moved, renumbered and labelled, into out."""
+    """Every input's events, moved, renumbered and labelled, into out (and
+    flows, which keeps the DataLoader's)."""
     used: set[Any] = set()
     count = 0
     summary: list[dict[str, Any]] = []
@@ -601,6 +611,7 @@ def _write_inputs(
                     moved["args"] = args
                 kept.append(moved)
             out.add(kept)
+            flows.see(kept)
             count += len(kept)
         extra = []
         for pid in pids:

@@ -39,6 +39,13 @@ data-loading           the loop waits for input >= 20 % of step      a fifth of 
                        DataLoader wait (>= 20 samples), or by its
                        time in no range while another thread is
                        loading (``loading``); high >= 40 %
+dataloader-stage       torch DataLoader waits (``instrument_-       the input rule's share;
+                       dataloader``) >= 20 % of step time; names     workers busy 80 % of the
+                       the stage: getitem or collate when workers    time have no slack left
+                       are busy >= 80 % of the waits (too few when
+                       ceil(batch / step) > num_workers), pin when
+                       pinning a batch outlasts a step, else
+                       prefetch too small (``dataloader``)
 step-variance          >= 5 steps and CV of step durations >= 0.25,  CV 0.25 is far above the
                        or an outlier step (``trace.processes``:      few % of a steady loop;
                        longer than median + max(3 x 1.4826 x MAD,    3 scaled MADs is the usual
@@ -128,6 +135,7 @@ from ...trace import Trace
 from ...trace.leak import PROCESS_MEMORY
 from ...trace.processes import job
 from ._common import SEVERITY_RANK, Hint, Job, Rule
+from .dataloader import dataloader_stage
 from .health import RANGE_COST_NS, dropped, misuse, overhead, tail_latency
 from .loading import data_loading
 from .memory import memory_growth, memory_leak, memory_peak
@@ -140,6 +148,7 @@ __all__ = ["RANGE_COST_NS", "RULES", "Hint", "find_hints", "not_checked", "to_js
 # In the order of the table above: ties of severity keep it.
 RULES: tuple[tuple[str, Rule], ...] = (
     ("data-loading", data_loading),
+    ("dataloader-stage", dataloader_stage),
     ("step-variance", step_variance),
     ("tail-latency", tail_latency),
     ("instrumentation-overhead", overhead),
