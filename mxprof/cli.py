@@ -42,7 +42,7 @@ from .report.hints import to_json as hints_json
 from .report.ranks import analyze
 from .trace import Trace, dataloader, export, load, samples
 from .trace.gpu import gpu_json, gpu_rows, gpu_table
-from .trace.leak import render_memory
+from .trace.leak import PROCESS_MEMORY, render_memory
 from .trace.leak import summary as memory_summary
 from .trace.merge import merge, parse_ranks, parse_window
 from .trace.processes import job
@@ -222,8 +222,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     rows = trace.key_averages().without_own()
     gpu = gpu_rows(trace)  # GPU work by launching range (imported NVIDIA databases)
     sampled = _samples_block(trace, args.top)
-    memory = memory_summary(trace)  # memory_steps' counters and the leak rule
-    loading = dataloader.loader(job([trace]))  # torch DataLoader waits and workers, if any
+    # Each reads the events (the process model): only where the trace holds what it shows.
+    memory = memory_summary(trace) if PROCESS_MEMORY in trace.point_categories() else None
+    loading = dataloader.loader(job([trace])) if dataloader.DOMAIN in trace.categories() else None
     if args.format == "table":
         print(rows.table(sort_by=args.sort, row_limit=args.top), end="")
         if loading is not None:

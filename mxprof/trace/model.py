@@ -379,6 +379,22 @@ class Trace(Sequence[Event]):
         """
         return {category for _, category in self._lengths()}
 
+    def point_categories(self) -> set[str]:
+        """The categories that hold events other than ranges (counter samples,
+        instants).
+
+        Of a file ``load`` read in mxprof's own shape, from what was gathered
+        then: no event is read again.
+
+        Example:
+            >>> "Process Memory" in mxprof.load("run.json").point_categories()  # doctest: +SKIP
+            True
+        """
+        summary = self._summary
+        if self._events is None and summary is not None:
+            return set(summary.points)
+        return {e.category for e in self.events.points()}
+
     def _lengths(self) -> dict[tuple[str, str], array[int]]:
         """Durations per (name, category): the statistics' when worked out, else
         gathered alone (no nesting needed)."""
@@ -535,6 +551,7 @@ class _Summary:
         self.count = 0
         self.broken = False
         self.groups: dict[tuple[str, str], tuple[array[int], list[int]]] = {}
+        self.points: set[str] = set()  # the categories of the events that are not ranges
 
     def sink(self, key: ThreadKey) -> _Running:
         return _Running(self)
@@ -555,7 +572,10 @@ class _Running:
         summary = self.summary
         summary.count += 1
         length = event.dur
-        if length is None or summary.broken:
+        if length is None:
+            summary.points.add(event.category)
+            return
+        if summary.broken:
             return
         start = event.ts
         end = start + length
