@@ -94,11 +94,27 @@ def run(query: str, paths: Sequence[PathArg]) -> Any:
             try:
                 relation = con.sql(query)
                 # duckdb 2.x names it to_arrow_table, 1.x arrow
-                return (getattr(relation, "to_arrow_table", None) or relation.arrow)()
+                table = (getattr(relation, "to_arrow_table", None) or relation.arrow)()
             except duckdb.Error as e:
                 raise SqlError(str(e)) from None
+            return _plain(table)
     finally:
         con.close()
+
+
+def _plain(table: Any) -> Any:
+    """Whole-number decimals (DuckDB's sums of BIGINT are HUGEINT) as int64 where
+    they fit, so that rows hold ints and JSON writes numbers."""
+    import pyarrow as pa
+
+    for k, field in enumerate(table.schema):
+        if pa.types.is_decimal(field.type) and field.type.scale == 0:
+            try:
+                column = table.column(k).cast(pa.int64())
+            except pa.ArrowInvalid:  # past int64: kept as it is
+                continue
+            table = table.set_column(k, pa.field(field.name, pa.int64()), column)
+    return table
 
 
 def check(con: Any, query: str) -> None:
