@@ -42,10 +42,10 @@ from .report.hints import find_hints, not_checked
 from .report.hints import to_json as hints_json
 from .report.ranks import analyze
 from .report.sql import SqlError
-from .trace.parquet import MissingExtra
 from .trace import Trace, export, load, samples
 from .trace.gpu import gpu_json, gpu_rows, gpu_table
 from .trace.merge import merge, parse_ranks, parse_window
+from .trace.parquet import MissingExtra
 from .trace.repair import repair
 
 
@@ -699,7 +699,9 @@ def parser() -> argparse.ArgumentParser:
         "taken, or nothing fetched the trace within --timeout.",
     )
     vw.add_argument("traces", nargs="+", help="a trace, or one per process (merged first)")
-    vw.add_argument("--window", type=parse_window, help="as merge --window: A:B seconds or #A:#B steps")
+    vw.add_argument(
+        "--window", type=parse_window, help="as merge --window: A:B seconds or #A:#B steps"
+    )
     vw.add_argument("--ranks", type=parse_ranks, help="as merge --ranks: e.g. 0-3,server:0")
     vw.add_argument("--port", type=int, default=9001, help="the local port (9001, as Perfetto's)")
     vw.add_argument(

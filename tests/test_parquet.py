@@ -109,14 +109,19 @@ def test_ranks_on_the_merged_clock_partitioned_by_rank(tmp_path):
     e1, i1 = rank(1, 200, [(10, 5)], offset_ns=5_000)
     paths = [write(tmp_path / "r0.json", e0, info=i0), write(tmp_path / "r1.json", e1, info=i1)]
     parquet.write_parquet(paths, tmp_path / "out")
-    rows = table(tmp_path / "out", "slice", "SELECT rank, role, host, pid, ts, file FROM t ORDER BY rank")
+    rows = table(
+        tmp_path / "out", "slice", "SELECT rank, role, host, pid, ts, file FROM t ORDER BY rank"
+    )
     assert rows == [
         {"rank": 0, "role": "worker", "host": "host0", "pid": 100, "ts": 10_000, "file": "r0.json"},
         {"rank": 1, "role": "worker", "host": "host1", "pid": 200, "ts": 15_000, "file": "r1.json"},
     ]
     assert sorted(p.name for p in (tmp_path / "out" / "slice").iterdir()) == ["rank=0", "rank=1"]
     procs = table(tmp_path / "out", "process", "SELECT upid, rank, host FROM t ORDER BY upid")
-    assert procs == [{"upid": 0, "rank": 0, "host": "host0"}, {"upid": 1, "rank": 1, "host": "host1"}]
+    assert procs == [
+        {"upid": 0, "rank": 0, "host": "host0"},
+        {"upid": 1, "rank": 1, "host": "host1"},
+    ]
 
 
 def test_an_existing_folder_of_tables_is_replaced_anything_else_refused(tmp_path, capsys):

@@ -115,7 +115,7 @@ def test_a_syntax_error_is_duckdbs_message_and_writes_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("mxprof sql: Parser Error: syntax error at or near") and "SELEC" in err
     assert caches(tmp_path) == []  # nothing converted, nothing written
-    with pytest.raises(sql.SqlError, match="Referenced column \"nope\" not found"):
+    with pytest.raises(sql.SqlError, match='Referenced column "nope" not found'):
         mxprof.sql("SELECT nope FROM slice", trace)
 
 

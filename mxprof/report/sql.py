@@ -105,7 +105,7 @@ def run(query: str, paths: Sequence[PathArg]) -> Any:
 def _plain(table: Any) -> Any:
     """Whole-number decimals (DuckDB's sums of BIGINT are HUGEINT) as int64 where
     they fit, so that rows hold ints and JSON writes numbers."""
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     for k, field in enumerate(table.schema):
         if pa.types.is_decimal(field.type) and field.type.scale == 0:

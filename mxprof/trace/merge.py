@@ -74,7 +74,8 @@ def _distributed(path: str, meta: dict[str, Any]) -> tuple[dict[str, Any], Clock
 
 
 def _moves(metadata: Sequence[dict[str, Any]], dist: Sequence[Any]) -> list[_Move]:
-    """Each input's mapping onto the merged axis (ts 0: the earliest base on the reference clock)."""
+    """Each input's mapping onto the merged axis (its ts 0: the earliest base,
+    on the reference clock)."""
     bases = [base_time_ns(m) for m in metadata]
     clocks = [d[1] if d is not None else IDENTITY for d in dist]
     # Each base on the reference clock: the rank-0 worker's for distributed inputs.

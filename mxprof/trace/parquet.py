@@ -87,8 +87,8 @@ def need() -> tuple[Any, Any, Any]:
     """
     try:
         import duckdb
-        import pyarrow
-        import pyarrow.parquet
+        import pyarrow  # type: ignore[import-untyped]
+        import pyarrow.parquet  # type: ignore[import-untyped]
     except ImportError as e:
         raise MissingExtra(f"{e.name or 'pyarrow/duckdb'} is missing: {EXTRA}") from None
     return pyarrow, pyarrow.parquet, duckdb
@@ -239,9 +239,7 @@ class _Rows:
                 + job
             ),
             "counter": pa.schema(
-                [("ts", i64), ("name", string), ("category", string), ("value", f64)]
-                + common
-                + job
+                [("ts", i64), ("name", string), ("category", string), ("value", f64)] + common + job
             ),
             "instant": pa.schema(
                 [("ts", i64), ("name", string), ("category", string)]
@@ -276,8 +274,9 @@ class _Rows:
         pids |= set(converted.process_names)
         for pid in sorted(pids, key=str):
             rank, role, host = self._identity(pid)
+            name = converted.process_names.get(pid)
             self.processes.append(
-                {"upid": self._upid(pid), "pid": _int(pid), "name": converted.process_names.get(pid),
+                {"upid": self._upid(pid), "pid": _int(pid), "name": name,
                  "rank": rank, "role": role, "host": host, "file": self.file}
             )  # fmt: skip
         keys = {(pid, tid) for (kk, pid, tid) in self.utids if kk == k}
@@ -351,10 +350,10 @@ class _Rows:
         shift, move = self.shift, self.move
         if shift is not None:
             starts = [e.ts + shift for e in events]
-            ends = [e.ts + e.dur + shift for e in events] if events[0].ph == "X" else None
+            ends = [e.ts + (e.dur or 0) + shift for e in events] if events[0].ph == "X" else None
         else:
             starts = [move(e.ts) for e in events]
-            ends = [move(e.ts + e.dur) for e in events] if events[0].ph == "X" else None
+            ends = [move(e.ts + (e.dur or 0)) for e in events] if events[0].ph == "X" else None
         return starts, ends
 
     def _thread_columns(self, events: list[Event]) -> dict[str, Any]:
@@ -382,7 +381,9 @@ class _Rows:
         schema = self.schemas[table]
         batch = self.pa.table(
             {
-                f.name: c if isinstance(c := columns[f.name], self.pa.Array) else self.pa.array(c, f.type)
+                f.name: c
+                if isinstance(c := columns[f.name], self.pa.Array)
+                else self.pa.array(c, f.type)
                 for f in schema
             }
         )
@@ -433,9 +434,7 @@ class _Rows:
         columns["name"] = [n for _, n, _ in series]
         columns["category"] = [e.category for e in kept]
         columns["value"] = [v for _, _, v in series]
-        columns["scope"] = [
-            e.name if e.category == SCOPE_STORAGE else _scope(e.args) for e in kept
-        ]
+        columns["scope"] = [e.name if e.category == SCOPE_STORAGE else _scope(e.args) for e in kept]
         self._write("counter", columns)
 
     def _write_instants(self, events: list[Event]) -> None:
@@ -562,7 +561,9 @@ def _finish(duckdb: Any, work: str, raw: str, rows: _Rows) -> dict[str, int]:
                 "PARTITION_BY (rank), ROW_GROUP_SIZE 122880)"
             )
         for table in ("thread", "process"):
-            os.replace(os.path.join(raw, f"{table}.parquet"), os.path.join(work, f"{table}.parquet"))
+            os.replace(
+                os.path.join(raw, f"{table}.parquet"), os.path.join(work, f"{table}.parquet")
+            )
     finally:
         con.close()
     counts = dict(rows.counts)
