@@ -9,7 +9,7 @@ pytest.importorskip("pyarrow")
 duckdb = pytest.importorskip("duckdb")
 
 from mxprof import cli  # noqa: E402
-from mxprof.errors import OutputError  # noqa: E402
+from mxprof.errors import OutputError, TraceFormatError  # noqa: E402
 from mxprof.trace import _scan, parquet  # noqa: E402
 
 from ._sql_traces import rank, steps, write  # noqa: E402
@@ -155,3 +155,14 @@ def test_the_samples_formats_still_take_one_trace(tmp_path, capsys):
     trace = write(tmp_path / "t.json", steps())
     assert cli.main(["export", str(trace), str(trace), "--format", "collapsed", "-o", "-"]) == 2
     assert "exports one trace" in capsys.readouterr().err
+
+
+def test_damage_past_the_first_blocks_is_named_and_writes_nothing(tmp_path, monkeypatch):
+    trace = write(tmp_path / "t.json", steps())
+    text = trace.read_text()
+    trace.write_text(text.replace('"ts": 11,', '"ts": 1x1,'))  # a late event's line
+    monkeypatch.setattr(_scan, "BLOCK", 64)  # the damage is blocks after the first rows
+    monkeypatch.setattr(parquet, "_ROWS", 1)
+    with pytest.raises(TraceFormatError, match="t.json: damaged past its first blocks"):
+        parquet.write_parquet([trace], tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]

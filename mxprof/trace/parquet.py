@@ -261,9 +261,20 @@ class _Rows:
         self.ident: dict[Any, tuple[int, str | None, str | None]] = {}
         self.file = os.path.basename(path)
         sink = _Sink(self.buffer)
+        before = dict(self.counts)
         try:
             converted, _ = read_lines(path, lambda key: sink, self._flush_if_full)
         except _scan.NotLines:
+            # Not in mxprof's shape after all (damage found on the way): read
+            # whole, the general way, which names what is wrong.  What was
+            # buffered goes; rows already written cannot be taken back.
+            self.buffer.clear()
+            self.order = {key: n for key, n in self.order.items() if key[0] != k}
+            if self.counts != before:
+                raise TraceFormatError(
+                    f"{path}: damaged past its first blocks (or changed while it was "
+                    "read): mxprof.load names where; mxprof repair keeps what is before"
+                ) from None
             events, _, _ = read_raw(path)
             converted = Converter(lambda key: sink)
             for raw in events:
