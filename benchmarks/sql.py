@@ -77,9 +77,7 @@ def median(runs: list[dict[str, float]]) -> dict[str, float]:
 
 
 def folder_size(path: str) -> int:
-    return sum(
-        os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files
-    )
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
 def main() -> None:
