@@ -166,3 +166,25 @@ def test_damage_past_the_first_blocks_is_named_and_writes_nothing(tmp_path, monk
     with pytest.raises(TraceFormatError, match="t.json: damaged past its first blocks"):
         parquet.write_parquet([trace], tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+def test_ranges_in_start_order_take_the_general_depth(tmp_path, monkeypatch):
+    """mxprof's files hold ranges in the order they ended (one backwards pass);
+    other tools write them in start order: depth then comes from DuckDB, the
+    same numbers."""
+    calls = []
+    real = parquet._duckdb_depths
+
+    def counted(duckdb, raw):
+        calls.append(raw)
+        return real(duckdb, raw)
+
+    monkeypatch.setattr(parquet, "_duckdb_depths", counted)
+    ended = write(tmp_path / "ended.json", steps())
+    parquet.write_parquet([ended], tmp_path / "a")
+    assert calls == []
+    started = sorted(steps(), key=lambda e: (e.get("ts", -1), -e.get("dur", 0)))
+    parquet.write_parquet([write(tmp_path / "started.json", started)], tmp_path / "b")
+    assert len(calls) == 1
+    query = "SELECT ts, name, depth, step FROM t ORDER BY ts, depth"
+    assert table(tmp_path / "b", "slice", query) == table(tmp_path / "a", "slice", query)

@@ -45,11 +45,11 @@ Needs pyarrow and duckdb: ``pip install "mxprof[sql]"``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import tempfile
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -80,13 +80,15 @@ class MissingExtra(ProfilerError, ImportError):
 
 
 def need() -> tuple[Any, Any, Any]:
-    """(pyarrow, pyarrow.parquet, duckdb), or MissingExtra naming ``pip install``.
+    """(pyarrow, pyarrow.parquet, duckdb), numpy checked too, or MissingExtra
+    naming ``pip install``.
 
     Example:
         >>> pa, pq, duckdb = need()  # doctest: +SKIP
     """
     try:
         import duckdb
+        import numpy  # noqa: F401 - the steps' lookup (pyarrow's own dependency until 16)
         import pyarrow  # type: ignore[import-untyped]
         import pyarrow.parquet  # type: ignore[import-untyped]
     except ImportError as e:
@@ -183,7 +185,7 @@ def _convert(paths: Sequence[PathArg], work: str, pa: Any, pq: Any, duckdb: Any)
             rows.add_input(k, name, info, move)
     finally:
         rows.close()
-    counts = _finish(duckdb, work, raw, rows)
+    counts = _finish(pa, pq, duckdb, work, raw, rows)
     shutil.rmtree(raw)
     manifest = {
         "format": "mxprof-parquet",
@@ -228,6 +230,8 @@ class _Rows:
         self.threads: list[dict[str, Any]] = []
         self.processes: list[dict[str, Any]] = []
         self.order: dict[tuple[int, Any, Any, str], int] = {}
+        # Each process's steps as they come: (starts, ends, numbers) on the merged axis.
+        self.step_ranges: dict[int, tuple[array[int], array[int], array[int]]] = {}
         string, i64, f64 = pa.string(), pa.int64(), pa.float64()
         job = [("rank", i64), ("role", string), ("host", string), ("file", string)]
         common = [(n, getattr(pa, t)()) for n, t in _COMMON]
@@ -417,9 +421,18 @@ class _Rows:
         # Steps by their kind, looked at once per distinct category and name.
         frames = {c for c in {e.category for e in events} if is_frame(c)}
         named = {n for n in {e.name for e in events} if is_profiler_step(n)}
-        columns["step_number"] = [
+        numbers = [
             self._step(e) if e.category in frames or e.name in named else None for e in events
         ]
+        columns["step_number"] = numbers
+        for i in [i for i, n in enumerate(numbers) if n is not None]:
+            e = events[i]
+            found = self.step_ranges.setdefault(
+                self._upid(e.pid), (array("q"), array("q"), array("q"))
+            )
+            found[0].append(starts[i])
+            found[1].append(ends[i])
+            found[2].append(numbers[i])  # type: ignore[arg-type]
         self._write("slice", columns)
 
     def _step(self, e: Event) -> int:
@@ -499,14 +512,15 @@ def _scope(args: dict[str, Any]) -> str | None:
     return scope if isinstance(scope, str) else None
 
 
-# depth: ranges of the thread open at a range's start.  Each range is a +1 at
+# The fallback for slices whose threads are not in end order (files of other
+# tools, ranges paired at the end): depth by DuckDB.  Each range is a +1 at
 # its start and a -1 at its end; at one instant ends come first (back-to-back
 # ranges do not nest), then zero-length ranges (they contain nothing), then
 # starts, longer first (a parent before its child).  The running sum before a
-# start is its depth.  step: the step of the same process open at ts (the
-# latest that began at or before it), by an as-of join.
-_SLICE = """
-WITH raw AS (SELECT row_number() OVER () AS seq, * FROM read_parquet('{raw}/slice.parquet')),
+# start is its depth.
+_DEPTHS = """
+WITH raw AS (SELECT row_number() OVER () - 1 AS seq, utid, ts, dur
+             FROM read_parquet('{raw}/slice.parquet')),
 marks AS (
     SELECT seq, utid, ts AS t, CASE WHEN dur > 0 THEN 2 ELSE 1 END AS o, -dur AS longer,
            CASE WHEN dur > 0 THEN 1 ELSE 0 END AS delta
@@ -518,71 +532,225 @@ running AS (
     SELECT seq, o, SUM(delta) OVER (PARTITION BY utid ORDER BY t, o, longer, seq
                                     ROWS UNBOUNDED PRECEDING) - delta AS depth
     FROM marks
-),
-depths AS (SELECT seq, depth FROM running WHERE o > 0),
-steps AS (SELECT upid, ts AS s_ts, ts + dur AS s_end, step_number FROM raw
-          WHERE step_number IS NOT NULL)
-SELECT r.ts, r.dur, r.name, r.category, d.depth::INTEGER AS depth, th.name AS thread,
-       r.utid, r.upid, r.pid, r.tid, r.args, r.step_number,
-       CASE WHEN r.ts < st.s_end OR r.ts = st.s_ts THEN st.step_number END AS step,
-       r.scope, r.rank, r.role, r.host, r.file
-FROM raw r JOIN depths d USING (seq)
-LEFT JOIN read_parquet('{raw}/thread.parquet') th USING (utid)
-ASOF LEFT JOIN steps st ON r.upid = st.upid AND r.ts >= st.s_ts
-"""
-
-_POINTS = """
-WITH steps AS (SELECT upid, ts AS s_ts, ts + dur AS s_end, step_number
-               FROM read_parquet('{raw}/slice.parquet') WHERE step_number IS NOT NULL)
-SELECT r.* EXCLUDE (rank, role, host, file), th.name AS thread,
-       CASE WHEN r.ts < st.s_end OR r.ts = st.s_ts THEN st.step_number END AS step,
-       r.rank, r.role, r.host, r.file
-FROM read_parquet('{raw}/{table}.parquet') r
-LEFT JOIN read_parquet('{raw}/thread.parquet') th USING (utid)
-ASOF LEFT JOIN steps st ON r.upid = st.upid AND r.ts >= st.s_ts
+)
+SELECT seq, depth::INTEGER AS depth FROM running WHERE o > 0 ORDER BY seq
 """
 
 
-def _finish(duckdb: Any, work: str, raw: str, rows: _Rows) -> dict[str, int]:
-    """The final tables from the temporary ones: depth and step added, by rank."""
-    spill = os.path.join(raw, "spill")
-    con = duckdb.connect(":memory:")
+class _Unordered(Exception):
+    """A thread's ranges are not in the order they ended: depth the general way."""
+
+
+def _finish(pa: Any, pq: Any, duckdb: Any, work: str, raw: str, rows: _Rows) -> dict[str, int]:
+    """The final tables from the temporary ones: depth, step and thread names
+    added, written by rank (hive style: ``rank=R/``).
+
+    Slices are read back last row group first, each backwards: for threads
+    whose ranges came in the order they ended (mxprof's writers write a
+    range when it ends) that is parents before children, so a stack of
+    starts per thread gives each range's depth in one pass in bounded memory.
+    A thread in another order sends the slices to DuckDB for depth instead.
+    """
+    import numpy as np
+
+    steps = {
+        upid: _sorted_steps(np, starts, ends, numbers)
+        for upid, (starts, ends, numbers) in rows.step_ranges.items()
+    }
+    names: list[str | None] = [None] * len(rows.utids)
+    for t in rows.threads:
+        names[t["utid"]] = t["name"]
+    thread_names = pa.array(names, pa.string())
+    extra = _Extra(pa, np, steps, thread_names)
     try:
-        con.execute(f"SET memory_limit = '{_MEMORY_LIMIT}'")
-        con.execute(f"SET temp_directory = '{quoted(spill)}'")
-        con.execute("SET preserve_insertion_order = false")
-        con.execute("SET enable_progress_bar = false")
-        at = quoted(raw)
-        queries = {
-            "slice": _SLICE.format(raw=at),
-            "counter": _POINTS.format(raw=at, table="counter"),
-            "instant": _POINTS.format(raw=at, table="instant"),
-        }
-        for table, query in queries.items():
-            target = quoted(os.path.join(work, table))
-            if rows.counts[table] == 0:  # an empty table still has its columns
-                os.makedirs(os.path.join(work, table, "rank=0"))
-                con.execute(
-                    f"COPY (SELECT * EXCLUDE (rank) FROM ({query}) LIMIT 0) "
-                    f"TO '{target}/rank=0/empty.parquet' (FORMAT parquet)"
-                )
-                continue
-            con.execute(
-                f"COPY ({query}) TO '{target}' (FORMAT parquet, COMPRESSION zstd, "
-                "PARTITION_BY (rank), ROW_GROUP_SIZE 122880)"
-            )
-        for table in ("thread", "process"):
-            os.replace(
-                os.path.join(raw, f"{table}.parquet"), os.path.join(work, f"{table}.parquet")
-            )
-    finally:
-        con.close()
+        _write_slices(pa, pq, work, raw, extra, depths=None)
+    except _Unordered:
+        shutil.rmtree(os.path.join(work, "slice"), ignore_errors=True)
+        _write_slices(pa, pq, work, raw, extra, depths=_duckdb_depths(duckdb, raw))
+    for table in ("counter", "instant"):
+        source = pq.ParquetFile(os.path.join(raw, f"{table}.parquet"))
+        with _Partitions(pq, os.path.join(work, table)) as out:
+            for k in range(source.num_row_groups):
+                out.write(extra.add(source.read_row_group(k)))
+            out.finish(extra.add(source.schema_arrow.empty_table()))
+    for table in ("thread", "process"):
+        os.replace(os.path.join(raw, f"{table}.parquet"), os.path.join(work, f"{table}.parquet"))
     counts = dict(rows.counts)
     counts["thread"] = len(rows.threads)
     counts["process"] = len(rows.processes)
-    with contextlib.suppress(OSError):
-        shutil.rmtree(spill)
     return counts
+
+
+def _sorted_steps(np: Any, starts: Any, ends: Any, numbers: Any) -> tuple[Any, Any, Any]:
+    a, b, n = (np.frombuffer(x, dtype=np.int64) for x in (starts, ends, numbers))
+    order = np.argsort(a, kind="stable")
+    return a[order], b[order], n[order]
+
+
+class _Extra:
+    """The columns added to every table: the thread's name and the step."""
+
+    def __init__(self, pa: Any, np: Any, steps: dict[int, Any], thread_names: Any) -> None:
+        self.pa, self.np, self.steps, self.thread_names = pa, np, steps, thread_names
+
+    def step(self, upids: Any, ts: Any) -> Any:
+        """The step of each (process, instant): the latest of the process's steps
+        that began at or before it, if it has not ended (a step's own start
+        counts, for zero-length steps too)."""
+        np = self.np
+        out = np.zeros(len(ts), dtype=np.int64)
+        found = np.zeros(len(ts), dtype=bool)
+        for upid in np.unique(upids):
+            got = self.steps.get(int(upid))
+            if got is None:
+                continue
+            starts, ends, numbers = got
+            sel = upids == upid
+            at = ts[sel]
+            k = np.searchsorted(starts, at, side="right") - 1
+            before = k >= 0
+            k = np.where(before, k, 0)
+            inside = before & ((at < ends[k]) | (at == starts[k]))
+            out[sel] = numbers[k]
+            found[sel] = inside
+        return self.pa.array(out, self.pa.int64(), mask=~found)
+
+    def add(self, table: Any, depth: Any = None) -> Any:
+        """table with ``depth`` (slices), ``thread`` and ``step``, in the final order."""
+        pa = self.pa
+        utids = table.column("utid").to_numpy()
+        upids = table.column("upid").to_numpy()
+        ts = table.column("ts").to_numpy()
+        thread = self.thread_names.take(pa.array(utids, pa.int64()))
+        step = self.step(upids, ts)
+        names = table.column_names
+        if depth is not None:
+            table = table.append_column("depth", pa.array(depth, pa.int32()))
+        table = table.append_column("thread", thread).append_column("step", step)
+        order = [n for n in _ORDER if n in table.column_names or n == "rank"]
+        assert set(order) >= set(names)
+        return table.select([n for n in order if n in table.column_names])
+
+
+# The final columns, in this order (those a table has); rank goes in the path.
+_ORDER = (
+    "ts", "dur", "name", "category", "value", "depth", "thread", "utid", "upid", "pid", "tid",
+    "args", "step_number", "step", "scope", "rank", "role", "host", "file",
+)  # fmt: skip
+
+
+def _write_slices(pa: Any, pq: Any, work: str, raw: str, extra: _Extra, depths: Any | None) -> None:
+    """The slice table, depth from the reverse pass (depths None) or given by row."""
+    source = pq.ParquetFile(os.path.join(raw, "slice.parquet"))
+    groups = [source.metadata.row_group(k).num_rows for k in range(source.num_row_groups)]
+    offsets = [sum(groups[:k]) for k in range(len(groups))]
+    stacks: dict[int, list[int]] = {}
+    last_end: dict[int, int] = {}
+    with _Partitions(pq, os.path.join(work, "slice")) as out:
+        for k in reversed(range(source.num_row_groups)):
+            group = source.read_row_group(k)
+            if depths is not None:
+                out.write(extra.add(group, depths[offsets[k] : offsets[k] + groups[k]]))
+                continue
+            backwards = group.take(pa.array(range(group.num_rows - 1, -1, -1), pa.int64()))
+            utids = backwards.column("utid").to_pylist()
+            ts = backwards.column("ts").to_pylist()
+            durs = backwards.column("dur").to_pylist()
+            out.write(extra.add(backwards, _depths(utids, ts, durs, stacks, last_end)))
+        out.finish(extra.add(source.schema_arrow.empty_table(), []))
+
+
+def _depths(
+    utids: list[int],
+    ts: list[int],
+    durs: list[int],
+    stacks: dict[int, list[int]],
+    last_end: dict[int, int],
+) -> list[int]:
+    """Depths of ranges met latest-ended first, per thread.
+
+    Every range still on a thread's stack ended no earlier than this one, so
+    it contains this one exactly when it began no later: the stack holds
+    starts only.  Zero-length ranges contain nothing and are not pushed.
+
+    Raises:
+        _Unordered: a thread's ranges did not come in the order they ended.
+    """
+    out = []
+    current = -1
+    stack: list[int] = []
+    bound = 0
+    for u, start, length in zip(utids, ts, durs):
+        if u != current:
+            if current >= 0:
+                last_end[current] = bound
+            current = u
+            stack = stacks.setdefault(u, [])
+            bound = last_end.get(u, 1 << 63)
+        end = start + length
+        if end > bound:
+            raise _Unordered
+        bound = end
+        while stack and stack[-1] > start:
+            stack.pop()
+        out.append(len(stack))
+        if length > 0:
+            stack.append(start)
+    if current >= 0:
+        last_end[current] = bound
+    return out
+
+
+def _duckdb_depths(duckdb: Any, raw: str) -> Any:
+    """Depth of every slice, in the temporary table's row order, by DuckDB."""
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute(f"SET memory_limit = '{_MEMORY_LIMIT}'")
+        con.execute(f"SET temp_directory = '{quoted(os.path.join(raw, 'spill'))}'")
+        con.execute("SET enable_progress_bar = false")
+        relation = con.sql(_DEPTHS.format(raw=quoted(raw)))
+        table = (getattr(relation, "to_arrow_table", None) or relation.arrow)()
+        return table.column("depth")
+    finally:
+        con.close()
+
+
+class _Partitions:
+    """One Parquet file per rank under folder (``rank=R/data.parquet``)."""
+
+    def __init__(self, pq: Any, folder: str) -> None:
+        self.pq, self.folder = pq, folder
+        self.writers: dict[int, Any] = {}
+
+    def __enter__(self) -> _Partitions:
+        os.makedirs(self.folder, exist_ok=True)
+        return self
+
+    def write(self, table: Any) -> None:
+        import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+        ranks = table.column("rank")
+        for rank in pc.unique(ranks).to_pylist():
+            part = table.filter(pc.equal(ranks, rank)).drop_columns(["rank"])
+            writer = self.writers.get(rank)
+            if writer is None:
+                folder = os.path.join(self.folder, f"rank={rank}")
+                os.makedirs(folder, exist_ok=True)
+                writer = self.writers[rank] = self.pq.ParquetWriter(
+                    os.path.join(folder, "data.parquet"), part.schema, compression="zstd"
+                )
+            writer.write_table(part, row_group_size=_ROWS)
+
+    def finish(self, empty: Any) -> None:
+        """An empty table still has its columns: one empty file where none was written."""
+        if not self.writers:
+            folder = os.path.join(self.folder, "rank=0")
+            os.makedirs(folder, exist_ok=True)
+            self.pq.write_table(empty.drop_columns(["rank"]), os.path.join(folder, "data.parquet"))
+
+    def __exit__(self, *exc: object) -> None:
+        for writer in self.writers.values():
+            writer.close()
 
 
 def quoted(path: str) -> str:
