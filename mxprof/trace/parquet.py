@@ -35,10 +35,14 @@ Columns:
 among the inputs from 0, as ``merge --ranks`` counts it.
 
 Memory stays bounded: events are read block by block (files in mxprof's
-one-event-per-line shape; others are read whole, one input at a time),
-written to Parquet row groups as they come, and the columns that need a
-thread's or a process's whole order (``depth``, ``step``) are computed by
-DuckDB with a memory limit, spilling to disk beside the output.
+one-event-per-line shape; others are read whole, one input at a time) and
+written to temporary Parquet row groups as they come.  The final tables are
+written from those, row group by row group: ``depth`` in one backwards pass
+(a thread's ranges come in the order they ended, so backwards a parent comes
+before its children and a stack of starts per thread is all it takes; a
+thread in another order, as other tools write, gets its depths from DuckDB
+under a memory limit instead), ``step`` by a sorted lookup in its process's
+steps (the one thing held whole: three integers per step).
 
 Needs pyarrow and duckdb: ``pip install "mxprof[sql]"``.
 """
