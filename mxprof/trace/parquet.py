@@ -257,7 +257,8 @@ class _Rows:
             ),
         }
         self.writers = {
-            t: pq.ParquetWriter(os.path.join(folder, f"{t}.parquet"), s, compression="zstd")
+            # Temporary: the cheapest compression to write (zstd for the final files).
+            t: pq.ParquetWriter(os.path.join(folder, f"{t}.parquet"), s, compression="snappy")
             for t, s in self.schemas.items()
         }
         self.counts = dict.fromkeys(self.schemas, 0)
