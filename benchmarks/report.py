@@ -49,8 +49,13 @@ MEMORY_LIMIT = 1_000_000_000  # bytes of peak resident memory, for 10 M events (
 RANGES_PER_STEP = 98  # plus the step itself and its counter and memory samples
 
 
-def record(path: str, events: int) -> int:
-    """Record about ``events`` events into path; return how many the file holds."""
+def record(path: str, events: int, flush_every: int = 0) -> int:
+    """Record about ``events`` events into path; return how many the file holds.
+
+    flush_every: write the buffered events every that many steps (0: once,
+    at the end), as a long run's background writes do: each write is a
+    block of the file's index.
+    """
     _testing.reset()
     mxprof.set_config(
         filename=path,
@@ -88,6 +93,8 @@ def record(path: str, events: int) -> int:
             with optimizer:
                 pass
             loss.set_value(1000 - i % 1000)
+        if flush_every and (i + 1) % flush_every == 0:
+            mxprof.dump(finished=False)
     mxprof.set_state("stop")
     mxprof.dump()
     counted = sum(1 for _ in mxprof.load(path)) if events <= 200_000 else 0

@@ -20,8 +20,10 @@ from __future__ import annotations
 import atexit
 import errno
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import warnings
 from types import FrameType
@@ -415,9 +417,10 @@ class Session:
 
     def set_top_json(self, text: str) -> None:
         """Extra top-level members of the trace (e.g. '"distributedInfo":{...}')."""
-        self.top_json = text
-        if self.profile_open:
-            self.push_meta()
+        with self.lock:
+            self.top_json = text
+            if self.profile_open:
+                self.push_meta()
 
     def set_path(self, path: str) -> None:
         """Point the core at path; this profile's events so far go to the old one."""
@@ -522,6 +525,41 @@ class Session:
             self.pending = None
             raise error
         self.pending = error
+
+    def trace_now(self) -> str | None:
+        """This process's trace file, written up to now (what was buffered is
+        flushed first); None where there is none: it never ran, or a flight
+        recorder writes snapshots instead of a trace.
+
+        Raises:
+            OutputError: the buffered events cannot be written.
+        """
+        with self.lock:
+            if self.ring:
+                return None
+            if self.profile_open and self.traced:
+                self.flush(finish=False, explicit=True)
+            path = self.config.filename
+            return os.path.abspath(path) if self.ever_ran and os.path.exists(path) else None
+
+    def copy_trace(self, prefix: str) -> str | None:
+        """A consistent copy of the trace as complete now, in a new temporary
+        file (the caller removes it); None where ``trace_now`` has none.
+
+        No background write runs while the file is copied, so the copy is a
+        whole trace even while events are still recorded.
+
+        Raises:
+            OutputError: the buffered events cannot be written.
+        """
+        with self.lock:
+            path = self.trace_now()
+            if path is None:
+                return None
+            fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=os.path.basename(path))
+            os.close(fd)
+            shutil.copyfile(path, tmp)
+            return tmp
 
     def background_flush(self, stop: threading.Event) -> None:
         # Poll for the lock so that a control call holding it can stop and

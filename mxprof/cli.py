@@ -42,10 +42,13 @@ from .report.hints import find_hints, not_checked
 from .report.hints import to_json as hints_json
 from .report.ranks import analyze
 from .report.sql import SqlError
-from .trace import Trace, export, load, samples
+from .trace import Trace, dataloader, export, load, samples
 from .trace.gpu import gpu_json, gpu_rows, gpu_table
+from .trace.leak import render_memory
+from .trace.leak import summary as memory_summary
 from .trace.merge import merge, parse_ranks, parse_window
 from .trace.parquet import MissingExtra
+from .trace.processes import job
 from .trace.repair import repair
 
 
@@ -222,13 +225,19 @@ def cmd_stats(args: argparse.Namespace) -> int:
     rows = trace.key_averages().without_own()
     gpu = gpu_rows(trace)  # GPU work by launching range (imported NVIDIA databases)
     sampled = _samples_block(trace, args.top)
+    memory = memory_summary(trace)  # memory_steps' counters and the leak rule
+    loading = dataloader.loader(job([trace]))  # torch DataLoader waits and workers, if any
     if args.format == "table":
         print(rows.table(sort_by=args.sort, row_limit=args.top), end="")
+        if loading is not None:
+            print("\n" + "\n".join(dataloader.render(loading, args.top or 20)))
         if gpu:
             print("\n" + gpu_table(gpu, row_limit=args.top), end="")
         if sampled is not None:
             top = args.top if args.top is not None else samples.TABLE_TOP
             print("\n" + "\n".join(samples.render_table(sampled, top)), end="")
+        if memory is not None:
+            print("\n" + "\n".join(render_memory(memory)))
         return 0
     fields = ("count", "total", "self", "avg", "min", "max", "p50", "p90", "p99")
     top = rows.sorted(args.sort)[: args.top] if args.top is not None else rows.sorted(args.sort)
@@ -245,6 +254,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         doc["GPU"] = gpu_json(gpu[: args.top] if args.top is not None else gpu)
     if sampled is not None:
         doc["Samples"] = sampled
+    if memory is not None:
+        doc["Memory"] = memory
+    if loading is not None:
+        doc["DataLoader"] = dataloader.to_dict(loading)
     print(json.dumps(doc, indent=2, ensure_ascii=False))
     return 0
 
@@ -276,6 +289,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
             f"mxprof merge: {item['path']}: shifted {item['shift_us']:+.3f} us{cut}",
             file=sys.stderr,
         )
+    for gap in summary.get("missing", ()):
+        print(f"mxprof merge: missing {gap.get('process')}: {gap.get('why')}", file=sys.stderr)
     print(f"mxprof merge: {summary['events']} events written to {args.output}", file=sys.stderr)
     return 0
 

@@ -76,7 +76,7 @@ def _slug(reason: str) -> str:
 
 
 @dataclass
-class _Snapshot:
+class Snapshot:
     path: str
     reason: str
     details: dict[str, Any] | None
@@ -93,7 +93,7 @@ class _Snapshot:
 # on the triggering thread, which may be a signal handler or a dying thread:
 # a callback only hands the snapshot on (a queue.SimpleQueue.put), never
 # blocks; what it raises is dropped.  mxprof.distributed registers one.
-ON_TRIGGER: list[Callable[[_Snapshot], None]] = []
+ON_TRIGGER: list[Callable[[Snapshot], None]] = []
 
 
 class _Recorder:
@@ -111,7 +111,7 @@ class _Recorder:
         """A new profile: no snapshot yet."""
         # deque: append and popleft are atomic, so a signal handler may queue
         # while the background writer takes.
-        self.queue: collections.deque[_Snapshot] = collections.deque()
+        self.queue: collections.deque[Snapshot] = collections.deque()
         self.taken = 0  # snapshots toward flight_recorder_max (written or queued)
         self.named = 0  # the last snapshot's number in its file name
         self.last_ns: int | None = None  # the last snapshot's trigger
@@ -124,7 +124,7 @@ class _Recorder:
         details: dict[str, Any] | None,
         forced: bool = False,
         at: tuple[int, int, float, float] | None = None,
-    ) -> _Snapshot | None:
+    ) -> Snapshot | None:
         """Name and queue a snapshot of now, or count why not.
 
         forced: dump()'s own snapshot, which neither the interval nor the
@@ -153,7 +153,7 @@ class _Recorder:
                 return None
             self.taken += 1
             self.last_ns = now
-        snap = _Snapshot(
+        snap = Snapshot(
             path=self._name(cfg.filename, reason),
             reason=reason,
             details=details,
@@ -204,7 +204,7 @@ class _Recorder:
             cap = cap_records(session.config.flight_recorder_bytes)
             _native.ring_trim(keep, cap * 3 // 4)
 
-    def write(self, session: Session, snap: _Snapshot, end_ns: int) -> None:
+    def write(self, session: Session, snap: Snapshot, end_ns: int) -> None:
         """Write snap's window up to end_ns; a failure is kept in snap.error.
         Called with the session lock held."""
         start_ns = snap.trigger_ns - round(snap.window * 1e9)
@@ -297,7 +297,7 @@ def trigger(
     return _finish(snap, wait)
 
 
-def _finish(snap: _Snapshot, wait: bool) -> str:
+def _finish(snap: Snapshot, wait: bool) -> str:
     """snap's path, once written when wait (raising its OutputError)."""
     from ._session import SESSION
 

@@ -30,6 +30,7 @@ OFFLINE = {
     "mxprof.report.hints",
     "mxprof.report.hints._common",
     "mxprof.report.hints.health",
+    "mxprof.report.hints.dataloader",
     "mxprof.report.hints.loading",
     "mxprof.report.hints.memory",
     "mxprof.report.hints.ranks",

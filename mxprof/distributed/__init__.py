@@ -33,7 +33,7 @@ from .. import _ctlserver, _signals
 from .._session import SESSION
 from ..control import set_config
 from ..errors import ConfigError, StateError
-from . import _launcher, _node, _secret
+from . import _collect, _launcher, _node, _secret
 from ._node import DistributedError, DistributedTimeout, Member
 
 __all__ = [
@@ -338,7 +338,7 @@ def tally() -> dict[str, int]:
     return _current().tally()
 
 
-def collect(path: str, *, strict: bool = False) -> dict[str, Any]:
+def collect(path: str, *, strict: bool = False, shared: bool = False) -> dict[str, Any]:
     """On the rank-0 worker: one timeline of every process's trace, in path.
 
     Each process first measures its clock again (its offset at init and
@@ -357,10 +357,22 @@ def collect(path: str, *, strict: bool = False) -> dict[str, Any]:
     later when none was connected by then; one that stops in the middle of
     its upload adds one more ``timeout``; then the merge.
 
+    With ``shared=True`` nothing is merged and no trace crosses the
+    network where it need not: path is a small manifest (``.json``; see
+    :mod:`mxprof.trace.manifest`) naming every process's own trace file,
+    written up to this moment with its fresh clock estimates.  A process
+    whose file this process cannot read as its own (another host's disk,
+    a ``.pftrace``, a name another process's file holds) uploads it, into
+    ``PATH.uploads/`` beside the manifest.  ``mxprof merge PATH -o
+    job.pftrace`` merges it later, on any machine that sees the files.
+
     Args:
-        path: the merged file; its suffix picks the format.
+        path: the merged file; its suffix picks the format (with shared:
+            the manifest).
         strict: raise instead of warning when a process failed (the file
             is written first; the error's ``summary`` is the result).
+        shared: write a manifest of where the traces lie instead of
+            merging them (for traces on shared storage).
 
     Returns:
         The merge summary, plus ``missing``: one entry per process whose
@@ -381,7 +393,9 @@ def collect(path: str, *, strict: bool = False) -> dict[str, Any]:
     node = _current()
     if not isinstance(node, _node.Hub):
         raise StateError(f"collect() runs on the rank-0 worker; this is {node.me.label}")
-    return node.collect(os.fspath(path), strict)
+    if not isinstance(shared, bool):
+        raise ConfigError(f"shared must be a bool, got {shared!r}")
+    return _collect.collect(node, os.fspath(path), strict, shared)
 
 
 def dumps(*, ranks: bool = False, **kwargs: Any) -> dict[str, str]:
@@ -430,7 +444,7 @@ def _analyze_ranks(node: _node.Hub, as_json: bool) -> str:
 
     with tempfile.TemporaryDirectory(prefix="mxprof-ranks-") as where:
         path = os.path.join(where, "job.json")
-        node.collect(path)
+        _collect.collect(node, path, strict=False)
         result = analyze(load(path))
     return result.to_json() if as_json else result.table()
 

@@ -21,6 +21,7 @@ merge, which takes the time its inputs need.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -31,7 +32,7 @@ from typing import Any
 
 from .. import _session
 from ..errors import TraceFormatError
-from ..trace import _scan
+from ..trace import _scan, manifest
 from ..trace.merge import merge
 from ._endpoint import PeerGone, RemoteFailure
 from ._node import (
@@ -39,10 +40,11 @@ from ._node import (
     DistributedError,
     DistributedTimeout,
     Hub,
+    Known,
     Member,
-    _Known,
-    _may_be_alive,
+    may_be_alive,
     trace_name,
+    wall_ns,
 )
 
 SYNC_FLOOR = 2.0  # seconds the sync answers get at least
@@ -81,91 +83,104 @@ class Gap:
         return f"{self.process}: {self.why}{merged}"
 
 
-def collect(hub: Hub, path: str, strict: bool) -> dict[str, Any]:
+@dataclass
+class _Source:
+    """One process's trace as collect gathered it."""
+
+    path: str
+    label: str
+    identity: dict[str, Any]  # role, rank, host, pid where known
+    uploaded: bool  # a copy rank 0 holds (upload or deposit), not the process's own file
+
+
+def collect(hub: Hub, path: str, strict: bool, shared: bool = False) -> dict[str, Any]:
+    """Every process's trace merged into path; with shared, a manifest of
+    where they lie in path instead (``trace.manifest``): a process whose own
+    file rank 0 can read (same host or shared storage, checked by the
+    identity in the file) is named, not uploaded; the others upload into a
+    folder beside the manifest."""
     timeout = hub.job.timeout
     deadline = time.monotonic() + timeout
     slots = hub.job.expected()
     found, _ = hub.present(slots, timeout, gone_ok=True)
     answer_within = max(deadline - time.monotonic(), min(timeout, SYNC_FLOOR))
-    synced = hub.endpoint.request_many([k.src for k in found.values()], "sync", {}, answer_within)
+    ask = {"flush": True} if shared else {}
+    synced = hub.endpoint.request_many([k.src for k in found.values()], "sync", ask, answer_within)
     hub.note_files(found.values(), synced)
     out_dir = os.path.dirname(os.path.abspath(path))
-    tmp = tempfile.mkdtemp(prefix="mxprof-collect-", dir=out_dir)
-    inputs: list[str] = []
-    who: list[str] = []
+    if shared:
+        keep = f"{os.path.abspath(path)}.uploads"
+        shutil.rmtree(keep, ignore_errors=True)  # a manifest written again: its uploads anew
+        os.makedirs(keep)
+        tmp = keep
+    else:
+        tmp = tempfile.mkdtemp(prefix="mxprof-collect-", dir=out_dir)
+    sources: list[_Source] = []
     gaps: list[Gap] = []
     try:
-        own = hub._current_trace()
+        own = _session.SESSION.trace_now()
         if own is not None:
-            inputs.append(own)
-            who.append(hub.me.label)
+            sources.append(_Source(own, hub.me.label, _identity_of(hub.me), False))
         else:
             gaps.append(_never_ran(hub.me))
         for slot in slots:
             known = found.get(slot)
             answer = synced.get(known.src) if known is not None else None
             if known is not None and not isinstance(answer, BaseException):
+                readable = _readable(known, answer) if shared else None
+                if readable is not None:
+                    sources.append(
+                        _Source(readable, known.member.label, _identity_of(known.member), False)
+                    )
+                    continue
                 try:
-                    got = _download(hub, known, tmp)
+                    got = download(hub, known, tmp)
                 except DistributedError as e:
                     gap = _failed(hub, slot, known, str(e), timeout=isinstance(e, TimeoutError))
                 else:
                     if got is None:
                         gaps.append(_never_ran(known.member))
                     else:
-                        inputs.append(got)
-                        who.append(known.member.label)
+                        sources.append(
+                            _Source(got, known.member.label, _identity_of(known.member), True)
+                        )
                     continue
             else:  # it left, is leaving, never came, or does not answer
                 left = _deposited(hub, slot)
                 if left is not None:
-                    inputs.append(left[1])
-                    who.append(left[0].label)
+                    member, file = left
+                    if shared:  # the hub's deposits go when it closes: a copy of its own
+                        folder = os.path.join(tmp, f"{member.role}{member.rank}")
+                        os.makedirs(folder, exist_ok=True)
+                        file = shutil.copy(file, os.path.join(folder, os.path.basename(file)))
+                    sources.append(_Source(file, member.label, _identity_of(member), True))
                     continue
-                why = _silence(hub, slot, known, answer, answer_within)
+                why = silence(hub, slot, known, answer, answer_within)
                 gap = _failed(hub, slot, known, why)
                 gap.timeout = not isinstance(answer, RemoteFailure)
             gaps.append(gap)
             if gap.last_file is not None:
-                inputs.append(gap.last_file)
-                who.append(gap.process)
+                identity = {"role": gap.role, "rank": gap.rank}
+                sources.append(_Source(gap.last_file, gap.process, identity, False))
         failed = [g for g in gaps if g.failed]
-        if not inputs:
+        if not sources:
             raise _error(
                 failed,
                 f"collect: no process had a trace for {path}; missing "
                 + "; ".join(g.sentence() for g in gaps),
             )
-        # Temporary copies, gone once merged: the merged file names each
-        # process and its own file's name instead.
-        sources = [f"{label}: {os.path.basename(p)}" for label, p in zip(who, inputs)]
-        try:
-            summary = merge(inputs, path, sources=sources, info=_missing(gaps))
-        except TraceFormatError as e:
-            # A dead process's last file, read as it was being written, must
-            # not cost the others: merge again without the last files.
-            fallbacks = {g.last_file: g for g in gaps if g.last_file is not None}
-            if not fallbacks:
-                raise
-            for gap in fallbacks.values():
-                gap.why += f"; its last flushed file could not be merged ({e})"
-                gap.last_file = None
-            keep = [i for i, p in enumerate(inputs) if p not in fallbacks]
-            inputs, who = [inputs[i] for i in keep], [who[i] for i in keep]
-            sources = [sources[i] for i in keep]
-            if not inputs:
-                raise
-            summary = merge(inputs, path, sources=sources, info=_missing(gaps))
+        finish = _write_manifest if shared else _merged
+        summary = finish(path, sources, gaps)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    for item, label in zip(summary["inputs"], who):
-        item["process"] = label
-        item["path"] = os.path.basename(item["path"])  # its own file's name
+        if not shared:
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif not os.listdir(tmp):
+            os.rmdir(tmp)
     summary["missing"] = [g.to_json() for g in gaps]
     if failed:
         message = (
-            f"collect: {path} holds {len(inputs)} of {hub.job.world_size} processes' traces; "
-            "missing " + "; ".join(g.sentence() for g in failed)
+            f"collect: {path} holds {len(summary['inputs'])} of {hub.job.world_size} "
+            "processes' traces; missing " + "; ".join(g.sentence() for g in failed)
         )
         if strict:
             error = _error(failed, message)
@@ -173,6 +188,94 @@ def collect(hub: Hub, path: str, strict: bool) -> dict[str, Any]:
             raise error
         _session.warn(message)
     return summary
+
+
+def _merged(path: str, sources: list[_Source], gaps: list[Gap]) -> dict[str, Any]:
+    """The gathered traces merged into path; the summary names each process."""
+    # Temporary copies, gone once merged: the merged file names each
+    # process and its own file's name instead.
+    names = [f"{s.label}: {os.path.basename(s.path)}" for s in sources]
+    try:
+        summary = merge([s.path for s in sources], path, sources=names, info=missing_info(gaps))
+    except TraceFormatError as e:
+        # A dead process's last file, read as it was being written, must
+        # not cost the others: merge again without the last files.
+        fallbacks = {g.last_file: g for g in gaps if g.last_file is not None}
+        if not fallbacks:
+            raise
+        for gap in fallbacks.values():
+            gap.why += f"; its last flushed file could not be merged ({e})"
+            gap.last_file = None
+        keep = [i for i, s in enumerate(sources) if s.path not in fallbacks]
+        sources, names = [sources[i] for i in keep], [names[i] for i in keep]
+        if not sources:
+            raise
+        summary = merge([s.path for s in sources], path, sources=names, info=missing_info(gaps))
+    for item, source in zip(summary["inputs"], sources):
+        item["process"] = source.label
+        item["path"] = os.path.basename(item["path"])  # its own file's name
+    return summary
+
+
+def _write_manifest(path: str, sources: list[_Source], gaps: list[Gap]) -> dict[str, Any]:
+    """The manifest of the gathered traces in path (written whole, then renamed)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    inputs = []
+    for s in sources:
+        # Uploads lie beside the manifest and move with it; own files stay where they are.
+        where = os.path.relpath(s.path, folder) if s.uploaded else os.path.abspath(s.path)
+        inputs.append(
+            {
+                "path": where,
+                "process": s.label,
+                **s.identity,
+                "size": os.path.getsize(s.path),
+                "uploaded": s.uploaded,
+            }
+        )
+    doc = {
+        manifest.KEY: manifest.VERSION,
+        "created_ns": wall_ns(),
+        "inputs": inputs,
+        "missing": [g.to_json() for g in gaps],
+    }
+    temporary = f"{path}.tmp{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    os.replace(temporary, path)
+    return {"manifest": os.path.abspath(path), "inputs": inputs}
+
+
+def _identity_of(member: Member) -> dict[str, Any]:
+    return {"role": member.role, "rank": member.rank, "host": member.host, "pid": member.pid}
+
+
+def _readable(known: Known, answer: Any) -> str | None:
+    """The process's own trace file where this process can read it whole
+    (None: it must upload): the file its sync answer named, holding at least
+    the bytes it had written then, whose trailer names this very process
+    (so a file of the same name on another host's disk is never taken)."""
+    header = answer[0] if isinstance(answer, tuple) else answer  # (header, body)
+    file, size = header.get("file"), header.get("size")
+    if not isinstance(file, str) or not isinstance(size, int) or not file.endswith(TRACE_SUFFIXES):
+        return None
+    try:
+        st = os.stat(file)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size < size:
+        return None
+    info = identity(file)
+    m = known.member
+    if info is None or (info.get("role"), info.get("rank"), info.get("host"), info.get("pid")) != (
+        m.role,
+        m.rank,
+        m.host,
+        m.pid,
+    ):
+        return None
+    return file
 
 
 def _error(failed: list[Gap], message: str) -> DistributedError:
@@ -185,8 +288,8 @@ def _never_ran(member: Member) -> Gap:
     return Gap(member.label, member.role, member.rank, "its profiler never ran", failed=False)
 
 
-def _silence(
-    hub: Hub, slot: tuple[str, int], known: _Known | None, answer: Any, waited: float
+def silence(
+    hub: Hub, slot: tuple[str, int], known: Known | None, answer: Any, waited: float
 ) -> str:
     """Why a process gave no sync answer, in words."""
     timeout = hub.job.timeout
@@ -199,7 +302,7 @@ def _silence(
             f"not connected within {timeout:g} s (not started, dead, or on another token or "
             "address)"
         )
-    if not _may_be_alive(known.member):
+    if not may_be_alive(known.member):
         return f"its process (pid {known.member.pid}) has exited"
     if isinstance(answer, TimeoutError):
         return f"no answer within {waited:.3g} s (frozen, hung or overloaded)"
@@ -211,7 +314,7 @@ def _silence(
 
 
 def _failed(
-    hub: Hub, slot: tuple[str, int], known: _Known | None, why: str, timeout: bool = True
+    hub: Hub, slot: tuple[str, int], known: Known | None, why: str, timeout: bool = True
 ) -> Gap:
     """A Gap for a process that failed, with its last flushed file where readable."""
     if known is None:
@@ -227,7 +330,7 @@ def _failed(
     return gap
 
 
-def _last_file(known: _Known) -> tuple[str | None, str]:
+def _last_file(known: Known) -> tuple[str | None, str]:
     """The process's own last trace file, found by the identity it carries.
 
     Looked for among the files it named (at hello, at every change of its
@@ -262,7 +365,7 @@ def _last_file(known: _Known) -> tuple[str | None, str]:
     newest = sorted(found, key=lambda p: -found[p])
     others = set([p for p in newest if p not in named][:LOOK_AT])
     for path in (p for p in newest if p in others or p in named):
-        info = _identity(path)
+        info = identity(path)
         if info is not None and (
             info.get("role"),
             info.get("rank"),
@@ -274,12 +377,12 @@ def _last_file(known: _Known) -> tuple[str | None, str]:
     name = os.path.basename(last)
     if last not in found:
         return None, f"its last file {name} cannot be read here, nor another file of its own"
-    if _identity(last) is None:
+    if identity(last) is None:
         return None, f"its last file {name} has no readable distributedInfo (cut while written?)"
     return None, f"its last file {name} is another process's"
 
 
-def _identity(path: str) -> dict[str, Any] | None:
+def identity(path: str) -> dict[str, Any] | None:
     """The distributedInfo in a trace file's trailer (None: none readable)."""
     try:
         with open(path, "rb") as f:
@@ -289,7 +392,7 @@ def _identity(path: str) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else None
 
 
-def _missing(gaps: list[Gap]) -> dict[str, Any] | None:
+def missing_info(gaps: list[Gap]) -> dict[str, Any] | None:
     """What the merged file's distributedInfo says of the missing (Perfetto
     protobuf has no place for it: the result and the warning say it there)."""
     return {"missing": [g.to_json() for g in gaps]} if gaps else None
@@ -306,8 +409,8 @@ def _deposited(hub: Hub, slot: tuple[str, int]) -> tuple[Member, str] | None:
         return hub.reg.deposits.get(slot)
 
 
-def _download(
-    hub: Hub, known: _Known, tmp: str, kind: str = "upload", args: dict[str, Any] | None = None
+def download(
+    hub: Hub, known: Known, tmp: str, kind: str = "upload", args: dict[str, Any] | None = None
 ) -> str | None:
     """known's trace (or, with kind and args, another file it serves in
     pieces: a flight recorder snapshot) into tmp, piece by piece; None: it

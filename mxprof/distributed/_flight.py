@@ -91,7 +91,7 @@ class Relay:
         # SimpleQueue: put is safe from a signal handler on the thread that get()s.
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._own: dict[str, flight._Snapshot] = {}  # this process's triggers by id
+        self._own: dict[str, flight.Snapshot] = {}  # this process's triggers by id
         self._files: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._last_ref: int | None = None  # the rank-0 worker: the last job-wide trigger
         self._suppressed = 0
@@ -113,7 +113,7 @@ class Relay:
         if self._thread is not threading.current_thread():
             self._thread.join(CLOSE_WAIT)
 
-    def _on_trigger(self, snap: flight._Snapshot) -> None:
+    def _on_trigger(self, snap: flight.Snapshot) -> None:
         # May run in a signal handler or a dying thread: hand on, nothing more.
         self._queue.put(snap)
 
@@ -148,7 +148,7 @@ class Relay:
             except Exception as e:  # a failed job-wide snapshot never stops the next one
                 _warn(f"mxprof: job-wide flight recorder snapshot failed: {e}")
 
-    def _relay(self, snap: flight._Snapshot) -> None:
+    def _relay(self, snap: flight.Snapshot) -> None:
         """A trigger here: to the rank-0 worker, its time on that one's clock."""
         from ._node import HUB, Hub, Peer
 
@@ -303,7 +303,7 @@ def job_snapshot(hub: Hub, relay: Relay, trigger: Trigger, suppressed: int) -> d
                 continue
             if isinstance(answer, tuple):
                 try:
-                    got = _collect._download(hub, known, tmp, FETCH, {"id": trigger.id})
+                    got = _collect.download(hub, known, tmp, FETCH, {"id": trigger.id})
                 except ProfilerError as e:
                     gaps.append(_gap(known.member, str(e), True))
                     continue
@@ -314,7 +314,7 @@ def job_snapshot(hub: Hub, relay: Relay, trigger: Trigger, suppressed: int) -> d
             if isinstance(answer, RemoteFailure):
                 why = f"its snapshot failed: {answer.error}: {answer.message}"
             else:  # dead, frozen or unreachable: in collect's words
-                why = _collect._silence(hub, slot, known, answer, waited)
+                why = _collect.silence(hub, slot, known, answer, waited)
             gaps.append(_gap(known.member, why, True))
         # The triggering process gone (dying of what triggered, say): its
         # trigger's own snapshot, where this process can read it.
@@ -337,7 +337,7 @@ def job_snapshot(hub: Hub, relay: Relay, trigger: Trigger, suppressed: int) -> d
             return {"flight_recorder": info}
 
         sources = [f"{m.label}: {os.path.basename(p)}" for m, p in zip(who, inputs)]
-        _merge(inputs, path, sources, _collect._missing(gaps), other)
+        _merge(inputs, path, sources, _collect.missing_info(gaps), other)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     failed = [g for g in gaps if g.failed]
@@ -359,11 +359,11 @@ def _own_file(trigger: Trigger) -> bool:
     """Whether the triggering process's snapshot is readable here and names
     that process (role, rank, host and pid in its ``distributedInfo``), as
     collect finds a dead process's last file."""
-    from ._collect import _identity
+    from ._collect import identity
 
     if trigger.file is None or not os.path.isfile(trigger.file):
         return False
-    info = _identity(trigger.file)
+    info = identity(trigger.file)
     m = trigger.by
     return info is not None and (
         info.get("role"),

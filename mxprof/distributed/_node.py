@@ -171,18 +171,7 @@ class Node:
 
     def publish(self) -> None:
         """Put distributedInfo into this process's trace metadata."""
-        with SESSION.lock:
-            SESSION.set_top_json('"distributedInfo":' + trace_json(self.info()))
-
-    def _current_trace(self) -> str | None:
-        """This process's trace file, written up to now; None if it never ran."""
-        with SESSION.lock:
-            if SESSION.ring:  # a flight recorder writes snapshots, no trace
-                return None
-            if SESSION.profile_open and SESSION.traced:
-                SESSION.flush(finish=False, explicit=True)
-            path = SESSION.config.filename
-            return path if SESSION.ever_ran and os.path.exists(path) else None
+        SESSION.set_top_json('"distributedInfo":' + trace_json(self.info()))
 
     def tally(self) -> dict[str, int]:
         return self.endpoint.tally.snapshot()
@@ -407,7 +396,12 @@ class Peer(Node):
             return {**self._command(kind, args), "file": trace_path()}, b""
         if kind == "sync":
             self.remeasure(self.job.timeout)
-            return {"clock": self.clock.to_json(), "file": trace_path()}, b""
+            answer: dict[str, Any] = {"clock": self.clock.to_json(), "file": trace_path()}
+            if args.get("flush"):  # collect(shared=True): the file itself, written up to now
+                written = self._trace_size()
+                if written is not None:
+                    answer["file"], answer["size"] = written
+            return answer, b""
         if kind == "upload":
             return self._upload(args)
         if kind == "dumps":
@@ -454,33 +448,25 @@ class Peer(Node):
 
     def _trace_size(self) -> tuple[str, int] | None:
         """The trace file and its size, written up to now (None: no trace)."""
-        with SESSION.lock:
-            path = self._current_trace()
-            try:
-                return None if path is None else (os.path.abspath(path), os.path.getsize(path))
-            except OSError:
-                return None
+        path = SESSION.trace_now()
+        try:
+            return None if path is None else (path, os.path.getsize(path))
+        except OSError:
+            return None
 
     def _take_snapshot(self) -> None:
         """A copy of the trace as complete now, so the upload reads a fixed file."""
         if self._snapshot is not None:
             os.unlink(self._snapshot)
             self._snapshot = None
-        with SESSION.lock:  # held while copying: no background write meanwhile
-            path = self._current_trace()
-            if path is None:
-                return
-            fd, tmp = tempfile.mkstemp(prefix="mxprof-upload-", suffix=os.path.basename(path))
-            os.close(fd)
-            shutil.copyfile(path, tmp)
-        self._snapshot = tmp
+        self._snapshot = SESSION.copy_trace("mxprof-upload-")
 
 
 # ---- the hub ----
 
 
 @dataclass
-class _Known:
+class Known:
     member: Member
     src: Any
     channel: Channel  # the channel that said hello for it: its only voice
@@ -496,11 +482,11 @@ class _Known:
 @dataclass
 class _Registry:
     lock: threading.Condition = field(default_factory=threading.Condition)
-    by_slot: dict[tuple[str, int], _Known] = field(default_factory=dict)
+    by_slot: dict[tuple[str, int], Known] = field(default_factory=dict)
     # Traces left by processes that have gone: slot -> (member, file).
     deposits: dict[tuple[str, int], tuple[Member, str]] = field(default_factory=dict)
     # Processes that said goodbye, for collect to name them (and find their file).
-    departed: dict[tuple[str, int], _Known] = field(default_factory=dict)
+    departed: dict[tuple[str, int], Known] = field(default_factory=dict)
 
 
 @dataclass
@@ -511,7 +497,7 @@ class _Incoming:
     written: int
 
 
-def _may_be_alive(member: Member) -> bool:
+def may_be_alive(member: Member) -> bool:
     """False only for a process of this host that no longer exists (one on
     another host cannot be checked from here: it counts as alive)."""
     if member.host != socket.gethostname():
@@ -615,14 +601,14 @@ class Hub(Node):
             if old is not None and old.channel is not channel:
                 # The slot is the channel's that joined it: another connection
                 # gets it only once the holder's process is gone (a restart).
-                if old.src != src and _may_be_alive(old.member):
+                if old.src != src and may_be_alive(old.member):
                     raise DistributedError(
                         f"{role} {rank} is taken: {old.member.label} joined the job as "
                         f"{role} {rank} already; give each process its own rank"
                     )
                 old.channel.joined = False
                 self.endpoint.drop_channel(old.channel)
-            known = _Known(member, src, channel)
+            known = Known(member, src, channel)
             known.note_file(a.get("file"))
             self.reg.by_slot[(role, rank)] = known
             self.reg.departed.pop((role, rank), None)
@@ -631,7 +617,7 @@ class Hub(Node):
             self.reg.lock.notify_all()
         return {"hub": self.me.to_json()}, b""
 
-    def _known(self, channel: Channel | None) -> _Known | None:
+    def _known(self, channel: Channel | None) -> Known | None:
         """The member that channel speaks for (None: none)."""
         with self.reg.lock:
             return next((k for k in self.reg.by_slot.values() if k.channel is channel), None)
@@ -753,7 +739,7 @@ class Hub(Node):
 
     def present(
         self, slots: list[tuple[str, int]], timeout: float, gone_ok: bool = False
-    ) -> tuple[dict[tuple[str, int], _Known], list[tuple[str, int]]]:
+    ) -> tuple[dict[tuple[str, int], Known], list[tuple[str, int]]]:
         """The connected processes of slots, waiting for them up to timeout,
         and the slots still missing then; with gone_ok, one that has left its
         trace and gone is not waited for."""
@@ -774,7 +760,7 @@ class Hub(Node):
 
     def wait_for(
         self, slots: list[tuple[str, int]], timeout: float
-    ) -> dict[tuple[str, int], _Known]:
+    ) -> dict[tuple[str, int], Known]:
         """The connected processes of slots, or DistributedTimeout naming who did not come."""
         found, missing = self.present(slots, timeout)
         if missing:
@@ -856,12 +842,6 @@ class Hub(Node):
         if not servers:
             raise DistributedError(f"{call}(profile_process='server'): this job has no servers")
         self.ask(servers, call, args)
-
-    def collect(self, path: str, strict: bool = False) -> dict[str, Any]:
-        """Every process's trace on one clock-aligned timeline in path (see _collect)."""
-        from ._collect import collect
-
-        return collect(self, path, strict)
 
 
 def install_remote(hub: Hub | None, refusal: str | None) -> None:

@@ -78,7 +78,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Union
 
 from .._render import format_ns
-from ..trace import Event, Trace
+from ..trace import Event, Trace, dataloader
 from ..trace.processes import Process, job
 from ..trace.steps import is_frame, is_profiler_step
 from ._collective import GPU_CATEGORY, Collective, cut, parse
@@ -145,6 +145,8 @@ class RankAnalysis:
     collectives: dict[str, dict[str, Any]] = field(default_factory=dict)
     matched: int = 0  # collectives found on >= 2 ranks
     servers: list[str] = field(default_factory=list)  # of ranks: a parameter server's
+    # torch's DataLoader: data wait per step, each worker's busy/idle (trace.dataloader)
+    loader: dataloader.Loader | None = None
 
     def per_rank(self) -> dict[str, dict[str, float]]:
         """Each rank's mean step: total, compute, communication, waiting, idle (ns)."""
@@ -170,6 +172,7 @@ class RankAnalysis:
             "collectives": self.collectives,
             "matched": self.matched,
             "servers": self.servers,
+            "dataloader": None if self.loader is None else dataloader.to_dict(self.loader),
             "unit": "ns",
         }
 
@@ -224,6 +227,11 @@ class RankAnalysis:
                     f"{s.name:{nw}}  {format_ns(s.min):>12}  {format_ns(s.median):>12}  "
                     f"{format_ns(s.max):>12}  {s.min_rank}, {s.max_rank}"
                 )
+        if self.loader is not None:
+            lines += [
+                "",
+                *dataloader.render(self.loader, None),
+            ]
         lines.append("")
         if self.straggler is None:
             lines.append("Straggler: none (no rank is the one the others wait for)")
@@ -404,6 +412,7 @@ def analyze(traces: Inputs) -> RankAnalysis:
         [p.label for p in servers],
     )
     result.straggler = _straggler(result, found, compared, spread)
+    result.loader = dataloader.loader(job(items))
     return result
 
 

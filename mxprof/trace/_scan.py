@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Generator, Iterator
-from typing import IO, Any
+from collections.abc import Callable, Generator, Iterator
+from typing import IO, Any, NamedTuple
 
 from ..errors import TraceFormatError
 from .reader import GZIP_MAGIC, MAX_LINE, LineCheck, gunzip, shown
 
 BLOCK = 8 << 20  # bytes of text decoded at a time
+_ENDS = 1 << 20  # bytes of each end read first for the members around the events
 _HEAD_LIMIT = 1 << 20  # how far the opening of the events array may lie
 _OPENING = re.compile(rb'\A\s*(?:\[|\{(?P<members>.*?)"traceEvents"\s*:\s*\[)', re.DOTALL)
 # A line that begins with ']' closes the array: JSON strings hold no raw newline.
@@ -151,14 +152,20 @@ def metadata(f: IO[bytes]) -> dict[str, Any]:
     Raises:
         NotLines: not in the one-event-per-line shape, or damaged.
     """
-    head = f.read(BLOCK)
     size = f.seek(0, 2)
-    if not head.startswith(GZIP_MAGIC) and size > 2 * BLOCK:
+    f.seek(0)
+    # A small read of each end first (a window of many files reads little
+    # else), then a block of each, then all of it.
+    for ends in (_ENDS, BLOCK):
+        f.seek(0)
+        head = f.read(ends)
+        if head.startswith(GZIP_MAGIC) or size <= 2 * ends:
+            continue
         opening = _OPENING.match(head)
-        f.seek(size - BLOCK)
+        f.seek(size - ends)
         tail = f.read()
-        # The first line opening with ']' in the last block closes the events
-        # (unless what follows them is longer than a block: then it fails to parse).
+        # The first line opening with ']' in the last piece closes the events
+        # (unless what follows them is longer than the piece: then it fails to parse).
         closing = _CLOSING.search(tail)
         if opening is not None and closing is not None:
             try:
@@ -209,3 +216,101 @@ def raw_events(text: bytes) -> list[dict[str, Any]]:
     if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
         raise NotLines
     return events
+
+
+# ---- the index in the trailer of mxprof's own JSON files ----
+
+INDEX_KEY = "mxprofIndex"
+_INDEX_FIELDS = 7  # offset, bytes, first ns, last ns, first frame, last frame, defines
+_TAIL_START = b'{"name":"process_name","ph":"M"'
+
+
+class Block(NamedTuple):
+    """One block of a file's events as its index names it (see ``index``)."""
+
+    offset: int  # where it begins in the file
+    size: int  # its bytes
+    first_ns: int  # the earliest start of its events, ns from ts 0
+    last_ns: int  # the latest end of its events
+    first_frame: int  # the frame indexes of its steps (-1: it has none)
+    last_frame: int
+    defines: bool  # it defines sample ids: its metadata events are needed by any window
+
+
+def index(metadata: dict[str, Any], size: int) -> list[Block] | None:
+    """The blocks of events a file's trailer lists (the core writes one per
+    flush that wrote events), checked; None where there is no index or it
+    does not fit the file (then read it whole)."""
+    raw = metadata.get(INDEX_KEY)
+    if not isinstance(raw, list) or not raw:
+        return None
+    blocks = []
+    end = 0
+    for entry in raw:
+        if (
+            not isinstance(entry, list)
+            or len(entry) != _INDEX_FIELDS
+            or not all(type(v) is int for v in entry)
+        ):
+            return None
+        offset, size_, first_ns, last_ns, first_frame, last_frame, defines = entry
+        block = Block(offset, size_, first_ns, last_ns, first_frame, last_frame, defines != 0)
+        if block.offset < end or block.size <= 0:
+            return None
+        end = block.offset + block.size
+        blocks.append(block)
+    return blocks if end <= size else None
+
+
+def indexed_blocks(
+    f: IO[bytes], blocks: list[Block], keep: Callable[[Block], bool]
+) -> Iterator[bytes]:
+    """``blocks``' texts of a plain file, reading only the head, the tail and
+    the indexed blocks ``keep`` takes: the events before the first block (the
+    process's name), those blocks', and the tail's (every thread's name).
+
+    Every block taken is checked before anything is yielded (whole lines of
+    events where the index says, the tail where it ends), so a file changed
+    since its index was written raises ``NotLines`` up front and the caller
+    reads it whole.
+
+    Raises:
+        NotLines: the file does not match its index.
+    """
+    taken = [b for b in blocks if keep(b)]
+    for b in taken:
+        f.seek(b.offset)
+        first = f.read(1)
+        f.seek(b.offset + b.size - 2)
+        if first != b"{" or f.read(2) != b",\n":
+            raise NotLines
+    f.seek(0)
+    head = f.read(blocks[0].offset)
+    opening = _OPENING.match(head)
+    if opening is None:
+        raise NotLines
+    end = blocks[-1].offset + blocks[-1].size
+    f.seek(end)
+    tail = f.read(MAX_LINE + 1)
+    closing = _CLOSING.search(b"\n" + tail)
+    # The core's tail begins with the process's name: where the index says.
+    if closing is None or not tail.startswith(_TAIL_START):
+        raise NotLines
+    if head[opening.end() :].strip():
+        yield _array(head[opening.end() :])
+    for b in taken:
+        f.seek(b.offset)
+        left = b.size
+        carry = b""
+        while left > 0:  # a big block in pieces, each cut at its last newline
+            piece = carry + f.read(min(BLOCK, left))
+            left = b.size - (f.tell() - b.offset)
+            cut = piece.rfind(b"\n") + 1 if left > 0 else len(piece)
+            if cut <= 0:
+                carry = piece
+                continue
+            yield _array(piece[:cut])
+            carry = piece[cut:]
+    events = tail[: max(closing.start() - 1, 0)]
+    if events.strip():
+        yield _array(events)

@@ -34,6 +34,7 @@ viewer-sized timeline out of a big job.
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -47,14 +48,15 @@ from .._tallies import TALLIES
 from .._tracejson import dumps as trace_json
 from .._version import __version__
 from ..errors import TraceFormatError
-from . import _scan
+from . import _scan, manifest
 from ._convert import Converter, ident, span_ns, whole_ns
 from ._event import DECODE_EVENTS
 from .clock import IDENTITY, ClockModel
+from .dataloader import FlowCollector
 from .gpu import align_inputs, is_nvidia
 from .model import Event, Trace, base_time_ns, ns_ratio, read_lines, round_ratio
 from .processes import display_name, from_info
-from .reader import RawEvent, open_trace, read_raw
+from .reader import GZIP_MAGIC, RawEvent, open_trace, read_raw
 from .steps import is_frame, is_profiler_step, number
 from .writer import JSON_GZ, PERFETTO, PerfettoWriter, file_format
 
@@ -207,9 +209,13 @@ class _Input:
         self.path = path
         self.truncated = False
         self.held: list[RawEvent] | None = None  # events replaced in memory (aligned)
+        self.index: list[_scan.Block] | None = None  # a plain file's blocks (see blocks)
         try:
             with open_trace(path) as f:
                 self.metadata: dict[str, Any] = _scan.metadata(f)  # the events are read later
+                plain = f.seek(0) == 0 and f.read(2) != GZIP_MAGIC
+                if plain:
+                    self.index = _scan.index(self.metadata, f.seek(0, 2))
             self.lines = True
         except _scan.NotLines:  # another shape: read whole, here and again later
             self.lines = False
@@ -230,6 +236,27 @@ class _Input:
         if not self.lines:
             yield read_raw(self.path)[0]
             return
+        if near is not None and self.index is not None:
+            # Only the blocks whose events may overlap near (µs; the index
+            # says ns), those that define sample ids, the head and the tail.
+            lo, hi = near[0] * 1000, near[1] * 1000
+
+            def keep(b: _scan.Block) -> bool:
+                return b.defines or (b.first_ns <= hi and b.last_ns >= lo)
+
+            with open(self.path, "rb") as indexed:
+                texts = _scan.indexed_blocks(indexed, self.index, keep)
+                try:
+                    first = next(texts, None)  # the file checked against its index first
+                except _scan.NotLines:
+                    pass  # changed since its index was written: read it all (below)
+                else:
+                    try:
+                        for text in itertools.chain(() if first is None else (first,), texts):
+                            yield _scan.raw_events(_near(text, near))
+                    except _scan.NotLines:
+                        raise self._damaged() from None
+                    return
         with open_trace(self.path) as f:
             blocks = _scan.blocks(f)
             try:
@@ -239,10 +266,13 @@ class _Input:
             except StopIteration:
                 return
             except _scan.NotLines:
-                raise TraceFormatError(
-                    f"{self.path}: damaged (or changed while it was merged): read it with "
-                    "mxprof.load for where"
-                ) from None
+                raise self._damaged() from None
+
+    def _damaged(self) -> TraceFormatError:
+        return TraceFormatError(
+            f"{self.path}: damaged (or changed while it was merged): read it with "
+            "mxprof.load for where"
+        )
 
 
 def _near(text: bytes, near: tuple[float, float]) -> bytes:
@@ -413,7 +443,11 @@ def merge(
     and renamed into place.
 
     Args:
-        paths: the traces to merge (any form ``mxprof.load`` reads).
+        paths: the traces to merge (any form ``mxprof.load`` reads), or a
+            job's manifest (``trace.manifest``), which stands for the traces
+            it names; the summary then has ``"missing"``: the processes the
+            manifest names as missing and those whose file has moved or been
+            cut since.
         output: the merged file, in the format its suffix names (as for
             ``set_config(filename=...)``): ``.json`` (object form, like
             mxprof's own), ``.json.gz`` (gzip-compressed), ``.pftrace`` or
@@ -456,6 +490,13 @@ def merge(
         raise TraceFormatError("merge: no input traces")
     if sources is not None and len(sources) != len(paths):
         raise ValueError(f"merge: {len(sources)} sources named for {len(paths)} inputs")
+    # A job's manifest (distributed.collect(shared=True)) stands for the files it names.
+    listed = manifest.expand([os.fspath(p) for p in paths], sources)
+    if listed.manifests:
+        paths, sources = listed.paths, listed.sources
+        if listed.missing:
+            info = {**(info or {})}
+            info["missing"] = [*info.get("missing", []), *listed.missing]
     inputs = [_Input(os.fspath(p)) for p in paths]
     _align_databases(inputs)
     dist = [_distributed(inp.path, inp.metadata) for inp in inputs]
@@ -482,7 +523,14 @@ def merge(
             if fmt == JSON_GZ:
                 f = gzip.GzipFile(fileobj=raw_file, mode="wb", compresslevel=6, mtime=0)  # type: ignore[assignment]
             out: Output = _PerfettoOut(f, ref) if fmt == PERFETTO else _JsonOut(f, head)
-            count, summary, ranks_info = _write_inputs(inputs, dist, moves, span, out)
+            flows = FlowCollector()
+            count, summary, ranks_info = _write_inputs(inputs, dist, moves, span, out, flows)
+            if isinstance(out, _JsonOut):
+                # DataLoader batches joined to the waits for them: the arrows
+                # need both ends on one clock, so the merge writes them.
+                joined = flows.flows()
+                out.add(joined)
+                count += len(joined)
             doc: dict[str, Any] = {}
             if ranks_info or info:
                 first = next((d[0] for d in dist if d is not None), {})
@@ -517,6 +565,8 @@ def merge(
     result: dict[str, Any] = {"events": count, "inputs": summary}
     if span is not None:
         result["window_ns"] = list(span)
+    if listed.manifests:
+        result["missing"] = listed.missing
     return result
 
 
@@ -541,8 +591,10 @@ def _write_inputs(
     moves: list[_Move],
     span: tuple[int, int] | None,
     out: Output,
+    flows: FlowCollector,
 ) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every input's events, moved, renumbered and labelled, into out."""
+    """Every input's events, moved, renumbered and labelled, into out (and
+    flows, which keeps the DataLoader's)."""
     used: set[Any] = set()
     count = 0
     summary: list[dict[str, Any]] = []
@@ -587,6 +639,7 @@ def _write_inputs(
                     moved["args"] = args
                 kept.append(moved)
             out.add(kept)
+            flows.see(kept)
             count += len(kept)
         extra = []
         for pid in pids:

@@ -35,6 +35,20 @@
  * Gzip: a gzip file may hold several members, read as one stream.  The head,
  * each flush's events and the tail are separate members, so the tail can be
  * cut off and replaced exactly like the plain tail.
+ *
+ * The index: the tail's top-level member "mxprofIndex" lists the blocks of
+ * events the file holds, one per flush that wrote events, as
+ * [offset, bytes, first ns, last ns, first frame, last frame, defines]:
+ * where the block lies in the file (for gzip: in the compressed file, whole
+ * members), the earliest start and latest end of its events (ns from ts 0),
+ * the frame indexes of its steps (-1, -1: none) and whether it defines
+ * sample ids (1: a reader of any window needs its metadata events).  A
+ * reader that wants a window of time or steps reads the head, the blocks
+ * that overlap it or define ids and the tail (which holds every thread's
+ * name), not the rest.  Past INDEX_MAX blocks,
+ * neighbours are merged two by two, so the tail stays small and the blocks
+ * grow coarser over a long run.  It is written with the tail it is part of,
+ * so it describes exactly the blocks of the last commit.
  */
 #include "mxpi_chrome.h"
 #include "mxpi_format.h"
@@ -57,6 +71,15 @@
 
 #define WRITE_THRESHOLD (1u << 20)
 
+#define INDEX_MAX 1024u /* blocks in the index before neighbours are merged */
+
+typedef struct index_block {
+    int64_t off, len;  /* bytes in the file */
+    int64_t t0, t1;    /* earliest start, latest end, ns from ts 0 */
+    int64_t f0, f1;    /* frame indexes of its steps (-1: none) */
+    int64_t defs;      /* 1: it defines sample ids */
+} index_block;
+
 typedef struct chrome {
     bool gz;
     uint8_t *announced;   /* per tid: 1 = its name is in the file, 2 = in this flush */
@@ -72,6 +95,10 @@ typedef struct chrome {
     size_t pid_tid_len;
     uint64_t async_ids;   /* ids given to async ranges (never reused in the file) */
     mxpi_seen frames, stacks, ranges; /* sample definitions in the file */
+    index_block *blocks;  /* the index: blocks of the last commit, then this flush's */
+    uint32_t nblocks;     /* committed */
+    uint32_t next_nblocks; /* with this flush's, kept by commit */
+    index_block flush;    /* what this flush's events span so far */
 #ifdef MXPI_HAVE_ZLIB
     z_stream z;
     bool z_ready;
@@ -220,7 +247,23 @@ static void head_text(const mxpi_out *o, mxpi_buf *b) {
     mxpi_buf_puts(b, ",\n");
 }
 
-static void tail_text(const mxpi_out *o, mxpi_buf *b) {
+/* The index's blocks, as the top-level member "mxprofIndex" and a comma. */
+static void index_text(mxpi_buf *b, const index_block *blocks, uint32_t n) {
+    mxpi_buf_puts(b, "\"mxprofIndex\":[");
+    for (uint32_t i = 0; i < n; i++) {
+        const index_block *k = &blocks[i];
+        const int64_t v[7] = {k->off, k->len, k->t0, k->t1, k->f0, k->f1, k->defs};
+        mxpi_buf_puts(b, i ? ",\n[" : "\n[");
+        for (int j = 0; j < 7; j++) {
+            if (j) mxpi_buf_putc(b, ',');
+            mxpi_buf_i64(b, v[j]);
+        }
+        mxpi_buf_putc(b, ']');
+    }
+    mxpi_buf_puts(b, "],");
+}
+
+static void tail_text(const mxpi_out *o, const chrome *ch, uint32_t nblocks, mxpi_buf *b) {
     b->len = 0;
     b->failed = false;
     process_meta(o, b);
@@ -233,6 +276,7 @@ static void tail_text(const mxpi_out *o, mxpi_buf *b) {
         mxpi_buf_put(b, o->top_json, o->top_json_len);
         mxpi_buf_putc(b, ',');
     }
+    index_text(b, ch->blocks, nblocks);
     mxpi_buf_puts(b, "\n\"otherData\":{");
     if (o->other_json_len) {
         mxpi_buf_put(b, o->other_json, o->other_json_len);
@@ -264,8 +308,8 @@ static void tail_text(const mxpi_out *o, mxpi_buf *b) {
 }
 
 /* Build the tail as on disk into out (compressed for gz) and write it. */
-static bool write_tail(mxpi_out *o, chrome *c, mxpi_buf *out) {
-    tail_text(o, &c->text);
+static bool write_tail(mxpi_out *o, chrome *c, mxpi_buf *out, uint32_t nblocks) {
+    tail_text(o, c, nblocks, &c->text);
     bool ok = !c->text.failed;
 #ifdef MXPI_HAVE_ZLIB
     if (ok && c->gz) {
@@ -461,7 +505,9 @@ static void format_rec(chrome *c, const mxpi_out *o, const mxpi_rec *r, uint32_t
 
 /* ---- samples ---- */
 
-static void def_head(mxpi_buf *b, const mxpi_out *o, const char *what, uint32_t id) {
+static void def_head(chrome *c, const mxpi_out *o, const char *what, uint32_t id) {
+    mxpi_buf *b = &c->text;
+    c->flush.defs = 1;
     mxpi_buf_puts(b, "{\"name\":\"");
     mxpi_buf_puts(b, what);
     mxpi_buf_puts(b, "\",\"ph\":\"M\",\"pid\":");
@@ -478,7 +524,7 @@ static void define_stack(chrome *c, const mxpi_out *o, uint32_t id, bool *failed
         const mxpi_sframe *f = n ? mxpi_sframe_get(n->frame) : NULL;
         if (f == NULL) return;
         if (mxpi_seen_first(&c->frames, n->frame, failed)) {
-            def_head(b, o, "mxprof_frame", n->frame);
+            def_head(c, o, "mxprof_frame", n->frame);
             mxpi_buf_puts(b, ",\"function\":");
             mxpi_buf_json_str(b, f->name, f->name_len);
             mxpi_buf_puts(b, ",\"file\":");
@@ -487,7 +533,7 @@ static void define_stack(chrome *c, const mxpi_out *o, uint32_t id, bool *failed
             mxpi_buf_u64(b, f->line);
             mxpi_buf_puts(b, "}},\n");
         }
-        def_head(b, o, "mxprof_stack", id);
+        def_head(c, o, "mxprof_stack", id);
         mxpi_buf_puts(b, ",\"parent\":");
         mxpi_buf_u64(b, n->parent);
         mxpi_buf_puts(b, ",\"frame\":");
@@ -513,7 +559,7 @@ static bool sample_rec(chrome *c, const mxpi_out *o, const mxpi_rec *r) {
         const mxpi_object *obj = mxpi_obj(range);
         size_t len;
         const char *title = mxpi_object_title(obj, &len);
-        def_head(b, o, "mxprof_range", range);
+        def_head(c, o, "mxprof_range", range);
         mxpi_buf_puts(b, ",\"name\":");
         mxpi_buf_json_str(b, title, len);
         mxpi_buf_puts(b, ",\"cat\":");
@@ -547,20 +593,52 @@ static bool create(mxpi_out *o, bool gz) {
     o->state = c;
     c->gz = gz;
     c->pid_tid_len = (size_t)snprintf(c->pid_tid, sizeof c->pid_tid, ",\"pid\":%d,\"tid\":", o->pid);
+    c->blocks = calloc(INDEX_MAX + 1, sizeof *c->blocks);
+    if (c->blocks == NULL) {
+        o->err = ENOMEM;
+        return false;
+    }
     head_text(o, &c->text);
     if (!drain_text(o, c)) return false;
 #ifdef MXPI_HAVE_ZLIB
     if (gz && !member_end(o, c)) return false;
 #endif
     c->tail_off = c->off;
-    return write_tail(o, c, &c->tail);
+    return write_tail(o, c, &c->tail, 0);
 }
 
 static bool create_plain(mxpi_out *o) { return create(o, false); }
 
+/* What a flush's records span, before the first. */
+static void flush_reset(index_block *k, int64_t off) {
+    *k = (index_block){off, 0, INT64_MAX, INT64_MIN, INT64_MAX, -1, 0};
+}
+
+/* A record's times (and a step's index) into the flush's block. */
+static void flush_note(chrome *c, const mxpi_out *o, const mxpi_rec *r) {
+    index_block *k = &c->flush;
+    int64_t t = mxpi_tb_span(&o->tb, r->ts - o->epoch_ticks), end = t;
+    if (r->id != MXPI_SAMPLE_ID) {
+        const mxpi_object *obj = mxpi_obj(r->id);
+        uint32_t kind = obj->kind;
+        if (kind != MXP_KIND_COUNTER && kind != MXP_KIND_MARKER && kind != MXP_KIND_ALLOC &&
+            kind != MXP_KIND_FREE) {
+            end = t + mxpi_tb_span(&o->tb, r->val);
+            if (kind == MXP_KIND_FRAME && !(r->aux & MXPI_AUX_ASYNC)) {
+                int64_t f = r->aux & MXPI_AUX_INDEX;
+                if (f < k->f0) k->f0 = f;
+                if (f > k->f1) k->f1 = f;
+            }
+        }
+    }
+    if (t < k->t0) k->t0 = t;
+    if (end > k->t1) k->t1 = end;
+}
+
 static bool begin(mxpi_out *o) {
     chrome *c = o->state;
     c->off = c->tail_off;
+    flush_reset(&c->flush, c->tail_off);
     c->text.len = 0;
     c->text.failed = false;
     /* Cut first: a crash while writing leaves a clean prefix, not events
@@ -574,6 +652,7 @@ static bool begin(mxpi_out *o) {
 
 static bool record(mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
     chrome *c = o->state;
+    flush_note(c, o, r);
     if (r->id == MXPI_SAMPLE_ID) {
         if (!sample_rec(c, o, r)) {
             o->err = ENOMEM;
@@ -596,7 +675,13 @@ static bool end(mxpi_out *o) {
     if (c->gz && !member_end(o, c)) return false;
 #endif
     c->next_tail_off = c->off;
-    if (!write_tail(o, c, &c->next_tail)) return false;
+    c->next_nblocks = c->nblocks;
+    if (c->flush.t1 != INT64_MIN) { /* it wrote events: one more block */
+        c->flush.len = c->off - c->flush.off;
+        if (c->flush.f0 == INT64_MAX) c->flush.f0 = -1;
+        c->blocks[c->next_nblocks++] = c->flush;
+    }
+    if (!write_tail(o, c, &c->next_tail, c->next_nblocks)) return false;
     if (o->regular && ftruncate(o->fd, (off_t)c->off) != 0) {
         o->err = errno;
         return false;
@@ -613,8 +698,29 @@ static void settle(chrome *c, bool keep) {
     mxpi_seen_settle(&c->ranges, keep);
 }
 
+/* Past INDEX_MAX blocks, neighbours merged two by two (a lone last one kept). */
+static void index_merge(chrome *c) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < c->nblocks; i += 2, n++) {
+        index_block k = c->blocks[i];
+        if (i + 1 < c->nblocks) {
+            const index_block *m = &c->blocks[i + 1];
+            k.len = m->off + m->len - k.off;
+            if (m->t0 < k.t0) k.t0 = m->t0;
+            if (m->t1 > k.t1) k.t1 = m->t1;
+            if (m->f1 >= 0 && (k.f1 < 0 || m->f0 < k.f0)) k.f0 = m->f0;
+            if (m->f1 > k.f1) k.f1 = m->f1;
+            k.defs |= m->defs;
+        }
+        c->blocks[n] = k;
+    }
+    c->nblocks = n;
+}
+
 static void commit(mxpi_out *o) {
     chrome *c = o->state;
+    c->nblocks = c->next_nblocks;
+    if (c->nblocks >= INDEX_MAX) index_merge(c);
     settle(c, true);
     mxpi_buf swap = c->tail;
     c->tail = c->next_tail;
@@ -642,6 +748,7 @@ static void release(mxpi_out *o) {
     mxpi_buf_free(&c->tail);
     mxpi_buf_free(&c->next_tail);
     free(c->announced);
+    free(c->blocks);
     mxpi_seen_free(&c->frames);
     mxpi_seen_free(&c->stacks);
     mxpi_seen_free(&c->ranges);
