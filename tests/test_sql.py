@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import os
+import sys
 
 import pytest
 
@@ -147,4 +148,13 @@ def test_an_unwritable_folder_uses_a_temporary_one(tmp_path, monkeypatch):
 
     monkeypatch.setattr(parquet, "write_parquet", refuse_beside)
     assert mxprof.sql("SELECT count(*) AS n FROM slice", trace) == [{"n": 5}]
+    assert caches(tmp_path) == []
+
+
+def test_a_missing_extra_is_one_line_naming_the_pip_command(tmp_path, monkeypatch, capsys):
+    trace = str(write(tmp_path / "t.json", steps()))
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow fails
+    assert cli.main(["sql", "SELECT 1", trace]) == 2
+    err = capsys.readouterr().err
+    assert err == 'mxprof sql: pyarrow is missing: pip install "mxprof[sql]"\n'
     assert caches(tmp_path) == []
