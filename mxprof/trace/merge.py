@@ -75,6 +75,39 @@ def _distributed(path: str, meta: dict[str, Any]) -> tuple[dict[str, Any], Clock
     return info, clock
 
 
+def _moves(metadata: Sequence[dict[str, Any]], dist: Sequence[Any]) -> list[_Move]:
+    """Each input's mapping onto the merged axis (its ts 0: the earliest base,
+    on the reference clock)."""
+    bases = [base_time_ns(m) for m in metadata]
+    clocks = [d[1] if d is not None else IDENTITY for d in dist]
+    # Each base on the reference clock: the rank-0 worker's for distributed inputs.
+    corrected = [None if b is None else b + c.offset_at(b) for b, c in zip(bases, clocks)]
+    known = [b for b in corrected if b is not None]
+    ref = min(known) if known else 0
+    return [_Move(base, clock, ref) for base, clock in zip(bases, clocks)]
+
+
+def timeline(
+    inputs: Sequence[tuple[str, dict[str, Any]]],
+) -> list[tuple[dict[str, Any] | None, Callable[[int], int]]]:
+    """Each input's ``distributedInfo`` (None: none) and its mapping of ns on
+    its own axis to ns on the axis ``merge`` writes, given (path, metadata).
+
+    For readers that place inputs on the merged clock without merging them
+    (``mxprof export --format parquet``).
+
+    Raises:
+        TraceFormatError: a ``distributedInfo.clock`` that is not one.
+
+    Example:
+        >>> [(info, move(5)) for info, move in timeline([("a.json", {})])]
+        [(None, 5)]
+    """
+    dist = [_distributed(path, meta) for path, meta in inputs]
+    moves = _moves([meta for _, meta in inputs], dist)
+    return [(d[0] if d is not None else None, m) for d, m in zip(dist, moves)]
+
+
 def _fresh_pid(pid: Any, used: set[Any]) -> Any:
     """pid itself, or the next integer no input uses yet."""
     if pid not in used:
@@ -477,13 +510,8 @@ def merge(
             [dist[k] for k in keep],
             [names[k] for k in keep],
         )
-    bases = [base_time_ns(inp.metadata) for inp in inputs]
-    clocks = [d[1] if d is not None else IDENTITY for d in dist]
-    # Each base on the reference clock: the rank-0 worker's for distributed inputs.
-    corrected = [None if b is None else b + c.offset_at(b) for b, c in zip(bases, clocks)]
-    known = [b for b in corrected if b is not None]
-    ref = min(known) if known else 0
-    moves = [_Move(base, clock, ref) for base, clock in zip(bases, clocks)]
+    moves = _moves([inp.metadata for inp in inputs], dist)
+    ref = moves[0].ref
     span = _window_ns(window, inputs, moves) if window is not None else None
     fmt = file_format(output)
     target = os.fspath(output)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from array import array
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, overload
 
 import msgspec
@@ -609,9 +609,13 @@ class _Running:
             group[1][0] += length - children
 
 
-def read_lines(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any]]:
+def read_lines(
+    path: PathArg, sink: Any, after_block: Callable[[], None] | None = None
+) -> tuple[Converter, dict[str, Any]]:
     """Read a file in mxprof's one-event-per-line shape into sink(thread) per thread
-    (a list of Events per thread where sink is None).
+    (a list of Events per thread where sink is None); ``after_block()``, when
+    given, runs after each block's events went to their sinks (a streaming
+    writer flushes there).
 
     Raises:
         _scan.NotLines: the file is not in that shape (or is cut short, or
@@ -629,10 +633,11 @@ def read_lines(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any]]:
             except StopIteration as stop:
                 metadata: dict[str, Any] = stop.value
                 break
+            decoded = False
             if _ASYNC.search(text) is None:
                 try:
                     converted.add_block(DECODE_EVENTS(text))
-                    continue
+                    decoded = True
                 except msgspec.ValidationError:
                     pass  # a value the fast decoding does not take: read the run as dicts
                 except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
@@ -640,6 +645,9 @@ def read_lines(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any]]:
                     # general reader reads the text with replacement characters
                     # or names what is wrong.
                     raise _scan.NotLines from None
-            for raw in _scan.raw_events(text):
-                converted.add(raw)
+            if not decoded:
+                for raw in _scan.raw_events(text):
+                    converted.add(raw)
+            if after_block is not None:
+                after_block()
     return converted, metadata
