@@ -8,9 +8,9 @@ packet, an explicit track_uuid on every event), as of commit a5fabf3, by
 
     PYTHONPATH=/work/main python tests/data/make_perfetto_v1.py tests/data
 
-The reader must keep reading such files: tests/test_perfetto_reader.py loads
-the .pftrace and compares with the expected events.  Rerunning this with a later core writes the current
-encoding instead, so the committed files are kept as they are.
+The reader must keep reading such files: tests/test_perfetto.py loads the
+.pftrace and compares with the expected events.  Rerunning this with a later
+core writes the current encoding instead, so the committed files are kept.
 """
 
 import json
@@ -70,9 +70,7 @@ def body(clock):
 
 def record(path):
     with _testing.fake_clock(1_000_000_000) as clock:
-        mxprof.set_config(
-            filename=path, profile_api=False, profile_memory=True, memory_events=True
-        )
+        mxprof.set_config(filename=path, profile_api=False, profile_memory=True, memory_events=True)
         mxprof.set_state("run")
         body(clock)
         mxprof.set_state("stop")
