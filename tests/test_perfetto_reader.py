@@ -4,6 +4,7 @@ files of the first encoding and the current one, read a piece at a time."""
 import json
 import os
 import pathlib
+import sys
 
 import pytest
 
@@ -71,3 +72,25 @@ def test_damage_names_the_file_and_the_packet(tmp_path):
     bad.write_bytes(bytes(data[: ends[4]]) + b"\x0a\x02\x00\x01" + bytes(data[ends[4] :]))
     with pytest.raises(TraceFormatError, match=r"bad\.pftrace: not a Perfetto trace: packet 5: "):
         mxprof.load(bad)
+
+
+def test_the_same_scenario_written_now_loads_as_the_first_encoding_did(tmp_path):
+    """The fixture's scenario recorded by today's writer (a sequence per
+    thread, deltas, default tracks) loads to the very events, arguments and
+    names the first encoding's file did; only the pid differs."""
+    sys.path.insert(0, DATA)
+    try:
+        import make_perfetto_v1
+    finally:
+        sys.path.remove(DATA)
+    path = tmp_path / "now.pftrace"
+    make_perfetto_v1.record(os.fspath(path))
+    with open(os.path.join(DATA, "perfetto_v1.expected.json")) as f:
+        expected = json.load(f)
+    without_pid = [r[:5] + r[6:] for r in expected["events"]]
+    for trace in (mxprof.load(path), mxprof.trace.model.read_events(path)):
+        assert [r[:5] + r[6:] for r in rows(trace)] == without_pid
+        assert sorted([t, n] for (_, t), n in trace.thread_names.items()) == sorted(
+            [t, n] for _, t, n in expected["threads"]
+        )
+        assert not trace.truncated and trace.unmatched == 0

@@ -267,6 +267,15 @@ class _Decoder:
         state = _Sequence()
         raw = self.converter is None
         opened = self.open
+        # The fast path (load only): the current sequence's default clock
+        # when it is incremental and its events have a default track, else -1.
+        fast = -1
+        deltas: dict[int, int] = {}
+        names: dict[int, str] = {}
+        cats: dict[int, str] = {}
+        stack: list[tuple[int, str, str, Any]] = []
+        emit: Any = None
+        shift = 0
         try:
             while pos < end:
                 if data[pos] != 0x0A:
@@ -282,6 +291,58 @@ class _Decoder:
                 stop = p + n
                 if stop > end:
                     return pos
+                if fast >= 0 and stop - p >= 8 and data[p] == 0x40:
+                    # The compact encoding's begins and ends on the thread's
+                    # track: timestamp delta, sequence, (flags,) TrackEvent
+                    # {type, (name_iid, category_iid)}.  Anything else, or
+                    # any surprise, goes the general way below.
+                    q = p + 1
+                    v = data[q]
+                    if v < 0x80:
+                        q += 1
+                    else:
+                        v, q = _varint(data, q, stop)
+                    # Every byte looked at lies inside the packet (the checks of q).
+                    if q + 6 <= stop and data[q] == 0x50 and data[q + 1] == last_seq:
+                        if data[q + 2] == 0x68 and data[q + 3] == 2:
+                            q += 2
+                        if (
+                            q + 6 <= stop
+                            and data[q + 2] == 0x5A
+                            and data[q + 3] == stop - q - 4
+                            and data[q + 4] == 0x48
+                        ):
+                            kind = data[q + 5]
+                            q += 6
+                            if kind == END and q == stop and stack:
+                                now = deltas[fast] + v
+                                deltas[fast] = now
+                                start, name, cat, args = stack.pop()
+                                ts = now + shift
+                                dur = ts - start if ts > start else 0
+                                emit(start, dur, name, cat, "X", args or NO_ARGS)
+                                self.count += 1
+                                pos = stop
+                                continue
+                            if kind == BEGIN and q + 4 <= stop and data[q] == 0x50:
+                                iid = data[q + 1]
+                                q += 2
+                                if iid >= 0x80:
+                                    iid, q = _varint(data, q - 2, stop)
+                                named = names.get(iid)
+                                if q + 2 <= stop and data[q] == 0x18 and named is not None:
+                                    c = data[q + 1]
+                                    q += 2
+                                    if c >= 0x80:
+                                        c, q = _varint(data, q - 2, stop)
+                                    category = cats.get(c)
+                                    if q == stop and category is not None:
+                                        now = deltas[fast] + v
+                                        deltas[fast] = now
+                                        stack.append((now + shift, named, category, None))
+                                        self.count += 1
+                                        pos = stop
+                                        continue
                 # The packet's fields: numbers kept, messages as (start, stop).
                 ts = seq = flags = 0
                 has_ts = False
@@ -366,6 +427,20 @@ class _Decoder:
                     entry = _entry(perf, repeated=0, numbers=(2, 3, 4))
                     events = self.samples.sample(entry, _us(ts), state.names, state.categories)
                     self.put_raw(events)
+                # Whether the next packets of this sequence may take the fast path.
+                fast = -1
+                if not raw and last_seq < 0x80 and state.track is not None:
+                    clock = state.clock if state.clock is not None else CLOCK_MONOTONIC
+                    if clock in state.deltas:
+                        fast = clock
+                        deltas, names, cats = state.deltas, state.names, state.categories
+                        stack = opened.setdefault(state.track, [])
+                        where = self.tracks.get(state.track)
+                        pid = where[1] if where else self.pid
+                        emit = self.sink_put(pid, where[2] if where and where[0] == "thread" else 0)
+                        shift = -(self.base or 0)
+                        if clock != CLOCK_MONOTONIC:
+                            shift += state.offsets.get(clock, 0)
         except IndexError:
             raise _Damaged("a field that runs past its message") from None
         return pos
@@ -527,13 +602,17 @@ class _Decoder:
         args: dict[str, Any] | None,
     ) -> None:
         """An event to its thread's sink in the converter (times in ns)."""
+        self.sink_put(pid, tid)(ts, dur, name, cat, ph, args or NO_ARGS)
+
+    def sink_put(self, pid: int, tid: int) -> Any:
+        """put(ts, dur, name, category, ph, args) of the thread's sink."""
         key = (pid, tid)
         put = self.sinks.get(key)
         if put is None:
             assert self.converter is not None
             sink = self.converter.sink(key)
             put = self.sinks[key] = getattr(sink, "put", None) or _appender(sink, pid, tid)
-        put(ts, dur, name, cat, ph, args or NO_ARGS)
+        return put
 
     def put_raw(self, events: list[RawEvent]) -> None:
         """Raw events (names, samples): to the output, or through the converter."""
