@@ -94,3 +94,43 @@ def test_the_same_scenario_written_now_loads_as_the_first_encoding_did(tmp_path)
             [t, n] for _, t, n in expected["threads"]
         )
         assert not trace.truncated and trace.unmatched == 0
+
+
+def test_many_names_long_deltas_and_args_load_as_from_json(tmp_path):
+    """Names interned under ids past one varint byte, deltas of one to four
+    bytes, frames' arguments, ranges open over a flush: the general way and
+    the compact encoding's fast one read alike, and as the JSON recording."""
+    from mxprof import _testing
+
+    d = mxprof.Domain("many")
+    tasks = [d.new_task(f"t{i}") for i in range(300)]
+    step = d.new_frame("step")
+
+    def record(path):
+        with _testing.fake_clock(1_000_000_000) as clock:
+            mxprof.set_config(filename=os.fspath(path), profile_api=False)
+            mxprof.set_state("run")
+            for k in range(3):
+                with step:
+                    for i, t in enumerate(tasks):
+                        with t:
+                            clock(1 + (i * 7919) % 3_000_000)
+                            with tasks[-1 - i]:
+                                clock(100 + i)
+                    if k == 1:
+                        mxprof.dump(finished=False)
+            mxprof.set_state("stop")
+            mxprof.dump()
+
+    def loaded(path):
+        trace = mxprof.load(path)
+        names = trace.thread_names
+        out = [(names[e.pid, e.tid], e.name, e.category, e.ts, e.dur, e.args) for e in trace]
+        return out, trace.unmatched
+
+    record(tmp_path / "t.json")
+    record(tmp_path / "t.pftrace")
+    got, expected = loaded(tmp_path / "t.pftrace"), loaded(tmp_path / "t.json")
+    assert len(got[0]) == 3 * (1 + 2 * 300)
+    assert got == expected
+    assert sorted(e[5]["frame"] for e in got[0] if e[1] == "step") == [0, 1, 2]

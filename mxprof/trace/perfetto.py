@@ -276,6 +276,9 @@ class _Decoder:
         stack: list[tuple[int, str, str, Any]] = []
         emit: Any = None
         shift = 0
+        now = 0  # the fast clock's value (written back to deltas when the fast path ends)
+        end_tail = begin_head = b""
+        count = self.count
         try:
             while pos < end:
                 if data[pos] != 0x0A:
@@ -287,62 +290,62 @@ class _Decoder:
                     try:
                         n, p = _varint(data, pos + 1, end)
                     except _Damaged:
-                        return pos  # cut inside the length
+                        break  # cut inside the length
                 stop = p + n
                 if stop > end:
-                    return pos
-                if fast >= 0 and stop - p >= 8 and data[p] == 0x40:
+                    break
+                if fast >= 0 and n >= 8 and data[p] == 0x40:
                     # The compact encoding's begins and ends on the thread's
-                    # track: timestamp delta, sequence, (flags,) TrackEvent
-                    # {type, (name_iid, category_iid)}.  Anything else, or
-                    # any surprise, goes the general way below.
-                    q = p + 1
-                    v = data[q]
-                    if v < 0x80:
-                        q += 1
-                    else:
-                        v, q = _varint(data, q, stop)
-                    # Every byte looked at lies inside the packet (the checks of q).
-                    if q + 6 <= stop and data[q] == 0x50 and data[q + 1] == last_seq:
-                        if data[q + 2] == 0x68 and data[q + 3] == 2:
-                            q += 2
-                        if (
-                            q + 6 <= stop
-                            and data[q + 2] == 0x5A
-                            and data[q + 3] == stop - q - 4
-                            and data[q + 4] == 0x48
-                        ):
-                            kind = data[q + 5]
-                            q += 6
-                            if kind == END and q == stop and stack:
-                                now = deltas[fast] + v
-                                deltas[fast] = now
-                                start, name, cat, args = stack.pop()
-                                ts = now + shift
-                                dur = ts - start if ts > start else 0
-                                emit(start, dur, name, cat, "X", args or NO_ARGS)
-                                self.count += 1
-                                pos = stop
-                                continue
-                            if kind == BEGIN and q + 4 <= stop and data[q] == 0x50:
-                                iid = data[q + 1]
-                                q += 2
-                                if iid >= 0x80:
-                                    iid, q = _varint(data, q - 2, stop)
-                                named = names.get(iid)
-                                if q + 2 <= stop and data[q] == 0x18 and named is not None:
-                                    c = data[q + 1]
-                                    q += 2
-                                    if c >= 0x80:
-                                        c, q = _varint(data, q - 2, stop)
-                                    category = cats.get(c)
-                                    if q == stop and category is not None:
-                                        now = deltas[fast] + v
-                                        deltas[fast] = now
-                                        stack.append((now + shift, named, category, None))
-                                        self.count += 1
-                                        pos = stop
-                                        continue
+                    # track, told by their last bytes: an end is (delta)
+                    # 50 seq 5A 02 48 02; a begin (delta) 50 seq 68 02 5A 06
+                    # 48 01 50 name_iid 18 category_iid (iids below 128).
+                    # Anything else, or any surprise, goes the general way.
+                    if data[stop - 6 : stop] == end_tail and stack:
+                        m = n - 7  # the delta's bytes
+                        v = data[p + 1]
+                        if m == 1 and v < 0x80:
+                            pass
+                        elif m == 2 and v >= 0x80 and data[p + 2] < 0x80:
+                            v = (v & 0x7F) | data[p + 2] << 7
+                        else:
+                            v, q = _varint(data, p + 1, stop)
+                            v = v if q == stop - 6 else -1
+                        if v >= 0:
+                            now += v
+                            start, name, cat, args = stack.pop()
+                            ts = now + shift
+                            dur = ts - start if ts > start else 0
+                            emit(start, dur, name, cat, "X", args or NO_ARGS)
+                            count += 1
+                            pos = stop
+                            continue
+                    elif (
+                        n >= 14
+                        and data[stop - 12 : stop - 3] == begin_head
+                        and data[stop - 2] == 0x18
+                        and data[stop - 3] < 0x80
+                        and data[stop - 1] < 0x80
+                    ):
+                        m = n - 13
+                        v = data[p + 1]
+                        if m == 1 and v < 0x80:
+                            pass
+                        elif m == 2 and v >= 0x80 and data[p + 2] < 0x80:
+                            v = (v & 0x7F) | data[p + 2] << 7
+                        else:
+                            v, q = _varint(data, p + 1, stop)
+                            v = v if q == stop - 12 else -1
+                        named = names.get(data[stop - 3])
+                        category = cats.get(data[stop - 1])
+                        if v >= 0 and named is not None and category is not None:
+                            now += v
+                            stack.append((now + shift, named, category, None))
+                            count += 1
+                            pos = stop
+                            continue
+                if fast >= 0:  # the general way: the clock's value where it reads it
+                    deltas[fast] = now
+                    fast = -1
                 # The packet's fields: numbers kept, messages as (start, stop).
                 ts = seq = flags = 0
                 has_ts = False
@@ -399,7 +402,7 @@ class _Decoder:
                         raise _Damaged(f"wire type {wire} (field {key >> 3})")
                 if p != stop:
                     raise _Damaged("a field that runs past its message")
-                self.count += 1
+                count += 1
                 pos = stop
                 if seq != last_seq:
                     found = seqs.get(seq)
@@ -434,6 +437,9 @@ class _Decoder:
                     if clock in state.deltas:
                         fast = clock
                         deltas, names, cats = state.deltas, state.names, state.categories
+                        now = deltas[clock]
+                        end_tail = bytes((0x50, last_seq, 0x5A, 2, 0x48, END))
+                        begin_head = bytes((0x50, last_seq, 0x68, 2, 0x5A, 6, 0x48, BEGIN, 0x50))
                         stack = opened.setdefault(state.track, [])
                         where = self.tracks.get(state.track)
                         pid = where[1] if where else self.pid
@@ -442,7 +448,14 @@ class _Decoder:
                         if clock != CLOCK_MONOTONIC:
                             shift += state.offsets.get(clock, 0)
         except IndexError:
+            self.count = count  # the damaged packet's index
             raise _Damaged("a field that runs past its message") from None
+        except _Damaged:
+            self.count = count
+            raise
+        if fast >= 0:
+            deltas[fast] = now
+        self.count = count
         return pos
 
     def track_event(

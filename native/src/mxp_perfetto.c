@@ -8,11 +8,23 @@
  * protos/perfetto/trace/ in the Perfetto tree (trace_packet.proto,
  * clock_snapshot.proto, interned_data/, track_event/).
  *
- * One packet sequence per file.  create writes a ClockSnapshot (MONOTONIC is
- * the trace clock) and the process track, whose packet clears the incremental
- * state.  Each flush then writes, thread by thread, the thread's track (its
- * first time in the file, or when its name changed) and the thread's events,
- * sorted so that begins and ends nest in file order.  Ranges become
+ * Packet sequences: the process's (PROCESS_SEQ) holds create's ClockSnapshot
+ * (MONOTONIC is the trace clock) and the process track, whose packet clears
+ * its incremental state, and the samples (absolute MONOTONIC timestamps, a
+ * clock_id each).  Each flush then writes, thread by thread, the thread's
+ * events on the thread's own sequence (THREAD_SEQ + tid), a batch at a
+ * time; each batch starts that sequence afresh (sequence_start): a packet
+ * that clears its state and sets its TracePacketDefaults (the thread's
+ * track, the clock CLOCK_DELTA_ID), and a ClockSnapshot that declares that
+ * clock incremental and starts it at the file's MONOTONIC base.  So an event
+ * packet holds a timestamp delta in ns, the sequence id and its TrackEvent,
+ * with no clock id and no track uuid unless its track is another than the
+ * thread's: about 30 bytes a range (begin and end) instead of 70.  A batch
+ * re-interns the names it uses, so it needs nothing from an earlier flush,
+ * and a file cut or restored after any batch stays whole.  The thread's
+ * track comes first (its first time in the file, or when its name changed),
+ * then its events, sorted so that begins and ends nest in file order (a
+ * batch already in that order, as most are, is not sorted).  Ranges become
  * SLICE_BEGIN/SLICE_END pairs (Perfetto has no complete event), counter
  * samples COUNTER events on a track per counter (written before its first
  * sample), markers INSTANT events on the track their scope names: global
@@ -21,7 +33,8 @@
  * Chrome JSON's "s":"g" instants share Perfetto's one global track),
  * process ones on the process track, the others on the thread's.  An
  * object's name and category are both interned under its id, by the packet
- * that first uses them.
+ * that first uses them on its sequence; every named event carries its
+ * category (TrackEventDefaults has none to inherit).
  *
  * Samples (mxp_sample.c) are PerfSample packets (pid, tid, callstack_iid)
  * on the sampled thread, which the Perfetto UI shows as a thread's
@@ -316,7 +329,9 @@ static void track_put(perfetto *s, const mxpi_out *o, uint32_t what, uint64_t uu
 
 static bool is_memory(uint32_t kind) { return kind == MXP_KIND_ALLOC || kind == MXP_KIND_FREE; }
 
-/* The object's name and category, interned under its id. */
+/* The object's name and category, interned under its id.  Samples intern a
+ * range's name on the process sequence once per file (the OBJ_INTERNED flag);
+ * events intern theirs once per batch of their thread (batch_first). */
 static void intern_put(mxpi_buf *b, uint32_t id) {
     const mxpi_object *obj = mxpi_obj(id);
     size_t e = msg_open(b, ID_EVENT_NAMES);
@@ -557,7 +572,11 @@ static bool batch_write(mxpi_out *o, perfetto *s) {
     /* Records of ranges that do not nest (most of a busy thread's) come in
      * file order already: look before sorting. */
     size_t i = 1;
-    while (i < s->n && item_cmp(&s->items[i - 1], &s->items[i]) <= 0) i++;
+    for (; i < s->n; i++) {
+        const item *a = &s->items[i - 1], *z = &s->items[i];
+        if (a->ts < z->ts) continue; /* the common case, without a call */
+        if (a->ts > z->ts || item_cmp(a, z) > 0) break;
+    }
     if (i < s->n) qsort(s->items, s->n, sizeof *s->items, item_cmp);
     for (i = 0; i < s->n; i++) {
         const item *it = &s->items[i];
