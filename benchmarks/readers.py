@@ -86,16 +86,25 @@ with _testing.fake_clock(1_000_000_000) as advance:
 """
 
 
-def formats(ranges: int, root: str, folder: str) -> dict[str, tuple[float, int, str, int]]:
-    """Record the same ranges as .json and .pftrace with the tree at root; read each."""
+READ_CPU = READ.replace("time.perf_counter()", "time.process_time()")
+
+
+def formats(ranges: int, root: str, folder: str) -> dict[str, tuple[float, float, int, str, int]]:
+    """Record the same ranges as .json and .pftrace with the tree at root; read
+    each, twice: (wall s, CPU s, peak RSS, outcome, bytes) per format.  The
+    CPU time is the steadier figure on a loaded machine."""
     out = {}
+    paths = {}
     for ext in (".json", ".pftrace"):
-        path = os.path.join(folder, "loop" + ext)
+        path = paths[ext] = os.path.join(folder, "loop" + ext)
         env = {**os.environ, "PYTHONPATH": root}
         cmd = [sys.executable, "-c", RECORD, path, str(ranges)]
         subprocess.run(cmd, check=True, timeout=3600, env=env)
+    for ext, path in paths.items():
         took, peak, outcome = read(path, root)
-        out[ext] = (took, peak, outcome, os.path.getsize(path))
+        cpu = read(path, root, READ_CPU)[0]
+        out[ext] = (took, cpu, peak, outcome, os.path.getsize(path))
+    for path in paths.values():
         os.unlink(path)
     return out
 
@@ -143,9 +152,9 @@ def real_trace(events: int) -> object:
     yield b'{"name":"end","ph":"i","s":"t","ts":0,"pid":1,"tid":1}\n],"otherData":{}}\n'
 
 
-def read(path: str, root: str = ROOT) -> tuple[float, int, str]:
+def read(path: str, root: str = ROOT, script: str = READ) -> tuple[float, int, str]:
     proc = subprocess.run(
-        [sys.executable, "-c", READ, path],
+        [sys.executable, "-c", script, path],
         capture_output=True,
         text=True,
         timeout=3600,
@@ -177,14 +186,15 @@ def main() -> int:
             shutil.rmtree(folder, ignore_errors=True)
         load = os.getloadavg()[0]
         print(f"{args.formats:,} ranges recorded and read with {args.root}; load {load:.1f}")
-        print(f"{'format':<9} {'MB':>8} {'s':>8} {'peak MB':>8}  outcome")
-        for ext, (took, peak, outcome, size) in got.items():
-            print(f"{ext:<9} {size / 1e6:8.1f} {took:8.2f} {peak / 1e6:8.0f}  {outcome}")
+        print(f"{'format':<9} {'MB':>8} {'wall s':>8} {'CPU s':>8} {'peak MB':>8}  outcome")
+        for ext, (took, cpu, peak, outcome, size) in got.items():
+            print(f"{ext:<9} {size / 1e6:8.1f} {took:8.2f} {cpu:8.2f} {peak / 1e6:8.0f}  {outcome}")
         pf, js = got[".pftrace"], got[".json"]
-        fine = pf[0] <= js[0] and pf[1] <= js[1]
+        fine = pf[1] <= js[1] and pf[2] <= js[2]
         print(
-            f"target: .pftrace / .json = {pf[0] / js[0]:.2f} in time, {pf[1] / js[1]:.2f} in "
-            f"peak memory (both <= 1) {'ok' if fine else 'MISSED'}"
+            f"target: .pftrace / .json = {pf[0] / js[0]:.2f} in wall time, {pf[1] / js[1]:.2f} "
+            f"in CPU time, {pf[2] / js[2]:.2f} in peak memory (CPU and memory <= 1) "
+            f"{'ok' if fine else 'MISSED'}"
         )
         return 0 if fine or args.quick else 1
     results: dict[tuple[str, int], dict[str, tuple[float, int, str]]] = {}
