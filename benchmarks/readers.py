@@ -99,7 +99,8 @@ def formats(ranges: int, root: str, folder: str) -> dict[str, tuple[float, float
         path = paths[ext] = os.path.join(folder, "loop" + ext)
         env = {**os.environ, "PYTHONPATH": root}
         cmd = [sys.executable, "-c", RECORD, path, str(ranges)]
-        subprocess.run(cmd, check=True, timeout=3600, env=env)
+        # cwd: python -c puts it first on sys.path, before PYTHONPATH (root).
+        subprocess.run(cmd, check=True, timeout=3600, env=env, cwd=folder)
     for ext, path in paths.items():
         took, peak, outcome = read(path, root)
         cpu = read(path, root, READ_CPU)[0]
@@ -159,6 +160,7 @@ def read(path: str, root: str = ROOT, script: str = READ) -> tuple[float, int, s
         text=True,
         timeout=3600,
         env={**os.environ, "PYTHONPATH": root},
+        cwd=os.path.dirname(path),  # not a tree's root: python -c imports from its cwd first
     )
     if proc.returncode != 0:  # a raw traceback: what the targets rule out
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]

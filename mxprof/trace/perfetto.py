@@ -275,6 +275,8 @@ class _Decoder:
         cats: dict[int, str] = {}
         stack: list[tuple[int, str, str, Any]] = []
         emit: Any = None
+        append: Any = None  # the sink's append when it takes Events (no put)
+        pid = tid = 0  # the fast track's thread
         shift = 0
         now = 0  # the fast clock's value (written back to deltas when the fast path ends)
         end_tail = begin_head = b""
@@ -315,7 +317,10 @@ class _Decoder:
                             start, name, cat, args = stack.pop()
                             ts = now + shift
                             dur = ts - start if ts > start else 0
-                            emit(start, dur, name, cat, "X", args or NO_ARGS)
+                            if append is None:
+                                emit(start, dur, name, cat, "X", args or NO_ARGS)
+                            else:  # a summary: the Event it takes, without a call between
+                                append(Event(name, cat, "X", start, dur, pid, tid, args or NO_ARGS))
                             count += 1
                             pos = stop
                             continue
@@ -443,7 +448,9 @@ class _Decoder:
                         stack = opened.setdefault(state.track, [])
                         where = self.tracks.get(state.track)
                         pid = where[1] if where else self.pid
-                        emit = self.sink_put(pid, where[2] if where and where[0] == "thread" else 0)
+                        tid = where[2] if where and where[0] == "thread" else 0
+                        emit = self.sink_put(pid, tid)
+                        append = getattr(emit, "sink_append", None)
                         shift = -(self.base or 0)
                         if clock != CLOCK_MONOTONIC:
                             shift += state.offsets.get(clock, 0)
@@ -744,6 +751,7 @@ def _appender(sink: Any, pid: int, tid: int) -> Any:
     def put(ts: int, dur: int | None, name: str, cat: str, ph: str, args: Any) -> None:
         sink.append(Event(name, cat, ph, ts, dur, pid, tid, args))
 
+    put.sink_append = sink.append  # type: ignore[attr-defined]  # for the fast path
     return put
 
 
