@@ -155,6 +155,7 @@ typedef struct perfetto {
     uint32_t nthr;
     item *items;       /* the batch: records of thread tid */
     size_t n, cap;
+    bool unsorted;     /* the batch is not in file order (note_order) */
     uint32_t tid;
     uint32_t lanes;    /* tracks given to async ranges (never reused in the file) */
     mxpi_seen frames;  /* sample frames interned in the file (id 0: the mapping) */
@@ -570,14 +571,10 @@ static bool batch_write(mxpi_out *o, perfetto *s) {
         return false;
     }
     /* Records of ranges that do not nest (most of a busy thread's) come in
-     * file order already: look before sorting. */
-    size_t i = 1;
-    for (; i < s->n; i++) {
-        const item *a = &s->items[i - 1], *z = &s->items[i];
-        if (a->ts < z->ts) continue; /* the common case, without a call */
-        if (a->ts > z->ts || item_cmp(a, z) > 0) break;
-    }
-    if (i < s->n) qsort(s->items, s->n, sizeof *s->items, item_cmp);
+     * file order already (note_order looked as they came). */
+    if (s->unsorted) qsort(s->items, s->n, sizeof *s->items, item_cmp);
+    s->unsorted = false;
+    size_t i;
     for (i = 0; i < s->n; i++) {
         const item *it = &s->items[i];
         event_put(s, o, it, it->what == EV_ZERO ? TYPE_SLICE_BEGIN : it->what);
@@ -586,6 +583,15 @@ static bool batch_write(mxpi_out *o, perfetto *s) {
     }
     s->n = 0;
     return !b->failed || drain_text(o, s); /* drain_text reports the failure */
+}
+
+/* Whether the item just added breaks file order; looked at while the two
+ * are in cache, so that batch_write sorts only a batch that needs it. */
+static inline void note_order(perfetto *s) {
+    if (s->n < 2 || s->unsorted) return;
+    const item *a = &s->items[s->n - 2], *z = &s->items[s->n - 1];
+    if (a->ts < z->ts) return; /* the common case, without a call */
+    if (a->ts > z->ts || item_cmp(a, z) > 0) s->unsorted = true;
 }
 
 static void forget_next(perfetto *s) {
@@ -738,6 +744,7 @@ static bool begin(mxpi_out *o) {
     s->text.len = 0;
     s->text.failed = false;
     s->n = 0;
+    s->unsorted = false;
     s->tid = 0;
     s->seq = PROCESS_SEQ;
     memcpy(s->work, s->done, s->top);
@@ -780,11 +787,13 @@ static bool record(mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
         if (r->aux & MXPI_AUX_ASYNC) it.lane = ++s->lanes;
         if (dur > 0) { /* the begin here, the end below */
             s->items[s->n++] = it;
+            note_order(s);
             it.ts += dur;
             it.what = TYPE_SLICE_END;
         }
     }
     s->items[s->n++] = it;
+    note_order(s);
     return true;
 }
 
@@ -828,6 +837,7 @@ static void restore(mxpi_out *o) {
     mxpi_seen_settle(&s->frames, false);
     stacks_settle(s, false);
     s->n = 0;
+    s->unsorted = false;
 }
 
 static void release(mxpi_out *o) {
