@@ -22,7 +22,8 @@ from ._columns import NO_DUR, Events, Keys, Thread, in_columns
 from ._convert import Converter, ThreadKey, ns_ratio, round_ratio
 from ._event import DECODE_EVENTS, Event, Id
 from .nvidia import is_database
-from .reader import PathArg, RawEvent, open_trace, read_raw
+from .perfetto import load_perfetto, looks_like_perfetto
+from .reader import PathArg, RawEvent, open_trace, read_raw, shown
 from .samples import Samples
 from .tree import CallTree, build_tree, nest, nested
 
@@ -194,12 +195,16 @@ class Trace(Sequence[Event]):
         """Read path whole: its events kept, or only counted and summed up."""
         name = os.fspath(path)
         summary = None if keep_events else _Summary()
+        truncated = False
         try:
             converted, metadata = read_lines(path, _columns() if summary is None else summary.sink)
         except _scan.NotLines:
-            events, metadata, truncated = read_raw(path)
-            return cls.from_raw(events, metadata=metadata, truncated=truncated, path=name)
-        trace = cls._of(converted, metadata, False, name)
+            protobuf = read_protobuf(path, _columns() if summary is None else summary.sink)
+            if protobuf is None:
+                events, metadata, truncated = read_raw(path)
+                return cls.from_raw(events, metadata=metadata, truncated=truncated, path=name)
+            converted, metadata, truncated = protobuf
+        trace = cls._of(converted, metadata, truncated, name)
         trace._summary = summary
         return trace
 
@@ -218,7 +223,11 @@ class Trace(Sequence[Event]):
             try:
                 converted, _ = read_lines(self.path, _columns())
                 self._events = in_columns(converted.finish())
-            except _scan.NotLines:  # changed since: read it whole
+            except _scan.NotLines:  # a Perfetto trace, or changed since: read it whole
+                protobuf = read_protobuf(self.path, _columns())
+                if protobuf is not None:
+                    self._events = in_columns(protobuf[0].finish())
+                    return self._events
                 raw, _, _ = read_raw(self.path)
                 self._events = Trace.from_raw(raw).events
         return self._events
@@ -607,6 +616,29 @@ class _Running:
             return
         if length > children:
             group[1][0] += length - children
+
+
+def read_protobuf(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any], bool] | None:
+    """Read a Perfetto protobuf trace into sink(thread) per thread, streaming
+    (``perfetto.load_perfetto``): (the conversion, metadata, whether the file
+    was cut short); None when the file is not one (read it with ``read_raw``).
+
+    Raises:
+        TraceReadError: the path cannot be read.
+        TraceFormatError: a packet breaks the wire format.
+    """
+    if is_database(path):
+        return None
+    with open_trace(path) as f:
+        if not looks_like_perfetto(f.read(_PROTOBUF_HEAD)):
+            return None
+        f.seek(0)
+        converted = Converter(sink)
+        metadata, truncated = load_perfetto(f, shown(os.fspath(path)), converted)
+    return converted, metadata, truncated
+
+
+_PROTOBUF_HEAD = 1 << 16  # bytes looked at to tell a Perfetto trace from JSON
 
 
 def read_lines(
