@@ -12,6 +12,7 @@ import time
 import _dist_child
 
 from mxprof import _testing, distributed
+from mxprof._session import SESSION
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -46,6 +47,10 @@ def job(tmp_path):
     yield j
     (tmp_path / "done").touch()
     distributed.shutdown()
+    # This process's traces would go on naming it a member of the job that
+    # ended (its distributedInfo outlives shutdown, for the file still open):
+    # the tests after this one record traces of no job.
+    SESSION.set_top_json("")
     for p in j.procs:
         p.join(10)
         if p.is_alive():

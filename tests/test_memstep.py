@@ -17,6 +17,7 @@ import pytest
 
 import mxprof
 from mxprof import _memstep, _testing, memory
+from mxprof._render import format_bytes
 from mxprof.cli import main
 from mxprof.errors import ConfigError
 from mxprof.report.hints import find_hints
@@ -150,7 +151,7 @@ def test_a_leaking_loop_is_flagged_live_with_its_scope_and_allocation_site(trace
     rss = [e for e in trace if e.ph == "C" and (e.category, e.name) == ("Process Memory", "rss")]
     assert len(rss) == 24  # one per step end
     marks = [e.name for e in trace if e.ph == "i" and e.category == "Process Memory"]
-    assert marks == [f"leak: rss +{found['rate_per_step'] / MB:.2f} MiB/step over 16 steps in "
+    assert marks == [f"leak: rss +{format_bytes(found['rate_per_step'])}/step over 16 steps in "
                      f"main (pid {os.getpid()}), most in scope cache:"]  # fmt: skip
     sites = [e.name for e in trace if e.ph == "C" and e.category == "Allocation Sites"]
     assert site in sites
