@@ -365,7 +365,10 @@ def _one_job(parts: Sequence[RanksPart]) -> None:
     world sizes (or worker or server counts, or backends), or the same rank
     (role and rank) in two inputs."""
     for key in _JOB_KEYS:
-        said = {p.job[key]: p.file for p in parts if key in p.job}
+        said: dict[Any, str] = {}
+        for part in parts:
+            if key in part.job:
+                said.setdefault(part.job[key], part.file)  # the first input to say it
         if len(said) > 1:
             (a, fa), (b, fb) = list(said.items())[:2]
             raise TraceFormatError(

@@ -9,7 +9,8 @@ is never pickled between processes.  The executors:
 
 - ``Local(jobs)``: ``jobs`` processes started with ``spawn`` (safe whatever
   threads the caller runs; a forked copy of a process holding locks is
-  not), one file a task; ``jobs=1`` (or one file) runs in this process;
+  not), one file a task; ``jobs=1``, one file, or the default (the cores)
+  for inputs under ``SPAWN_MIN_BYTES`` in all run in this process;
 - ``Dask(address)``: the workers of a running Dask scheduler
   (``dask://HOST:PORT``, which must answer within ``CONNECT_TIMEOUT_S``),
   or of a ``LocalCluster`` started for the call (``dask``).  The workers
@@ -29,13 +30,12 @@ Example:
 
 from __future__ import annotations
 
-import multiprocessing
+import functools
 import os
 import re
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -49,6 +49,7 @@ __all__ = [
     "Dask",
     "Executor",
     "Local",
+    "SPAWN_MIN_BYTES",
     "StatsPart",
     "default_jobs",
     "executor",
@@ -61,6 +62,10 @@ T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 10.0  # a scheduler that has not answered by then is not there
 DASK_EXTRA = 'pip install "mxprof[dask]"'
+# Starting a spawned process (an interpreter importing mxprof) costs about what
+# reading 30 MB of trace does: below this, the default (--jobs not given) reads
+# in this process; a number of jobs asked for is always used.
+SPAWN_MIN_BYTES = 32 << 20
 _ADDRESS = re.compile(r"dask://([^:/\s]+|\[[0-9a-fA-F:]+\]):(\d{1,5})")
 
 
@@ -78,7 +83,22 @@ class Executor:
     name = "executor"
 
     def map(self, fn: Callable[[str], T], paths: Sequence[str]) -> list[T]:
-        """fn(path) for every path, in order; the first failure raised as it is."""
+        """fn(path) for every path, in order; the first input's failure (in the
+        paths' order) raised here as it was raised there.
+
+        Example:
+            >>> Local(1).map(len, ["a", "bc"])
+            [1, 2]
+        """
+        outcomes = self._run(functools.partial(_outcome, fn), list(paths))
+        for failed, value in outcomes:
+            if failed:
+                raise value
+        return [value for _, value in outcomes]
+
+    def _run(
+        self, task: Callable[[str], tuple[bool, Any]], paths: list[str]
+    ) -> list[tuple[bool, Any]]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -91,16 +111,24 @@ class Local(Executor):
     def __init__(self, jobs: int | None = None) -> None:
         if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
             raise ConfigError(f"jobs must be an integer >= 1, got {jobs!r}")
+        self.chosen = jobs is not None
         self.jobs = default_jobs() if jobs is None else jobs
         self.name = f"local, {self.jobs} process{'es' if self.jobs > 1 else ''}"
 
-    def map(self, fn: Callable[[str], T], paths: Sequence[str]) -> list[T]:
+    def _run(
+        self, task: Callable[[str], tuple[bool, Any]], paths: list[str]
+    ) -> list[tuple[bool, Any]]:
         workers = min(self.jobs, len(paths))
-        if workers <= 1:
-            return [fn(p) for p in paths]
+        if workers <= 1 or (not self.chosen and _size(paths) < SPAWN_MIN_BYTES):
+            return [task(p) for p in paths]
+        # Imported here: multiprocessing registers exit hooks, which a command
+        # that reads in this process must not leave behind (tests/test_offline.py).
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            return list(pool.map(fn, paths))
+            return list(pool.map(task, paths))
 
 
 class Dask(Executor):
@@ -116,8 +144,9 @@ class Dask(Executor):
         self,
         address: str | None = None,
         jobs: int | None = None,
-        timeout: float = CONNECT_TIMEOUT_S,
+        timeout: float | None = None,
     ) -> None:
+        timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
         try:
             import distributed
         except ImportError:
@@ -130,7 +159,11 @@ class Dask(Executor):
                 n_workers=workers,
                 threads_per_worker=1,
                 processes=True,
+                host="127.0.0.1",  # workers and scheduler reachable from this machine only
                 dashboard_address=None,
+                # No dashboard; its HTTP server on any free port (not 8787: no warning
+                # when another cluster has it).
+                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                 silence_logs=40,  # logging.ERROR: the cluster's own chatter stays off stderr
             )
             self.client: Any = dask.Client(self.cluster, timeout=timeout)
@@ -144,15 +177,35 @@ class Dask(Executor):
             ) from None
         self.name = f"dask, scheduler at {address}"
 
-    def map(self, fn: Callable[[str], T], paths: Sequence[str]) -> list[T]:
+    def _run(
+        self, task: Callable[[str], tuple[bool, Any]], paths: list[str]
+    ) -> list[tuple[bool, Any]]:
         # pure=False: a path's file may have changed between two calls.
-        futures = self.client.map(fn, list(paths), pure=False)
+        futures = self.client.map(task, paths, pure=False)
         return list(self.client.gather(futures))
 
     def close(self) -> None:
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+
+
+def _size(paths: list[str]) -> int:
+    """The inputs' bytes (a path that cannot be read counts 0: its map says why)."""
+    total = 0
+    for p in paths:
+        with suppress(OSError):
+            total += os.path.getsize(p)
+    return total
+
+
+def _outcome(fn: Callable[[str], T], path: str) -> tuple[bool, Any]:
+    """(False, fn(path)), or (True, the exception it raised): a bad input is a
+    value sent back, not a worker's failure (which Dask would log as a crash)."""
+    try:
+        return False, fn(path)
+    except Exception as e:
+        return True, e
 
 
 def parse_engine(text: str) -> str | None:
