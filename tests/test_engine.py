@@ -8,6 +8,7 @@ import random
 import sys
 from bisect import bisect_right
 
+import _bench
 import pytest
 
 import mxprof
@@ -221,3 +222,12 @@ def test_the_default_reads_small_inputs_here_and_jobs_asked_for_spawn(ranks3, mo
     monkeypatch.setattr(engine, "SPAWN_MIN_BYTES", 1)
     engine.Local().map(len, ranks3)
     assert pools[-1] == (min(engine.default_jobs(), 3), "spawn")
+
+
+@pytest.mark.slow
+def test_benchmark_quick_mode(tmp_path):
+    stdout, doc = _bench.quick("jobs.py", tmp_path)
+    assert set(doc["median_s"]) == {
+        f"{c} {e}" for c in ("stats", "ranks") for e in ("jobs 1", "jobs 2", "dask 2")
+    }
+    assert doc["stats_speedup"] > 0 and "identical output on every engine: checked" in stdout
