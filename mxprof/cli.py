@@ -302,7 +302,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
         ranks = parse_ranks(args.ranks) if args.ranks is not None else None
     except ValueError as e:
         raise CommandError(str(e)) from None
-    summary = merge(args.traces, args.output, window=window, ranks=ranks)
+    if window is None:
+        summary = merge(args.traces, args.output, ranks=ranks)
+    else:  # a window's per-input work on the executor (trace.engine)
+        with engine.executor(args.jobs, args.engine) as ex:
+            summary = merge(args.traces, args.output, window=window, ranks=ranks, executor=ex)
     for item in summary["inputs"]:
         cut = " (cut short)" if item["truncated"] else ""
         print(
@@ -583,6 +587,7 @@ def parser() -> argparse.ArgumentParser:
     mg.add_argument(
         "--ranks", metavar="LIST", help="keep these ranks' inputs: 0-3,7 or worker:0-3,server:1"
     )
+    _executor_options(mg)
     mg.set_defaults(func=cmd_merge)
 
     rr = sub.add_parser("report", help="one self-contained HTML page of traces")

@@ -17,7 +17,7 @@ from mxprof.averages import Partial, combine, nearest_rank
 from mxprof.errors import ConfigError, TraceFormatError, TraceReadError
 from mxprof.report.ranks import analyze, rank_part, reduce
 from mxprof.trace import engine
-from mxprof.trace.merge import merge
+from mxprof.trace.merge import merge, parse_window
 
 BASE = 1_795_000_000_000_000_000
 COMM = "torch.distributed"
@@ -29,7 +29,7 @@ def X(name, ts_us, dur_us, *, cat="app", pid=1, tid=1, args=None):
     return {**event, "pid": pid, "tid": tid, "args": args or {}}
 
 
-def rank_file(path, rank, *, seed, steps=12, late=None, dist=True, world=3):
+def rank_file(path, rank, *, seed, steps=12, late=None, dist=True, world=3, one_line=False):
     """Steps of 30 ms: forward (random length, nested ops), an all_reduce every rank
     leaves at 20 ms (rank `late` arrives 10 ms late), optimizer; durations in
     fractional us so that the percentiles have many distinct values."""
@@ -47,16 +47,23 @@ def rank_file(path, rank, *, seed, steps=12, late=None, dist=True, world=3):
         arrive = 5_000 + (10_000 if rank == late else 0)
         events.append(X(AR, t + arrive, 20_000 - arrive, cat=COMM))
         events.append(X("optimizer", t + 20_000, rnd.randint(1_000, 8_000) + 0.5))
-    doc = {"traceEvents": events, "displayTimeUnit": "ms", "baseTimeNanoseconds": BASE + rank}
+    head = {"displayTimeUnit": "ms", "baseTimeNanoseconds": BASE + rank * 1_000_000}
     if dist:
-        doc["distributedInfo"] = {"rank": rank, "world_size": world, "role": "worker"}
-    path.write_text(json.dumps(doc))
+        head["distributedInfo"] = {"rank": rank, "world_size": world, "role": "worker"}
+    if one_line:
+        path.write_text(json.dumps({**head, "traceEvents": events}))
+    else:  # one event per line, as mxprof writes: merge --window reads it block by block
+        lines = ",\n".join(json.dumps(e) for e in events)
+        path.write_text(json.dumps(head)[:-1] + f', "traceEvents": [\n{lines}\n]}}\n')
     return str(path)
 
 
 @pytest.fixture
 def ranks3(tmp_path):
-    return [rank_file(tmp_path / f"rank{r}.json", r, seed=r, late=1) for r in range(3)]
+    """Three ranks' files: two in mxprof's one-event-per-line shape, one on one line."""
+    return [
+        rank_file(tmp_path / f"rank{r}.json", r, seed=r, late=1, one_line=r == 2) for r in range(3)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +119,17 @@ def test_ranks_read_apart_are_what_analyze_gives_on_every_engine(ranks3, cluster
     for ex in (engine.Local(1), engine.Local(2), cluster):
         got = reduce(ex.map(rank_part, ranks3))
         assert got.to_json() == expected.to_json(), ex.name
+
+
+@pytest.mark.parametrize("window", ["0.1:0.2", "#3:#5"])
+def test_a_merged_window_is_the_same_on_every_engine(ranks3, tmp_path, cluster, window):
+    merge(ranks3, tmp_path / "here.json", window=parse_window(window))
+    expected = (tmp_path / "here.json").read_bytes()
+    kept = mxprof.load(tmp_path / "here.json")
+    assert 0 < len(kept) < 3 * 72 and {e.pid for e in kept} == {1, 2, 3}
+    for ex in (engine.Local(2), cluster):
+        merge(ranks3, tmp_path / "apart.json", window=parse_window(window), executor=ex)
+        assert (tmp_path / "apart.json").read_bytes() == expected, ex.name
 
 
 def test_the_command_line_gives_the_same_output_whatever_the_engine(ranks3, cluster, capsys):

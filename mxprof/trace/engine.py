@@ -58,6 +58,7 @@ __all__ = [
     "stats_part",
 ]
 
+A = TypeVar("A")
 T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 10.0  # a scheduler that has not answered by then is not there
@@ -82,9 +83,11 @@ class Executor:
 
     name = "executor"
 
-    def map(self, fn: Callable[[str], T], paths: Sequence[str]) -> list[T]:
+    def map(self, fn: Callable[[A], T], paths: Sequence[A]) -> list[T]:
         """fn(path) for every path, in order; the first input's failure (in the
-        paths' order) raised here as it was raised there.
+        paths' order) raised here as it was raised there.  A path may come
+        with arguments of its own: an item is a path or a tuple whose first
+        member is one.
 
         Example:
             >>> Local(1).map(len, ["a", "bc"])
@@ -97,7 +100,7 @@ class Executor:
         return [value for _, value in outcomes]
 
     def _run(
-        self, task: Callable[[str], tuple[bool, Any]], paths: list[str]
+        self, task: Callable[[Any], tuple[bool, Any]], paths: list[Any]
     ) -> list[tuple[bool, Any]]:
         raise NotImplementedError
 
@@ -116,7 +119,7 @@ class Local(Executor):
         self.name = f"local, {self.jobs} process{'es' if self.jobs > 1 else ''}"
 
     def _run(
-        self, task: Callable[[str], tuple[bool, Any]], paths: list[str]
+        self, task: Callable[[Any], tuple[bool, Any]], paths: list[Any]
     ) -> list[tuple[bool, Any]]:
         workers = min(self.jobs, len(paths))
         if workers <= 1 or (not self.chosen and _size(paths) < SPAWN_MIN_BYTES):
@@ -178,7 +181,7 @@ class Dask(Executor):
         self.name = f"dask, scheduler at {address}"
 
     def _run(
-        self, task: Callable[[str], tuple[bool, Any]], paths: list[str]
+        self, task: Callable[[Any], tuple[bool, Any]], paths: list[Any]
     ) -> list[tuple[bool, Any]]:
         # pure=False: a path's file may have changed between two calls.
         futures = self.client.map(task, paths, pure=False)
@@ -190,16 +193,17 @@ class Dask(Executor):
             self.cluster.close()
 
 
-def _size(paths: list[str]) -> int:
+def _size(items: list[Any]) -> int:
     """The inputs' bytes (a path that cannot be read counts 0: its map says why)."""
     total = 0
-    for p in paths:
-        with suppress(OSError):
-            total += os.path.getsize(p)
+    for item in items:
+        path = item[0] if isinstance(item, tuple) and item else item
+        with suppress(OSError, TypeError):
+            total += os.path.getsize(path)
     return total
 
 
-def _outcome(fn: Callable[[str], T], path: str) -> tuple[bool, Any]:
+def _outcome(fn: Callable[[A], T], path: A) -> tuple[bool, Any]:
     """(False, fn(path)), or (True, the exception it raised): a bad input is a
     value sent back, not a worker's failure (which Dask would log as a crash)."""
     try:
