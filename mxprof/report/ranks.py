@@ -257,14 +257,15 @@ Window = tuple[Union[int, None], int, int]  # (step number or None, start, end),
 class _Rank:
     """A process of one input, reduced to what ``analyze`` needs of it: its
     ``trace.processes`` model without its ranges (label, identity, steps), its
-    collectives whole, and per window (a step, or the whole trace without
-    steps) the time its other ranges cover and their time per name."""
+    collectives whole, per window (a step, or the whole trace without steps)
+    the time its other ranges cover, and their time per name over the
+    windows (a few numbers a window: a part stays small)."""
 
     process: Process
     comm: list[tuple[Event, Collective]] = field(default_factory=list)
     windows: list[Window] = field(default_factory=list)
     compute: dict[int | None, list[Span]] = field(default_factory=dict)
-    names: dict[int | None, dict[tuple[str, str], int]] = field(default_factory=dict)
+    names: dict[tuple[str, str], int] = field(default_factory=dict)  # over every window
     empty: bool = False  # no range: only its label counts (``job``'s labels are unique)
 
     @property
@@ -339,7 +340,7 @@ def _reduced(procs: Sequence[Process]) -> list[_Rank]:
         r.windows = r.steps or [(None, *_extent(ranges, r.comm))]
         step_index = p.step_at
         spans: dict[int | None, list[Span]] = {n: [] for n, _, _ in r.windows}
-        names: dict[int | None, dict[tuple[str, str], int]] = {n: {} for n, _, _ in r.windows}
+        names: dict[tuple[str, str], int] = {}
         bounds = {n: (lo, hi) for n, lo, hi in r.windows}
         for e in ranges:
             n = step_index(e.ts)
@@ -350,7 +351,7 @@ def _reduced(procs: Sequence[Process]) -> list[_Rank]:
             if b > a:
                 spans[n].append((a, b))
             key = (e.name, e.category)
-            names[n][key] = names[n].get(key, 0) + (e.dur or 0)
+            names[key] = names.get(key, 0) + (e.dur or 0)
         r.compute = {n: union(s) for n, s in spans.items()}
         r.names = names
         # What the reduce needs of the process is its identity and steps: its
@@ -496,13 +497,11 @@ def reduce(parts: Sequence[RanksPart]) -> RankAnalysis:
             n = step_index(ec[0].ts)
             if n in by_step:
                 by_step[n].append(ec)
-        names: dict[tuple[str, str], float] = {}
+        names: dict[tuple[str, str], float] = dict(p.names)
         for n, lo, hi in p.windows:
             comm = by_step[n]
             comp, comm_t, waiting, idle = cut(lo, hi, p.compute[n], comm, waits)
             steps.append(RankStep(n, p.label, hi - lo, comp, comm_t, waiting, idle))
-            for key, total in p.names[n].items():
-                names[key] = names.get(key, 0) + total
             for e, _ in comm:
                 names[(e.name, e.category)] = names.get((e.name, e.category), 0) + (e.dur or 0)
         per_step_names.append({k: v / len(p.windows) for k, v in names.items()})
