@@ -15,6 +15,7 @@ import mxprof
 from mxprof import cli
 from mxprof.averages import Partial, combine, nearest_rank
 from mxprof.errors import ConfigError, TraceFormatError, TraceReadError
+from mxprof.report.hints import find_hints
 from mxprof.report.ranks import analyze, rank_part, reduce
 from mxprof.trace import engine
 from mxprof.trace.merge import merge, parse_window
@@ -174,7 +175,9 @@ def test_one_rank_in_two_inputs_or_two_jobs_are_refused(ranks3, tmp_path, capsys
     again = rank_file(tmp_path / "again.json", 1, seed=9)
     assert cli.main(["ranks", "--jobs", "1", *ranks3, again]) == 2
     err = capsys.readouterr().err
-    assert "worker 1 is in two inputs, rank1.json and again.json: give each rank once" in err
+    assert f"worker 1 is in two inputs, {ranks3[1]} and {again}: give each rank once" in err
+    assert cli.main(["ranks", "--jobs", "1", ranks3[0], ranks3[0]]) == 2
+    assert f"worker 0 is in two inputs, {ranks3[0]} and {ranks3[0]}" in capsys.readouterr().err
     other = rank_file(tmp_path / "other.json", 3, seed=3, world=8)
     with pytest.raises(TraceFormatError, match="inputs of different jobs: rank0.json says "
                        "world_size 3, other.json says 8"):  # fmt: skip
@@ -249,3 +252,16 @@ def test_benchmark_quick_mode(tmp_path):
         f"{c} {e}" for c in ("stats", "ranks") for e in ("jobs 1", "jobs 2", "dask 2")
     }
     assert doc["stats_speedup"] > 0 and "identical output on every engine: checked" in stdout
+
+
+def test_the_report_of_one_rank_twice_still_has_its_hints(ranks3):
+    """The straggler hint reads the ranks analysis: inputs it refuses give no
+    straggler (their waits do not match) but no error either."""
+    traces = [mxprof.load(p) for p in (ranks3[1], ranks3[1])]
+    with pytest.raises(TraceFormatError, match="worker 1 is in two inputs"):
+        analyze(traces)
+    assert not [h.title for h in find_hints(traces) if "ranks wait" in h.title]
+    titles = [h.title for h in find_hints([mxprof.load(p) for p in ranks3])]
+    assert (
+        "Straggler: the other ranks wait 10.000ms per step for worker 1 (33 % of a step)" in titles
+    )

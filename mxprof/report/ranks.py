@@ -375,16 +375,16 @@ def _one_job(parts: Sequence[RanksPart]) -> None:
             raise TraceFormatError(
                 f"inputs of different jobs: {fa} says {key} {a!r}, {fb} says {b!r}"
             )
-    seen: dict[tuple[str, int], str] = {}
-    for part in parts:
+    seen: dict[tuple[str, int], int] = {}
+    for k, part in enumerate(parts):
         for r in part.ranks:
             p = r.process
             if p.rank is None or not p.role:
                 continue
-            first = seen.setdefault((p.role, p.rank), part.file)
-            if first != part.file:
+            first = seen.setdefault((p.role, p.rank), k)
+            if first != k:  # the same file twice too
                 raise TraceFormatError(
-                    f"{p.role} {p.rank} is in two inputs, {first} and {part.file}: "
+                    f"{p.role} {p.rank} is in two inputs, {parts[first].path} and {part.path}: "
                     "give each rank once"
                 )
 
