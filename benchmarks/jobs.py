@@ -15,7 +15,11 @@ command runs as ``mxprof`` in a process of its own, as a user would run it:
 Each command's output must be the same on the three engines (checked: the
 run stops otherwise). Printed: the median wall time of each over the
 repeats, the speed-up of ``--jobs 2`` over ``--jobs 1`` and the ratio of Dask
-to ``--jobs 2``, the machine's load average before and after, and issue 26's
+to ``--jobs 2``, the CPU time of each command with its workers and how many
+cores it kept busy at once (CPU / wall), the machine's load average before
+and after and whether the kernel shares CPU time by session first
+(autogroup: then a session's extra processes get no more CPU on a busy
+machine), and issue 26's
 targets (``--jobs 2`` >= 1.7x ``--jobs 1``; Dask within 20 % of ``--jobs
 2``). On a machine that other work shares, the speed-up is bounded by the
 cores left free: read it with the load average.
@@ -32,6 +36,7 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -54,15 +59,32 @@ TARGET_SPEEDUP = 1.7
 TARGET_DASK = 1.2
 
 
-def run(command: str, how: list[str], paths: list[str]) -> tuple[float, str]:
-    """``mxprof COMMAND --format json HOW PATHS`` in a child: (seconds, digest of stdout)."""
+def cpu() -> float:
+    """CPU seconds of the children waited for so far (with their own children)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run(command: str, how: list[str], paths: list[str]) -> tuple[float, float, str]:
+    """``mxprof COMMAND --format json HOW PATHS`` in a child: (seconds, CPU seconds
+    of it and its workers, digest of stdout)."""
     argv = [sys.executable, "-m", "mxprof", command, "--format", "json", *how, *paths]
-    t0 = time.perf_counter()
+    c0, t0 = cpu(), time.perf_counter()
     done = subprocess.run(argv, capture_output=True, check=False)
-    seconds = time.perf_counter() - t0
+    seconds, used = time.perf_counter() - t0, cpu() - c0
     if done.returncode:
         raise SystemExit(f"failed: {' '.join(argv[:8])} ...: {done.stderr.decode()[-2000:]}")
-    return seconds, hashlib.sha256(done.stdout).hexdigest()
+    return seconds, used, hashlib.sha256(done.stdout).hexdigest()
+
+
+def autogroup() -> str:
+    """Whether the kernel shares CPU time between sessions first (Linux autogroup):
+    then, on a busy machine, more processes of one session get no more of it."""
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled", encoding="ascii") as f:
+            return "on" if f.read().strip() == "1" else "off"
+    except OSError:
+        return "unknown"
 
 
 def load() -> float:
@@ -81,6 +103,7 @@ def main() -> None:
         args.ranks, args.events, args.repeats = 3, 5_000, 1
     folder = tempfile.mkdtemp(prefix="mxprof-bench-jobs-")
     times: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}
     load_before = load()
     try:
         one = os.path.join(folder, "one.json")
@@ -91,8 +114,9 @@ def main() -> None:
             for command in ("stats", "ranks"):
                 digests = set()
                 for name, how in ENGINES.items():
-                    seconds, digest = run(command, how, paths)
+                    seconds, used, digest = run(command, how, paths)
                     times.setdefault(f"{command} {name}", []).append(seconds)
+                    cpus.setdefault(f"{command} {name}", []).append(used)
                     digests.add(digest)
                 if len(digests) != 1:
                     raise SystemExit(f"{command}: the engines' outputs differ")
@@ -100,6 +124,7 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
     load_after = load()
     median = {k: statistics.median(v) for k, v in times.items()}
+    median_cpu = {k: statistics.median(v) for k, v in cpus.items()}
     result: dict[str, object] = {
         "ranks": args.ranks,
         "events_per_rank": args.events,
@@ -107,12 +132,14 @@ def main() -> None:
         "load_before": load_before,
         "load_after": load_after,
         "cores": os.cpu_count(),
+        "autogroup": autogroup(),
         "median_s": median,
+        "median_cpu_s": median_cpu,
         "all_s": times,
     }
     print(
         f"python {platform.python_version()}, {os.cpu_count()} cores, load average "
-        f"{load_before:.2f} before, {load_after:.2f} after"
+        f"{load_before:.2f} before, {load_after:.2f} after, scheduler autogroup {autogroup()}"
     )
     print(
         f"{args.ranks} files x {args.events:,} events, median of {args.repeats} "
@@ -127,6 +154,11 @@ def main() -> None:
         print(
             f"  {command:5}  --jobs 1 {j1:7.2f} s   --jobs 2 {j2:7.2f} s   "
             f"dask LocalCluster(2) {dk:7.2f} s   speed-up {speedup:.2f}x   dask/jobs2 {dask:.2f}"
+        )
+        c1, c2, cd = (median_cpu[f"{command} {e}"] for e in ENGINES)
+        print(
+            f"         CPU s (all processes): {c1:7.2f}   {c2:7.2f}   {cd:7.2f}   "
+            f"cores used at once (CPU / wall): {c1 / j1:.2f}   {c2 / j2:.2f}   {cd / dk:.2f}"
         )
         rows.append((f"{command}: --jobs 2 speed-up", speedup, f">= {TARGET_SPEEDUP}"))
         rows.append((f"{command}: dask / --jobs 2", dask, f"<= {TARGET_DASK}"))
