@@ -1,6 +1,7 @@
 """The readers on hostile and big gzip input: time and peak memory, .json.gz beside .json.
 
     python benchmarks/readers.py [--quick] [--sizes 16 64 256] [--events 2000000] [--member 16]
+    python benchmarks/readers.py --formats 10000000 [--root DIR]
 
 Each input is written twice, as plain ``.json`` and as ``.json.gz`` (the
 gzip one in members of ``--member`` MiB of text: the core writes a member per
@@ -17,6 +18,14 @@ own, so that the peak RSS is that reading's own:
 Issue 27's targets, checked at the end: a ``.json.gz`` of N decompressed
 bytes peaks at most 64 MB above the same ``.json``, and time grows linearly
 with N (the 256 MiB bombs take at most 16 x the 16 MiB ones, plus 1 s).
+``--formats N`` instead records N ranges of a training-like loop (a step
+holding nine ops, on a frozen clock, so both files hold the same events) with
+the live core as ``.json`` and as ``.pftrace``, and reads each the same way:
+issue 26's target is that the ``.pftrace`` costs no more to read than the
+``.json`` (time and peak memory).  ``--root DIR`` records and reads with the
+mxprof tree at DIR (another checkout: its writer and its readers), for a
+before/after comparison in the same run.
+
 ``--quick`` is a small run that checks the script works, never how fast
 anything is. Files go to a temporary folder.
 """
@@ -48,6 +57,57 @@ except TraceFormatError as e:
 took = time.perf_counter() - start
 print(took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, outcome, sep="\\t")
 """
+
+
+RECORD = """
+import sys
+import mxprof
+from mxprof import _testing
+from mxprof._native import lib
+path, ranges = sys.argv[1], int(sys.argv[2])
+d = mxprof.Domain("bench")
+step = d.new_task("step")._id
+ops = [d.new_task(f"op{k}")._id for k in range(9)]
+begin, end = lib.mxp_range_begin, lib.mxp_range_end
+with _testing.fake_clock(1_000_000_000) as advance:
+    mxprof.set_config(filename=path, profile_api=False, max_events=0)
+    mxprof.set_state("run")
+    for _ in range(ranges // 10):
+        begin(step)
+        for k in ops:
+            advance(3)
+            begin(k)
+            advance(1_000 + k)
+            end(k)
+        advance(5)
+        end(step)
+    mxprof.set_state("stop")
+    mxprof.dump()
+"""
+
+
+READ_CPU = READ.replace("time.perf_counter()", "time.process_time()")
+
+
+def formats(ranges: int, root: str, folder: str) -> dict[str, tuple[float, float, int, str, int]]:
+    """Record the same ranges as .json and .pftrace with the tree at root; read
+    each, twice: (wall s, CPU s, peak RSS, outcome, bytes) per format.  The
+    CPU time is the steadier figure on a loaded machine."""
+    out = {}
+    paths = {}
+    for ext in (".json", ".pftrace"):
+        path = paths[ext] = os.path.join(folder, "loop" + ext)
+        env = {**os.environ, "PYTHONPATH": root}
+        cmd = [sys.executable, "-c", RECORD, path, str(ranges)]
+        # cwd: python -c puts it first on sys.path, before PYTHONPATH (root).
+        subprocess.run(cmd, check=True, timeout=3600, env=env, cwd=folder)
+    for ext, path in paths.items():
+        took, peak, outcome = read(path, root)
+        cpu = read(path, root, READ_CPU)[0]
+        out[ext] = (took, cpu, peak, outcome, os.path.getsize(path))
+    for path in paths.values():
+        os.unlink(path)
+    return out
 
 
 def write_both(folder: str, name: str, pieces: object, member: int) -> tuple[str, str]:
@@ -93,13 +153,14 @@ def real_trace(events: int) -> object:
     yield b'{"name":"end","ph":"i","s":"t","ts":0,"pid":1,"tid":1}\n],"otherData":{}}\n'
 
 
-def read(path: str) -> tuple[float, int, str]:
+def read(path: str, root: str = ROOT, script: str = READ) -> tuple[float, int, str]:
     proc = subprocess.run(
-        [sys.executable, "-c", READ, path],
+        [sys.executable, "-c", script, path],
         capture_output=True,
         text=True,
         timeout=3600,
-        env={**os.environ, "PYTHONPATH": ROOT},
+        env={**os.environ, "PYTHONPATH": root},
+        cwd=os.path.dirname(path),  # not a tree's root: python -c imports from its cwd first
     )
     if proc.returncode != 0:  # a raw traceback: what the targets rule out
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
@@ -114,10 +175,30 @@ def main() -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 64, 256], help="MiB of text")
     ap.add_argument("--events", type=int, default=2_000_000)
     ap.add_argument("--member", type=int, default=16, help="MiB of text per gzip member")
+    ap.add_argument("--formats", type=int, metavar="N", help="N ranges as .json and .pftrace")
+    ap.add_argument("--root", default=ROOT, help="the mxprof tree to record and read with")
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.events = [1, 2], 20_000
     folder = tempfile.mkdtemp(prefix="mxprof-bench-readers-")
+    if args.formats:
+        try:
+            got = formats(args.formats, os.path.abspath(args.root), folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        load = os.getloadavg()[0]
+        print(f"{args.formats:,} ranges recorded and read with {args.root}; load {load:.1f}")
+        print(f"{'format':<9} {'MB':>8} {'wall s':>8} {'CPU s':>8} {'peak MB':>8}  outcome")
+        for ext, (took, cpu, peak, outcome, size) in got.items():
+            print(f"{ext:<9} {size / 1e6:8.1f} {took:8.2f} {cpu:8.2f} {peak / 1e6:8.0f}  {outcome}")
+        pf, js = got[".pftrace"], got[".json"]
+        fine = pf[1] <= js[1] and pf[2] <= js[2]
+        print(
+            f"target: .pftrace / .json = {pf[0] / js[0]:.2f} in wall time, {pf[1] / js[1]:.2f} "
+            f"in CPU time, {pf[2] / js[2]:.2f} in peak memory (CPU and memory <= 1) "
+            f"{'ok' if fine else 'MISSED'}"
+        )
+        return 0 if fine or args.quick else 1
     results: dict[tuple[str, int], dict[str, tuple[float, int, str]]] = {}
     try:
         inputs = [("string bomb", s, string_bomb(s * MIB)) for s in args.sizes]

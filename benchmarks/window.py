@@ -30,6 +30,8 @@ sys.path.insert(0, HERE)
 import merge as merge_bench  # noqa: E402  (benchmarks/merge.py: copies, timed, MERGE)
 import report  # noqa: E402  (benchmarks/report.py: the recording)
 
+from mxprof.trace import _scan  # noqa: E402
+
 LIMIT_S = 3.0  # 100 k events out of 64 M
 _INDEX = re.compile(rb'"mxprofIndex":\[(?:\s*\[[-0-9,]*\],?)*\],')
 
@@ -67,7 +69,11 @@ def main() -> None:
         report.record(one, args.events, flush_every=max(steps // args.blocks, 1))
         indexed = merge_bench.copies(one, folder, args.ranks)
         scanned = without_index(indexed, folder)
-        length_s = (args.events / report.RANGES_PER_STEP) * 12e-6  # ~12 µs per recorded step
+        # About 100 k events of the job from its middle: the run's length from one file's index.
+        with open(one, "rb") as f:
+            blocks = _scan.index(_scan.metadata(f), os.path.getsize(one))
+        assert blocks is not None, "the recording has no index"
+        length_s = (blocks[-1].last_ns - blocks[0].first_ns) / 1e9
         share = min(1.0, 100_000 / (args.ranks * args.events))
         window = f"{length_s * 0.5:.6f}:{length_s * (0.5 + share):.6f}"
         rows = []

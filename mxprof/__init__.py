@@ -50,6 +50,7 @@ if _typing.TYPE_CHECKING:
     from .ranges import Event, Frame, Task
     from .report import report
     from .report.diff import diff
+    from .report.sql import sql
     from .schedule import ProfilerAction, profile, record_function, schedule
     from .schedule import record_function as range  # noqa: F401 - not in __all__ (the builtin)
     from .scope import current_scope, scope
@@ -91,6 +92,7 @@ __all__ = [
     "scope",
     "set_config",
     "set_state",
+    "sql",
     "trigger",
 ]
 
@@ -125,6 +127,7 @@ _LIVE: dict[str, tuple[str, _typing.Optional[str]]] = {
 _OFFLINE: dict[str, tuple[str, _typing.Optional[str]]] = {
     "diff": ("report.diff", "diff"),
     "load": ("trace", "load"),
+    "sql": ("report.sql", "sql"),
     "report": ("report", None),  # the package, callable as its report()
     "get_include": ("_include", "get_include"),
 }

@@ -456,20 +456,24 @@ class _Own:
         if self.kind is None:
             return None
         kind, path, saved = self.kind, self.path, self.saved
-        self.kind, self.path, self.until, self.saved = None, None, None, {}
         if self.timer is not None and self.timer is not threading.current_thread():
             self.timer.cancel()
         self.timer = None
-        with SESSION.lock:
-            try:
-                if SESSION.state == "run":
-                    control.set_state("stop")
-                if SESSION.profile_open:
-                    control.dump(finished=True)
-            finally:
-                SESSION.configure(config.validate(saved))
-                if kind == "top":
-                    _native.stats_reset()  # ctl's statistics are not the program's
+        try:
+            with SESSION.lock:
+                try:
+                    if SESSION.state == "run":
+                        control.set_state("stop")
+                    if SESSION.profile_open:
+                        control.dump(finished=True)
+                finally:
+                    SESSION.configure(config.validate(saved))
+                    if kind == "top":
+                        _native.stats_reset()  # ctl's statistics are not the program's
+        finally:
+            # Only now, the trace written: `status` (which reads this without
+            # the lock) says the recording is over once its file is whole.
+            self.kind, self.path, self.until, self.saved = None, None, None, {}
         return path if kind == "start" else None
 
 

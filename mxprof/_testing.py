@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from . import _native, control, flight, memory
+from . import _memstep, _native, control, flight, memory
 from ._session import SESSION
 
 
@@ -26,6 +26,7 @@ def reset() -> None:
         flight.RECORDER.reset()
         SESSION.reset()
         SESSION.sync()
+        _memstep.SAMPLER.forget()
 
 
 @contextlib.contextmanager

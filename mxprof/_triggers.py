@@ -49,7 +49,7 @@ import warnings
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
-from . import _native, _sampler, _threads, flight, ranges
+from . import _memstep, _native, _sampler, _threads, flight, ranges
 from ._render import is_own
 
 if TYPE_CHECKING:
@@ -253,6 +253,9 @@ class _Steps:
 
     def end(self, rid: int) -> None:
         now = self.last_end_ns = _clock()
+        if _memstep.SAMPLER.on:  # memory_steps: a sample per step end
+            with contextlib.suppress(Exception):
+                _memstep.SAMPLER.step_end()
         if not self.factor:
             return
         begun = self.begun.get((get_ident(), rid))
@@ -331,7 +334,11 @@ class _Monitor:
     def look(self) -> None:
         session = self.session
         cfg = session.config
-        recording = session.state == "run" and not session.paused and session.profile_open
+        _memstep.SAMPLER.tick()  # memory_steps' period (it checks its own state)
+        # The rest acts for a flight recorder only (memory_steps alone runs this thread too).
+        recording = (
+            session.state == "run" and not session.paused and session.profile_open and session.ring
+        )
         if cfg.trigger_memory and recording:
             self.memory(cfg.trigger_memory)
         if cfg.trigger_rss and recording:
@@ -495,13 +502,18 @@ def apply(session: Session) -> None:
     on = bool(session.ring) and session.profile_open
     EXCEPTIONS.set(on and cfg.trigger_exception)
     SIGNAL.set(cfg.trigger_signal if on else "")
-    watch_steps = on and bool(cfg.trigger_slow_step or cfg.watchdog)
+    # memory_steps samples at step ends and on a period, flight recorder or not.
+    memory = cfg.memory_steps and session.profile_open and session.state == "run"
+    _memstep.SAMPLER.configure(session, memory)
+    watch_steps = (on and bool(cfg.trigger_slow_step or cfg.watchdog)) or memory
     if watch_steps and ranges._steps is None:
         STEPS.reset()
-    STEPS.factor, STEPS.steps = cfg.trigger_slow_step, cfg.trigger_slow_step_steps
+    STEPS.factor = cfg.trigger_slow_step if on else 0.0
+    STEPS.steps = cfg.trigger_slow_step_steps
     ranges.set_steps(STEPS if watch_steps else None)
     monitor = STATE.monitor
     want = on and bool(cfg.watchdog or cfg.trigger_memory or cfg.trigger_rss)
+    want = want or (memory and cfg.memory_period > 0)
     if monitor is not None and (not want or not monitor.thread.is_alive()):
         monitor.stop()
         STATE.monitor = monitor = None

@@ -1,4 +1,5 @@
-"""The ``mxprof`` command: run, stats, merge, repair, diff, report, ranks, hints, export, ctl.
+"""The ``mxprof`` command: run, stats, merge, repair, diff, report, ranks, hints, export, sql,
+view, ctl.
 
 Each subcommand is one small function taking the parsed arguments and
 returning an exit status.  Profiler output goes to stderr, so a profiled
@@ -6,7 +7,7 @@ script's own stdout stays as it was.
 
 Only ``run`` loads the live profiler (the compiled core and the session with
 its exit, fork and signal hooks); ``stats``, ``merge``, ``repair``,
-``diff``, ``ranks``, ``hints`` and ``export`` read files with the offline tier
+``diff``, ``ranks``, ``hints``, ``export``, ``sql`` and ``view`` read files with the offline tier
 (``mxprof.trace``, ``mxprof.report``) alone.
 
 Exit status, for every command (``main`` decides it in one place): 0
@@ -39,11 +40,16 @@ from .report import report
 from .report.diff import MIN_CHANGE_NS, DiffError, diff
 from .report.hints import find_hints, not_checked
 from .report.hints import to_json as hints_json
-from .report.ranks import rank_part
+from .report.ranks import analyze, rank_part
 from .report.ranks import reduce as reduce_ranks
-from .trace import Trace, engine, export, load, samples
+from .report.sql import SqlError
+from .trace import Trace, dataloader, engine, export, load, samples
 from .trace.gpu import gpu_json, gpu_rows, gpu_table
+from .trace.leak import PROCESS_MEMORY, render_memory
+from .trace.leak import summary as memory_summary
 from .trace.merge import merge, parse_ranks, parse_window
+from .trace.parquet import MissingExtra
+from .trace.processes import job
 from .trace.repair import repair
 
 
@@ -225,13 +231,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
     rows = trace.key_averages().without_own()
     gpu = gpu_rows(trace)  # GPU work by launching range (imported NVIDIA databases)
     sampled = _samples_block(trace, args.top)
+    # Each reads the events (the process model): only where the trace holds what it shows.
+    memory = memory_summary(trace) if PROCESS_MEMORY in trace.point_categories() else None
+    loading = dataloader.loader(job([trace])) if dataloader.DOMAIN in trace.categories() else None
     if args.format == "table":
         print(rows.table(sort_by=args.sort, row_limit=args.top), end="")
+        if loading is not None:
+            print("\n" + "\n".join(dataloader.render(loading, args.top or 20)))
         if gpu:
             print("\n" + gpu_table(gpu, row_limit=args.top), end="")
         if sampled is not None:
             top = args.top if args.top is not None else samples.TABLE_TOP
             print("\n" + "\n".join(samples.render_table(sampled, top)), end="")
+        if memory is not None:
+            print("\n" + "\n".join(render_memory(memory)))
         return 0
     fields = ("count", "total", "self", "avg", "min", "max", "p50", "p90", "p99")
     top = rows.sorted(args.sort)[: args.top] if args.top is not None else rows.sorted(args.sort)
@@ -248,6 +261,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         doc["GPU"] = gpu_json(gpu[: args.top] if args.top is not None else gpu)
     if sampled is not None:
         doc["Samples"] = sampled
+    if memory is not None:
+        doc["Memory"] = memory
+    if loading is not None:
+        doc["DataLoader"] = dataloader.to_dict(loading)
     print(json.dumps(doc, indent=2, ensure_ascii=False))
     return 0
 
@@ -372,8 +389,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_ranks(args: argparse.Namespace) -> int:
     """Cross-rank analysis of one merged trace or one trace per rank."""
-    with engine.executor(args.jobs, args.engine) as ex:
-        result = reduce_ranks(ex.map(rank_part, args.traces))
+    if len(args.traces) == 1:  # one file: read here, its DataLoader too
+        result = analyze([load(args.traces[0])])
+    else:  # a file a task; the parts carry no DataLoader (its ranges stay in the workers)
+        with engine.executor(args.jobs, args.engine) as ex:
+            result = reduce_ranks(ex.map(rank_part, args.traces))
     print(result.to_json() if args.format == "json" else result.table(args.top, args.steps))
     return 0
 
@@ -397,10 +417,16 @@ def cmd_hints(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """Write a trace's stack samples in another tool's format (-o -: to stdout);
-    a trace without samples is bad input (status 2) like any failure."""
+    """Write a trace's stack samples in another tool's format (-o -: to stdout),
+    or traces' events as Parquet tables (-o DIR); a trace without samples is
+    bad input (status 2) like any failure."""
     if args.threads and args.format != "collapsed":
         raise CommandError("--threads is for --format collapsed")
+    if args.format == "parquet":
+        return _export_parquet(args)
+    if len(args.traces) != 1:
+        raise CommandError(f"--format {args.format} exports one trace; got {len(args.traces)}")
+    args.trace = args.traces[0]
     trace = load(args.trace)
     if args.output == "-":
         sys.stdout.write(export.render(trace, args.format, threads=args.threads))
@@ -415,6 +441,33 @@ def cmd_export(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _export_parquet(args: argparse.Namespace) -> int:
+    from .trace.parquet import write_parquet
+
+    if args.output == "-":
+        raise CommandError("--format parquet writes a folder: -o DIR")
+    manifest = write_parquet(args.traces, args.output)
+    counts = ", ".join(f"{n} {t}" for t, n in manifest["tables"].items())
+    print(f"mxprof export: {counts} written to {args.output} (parquet)", file=sys.stderr)
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    """One SQL query over traces or Parquet folders (mxprof.report.sql)."""
+    from .report import sql
+
+    table = sql.run(args.query, args.inputs)
+    sql.write(table, args.format, sys.stdout)
+    return 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    """Serve a trace (a window of it) to the Perfetto UI (mxprof.report.view)."""
+    from .report import view
+
+    return view.run(args)
 
 
 def cmd_ctl(args: argparse.Namespace) -> int:
@@ -695,15 +748,70 @@ def parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0; 2 when the trace cannot be read, holds no stack samples, "
         "or the output cannot be written.",
     )
-    ex.add_argument("trace", help="a trace with stack samples (recorded with sample_rate)")
-    ex.add_argument("--format", required=True, choices=export.FORMATS, help="what to write")
-    ex.add_argument("-o", "--output", required=True, help="the file to write (-: stdout)")
+    ex.add_argument(
+        "traces", nargs="+",
+        help="a trace with stack samples (recorded with sample_rate); parquet: one or more "
+        "traces, placed on one clock as merge places them",
+    )  # fmt: skip
+    ex.add_argument(
+        "--format", required=True, choices=(*export.FORMATS, "parquet"),
+        help="what to write; parquet: every event as tables slice, counter, instant, thread, "
+        "process, by rank (docs/sql.md; needs pip install \"mxprof[sql]\")",
+    )  # fmt: skip
+    ex.add_argument(
+        "-o", "--output", required=True, help="the file to write (-: stdout); parquet: a folder"
+    )
     ex.add_argument(
         "--threads",
         action="store_true",
         help="collapsed: start each stack with a frame naming its thread",
     )
     ex.set_defaults(func=cmd_export)
+
+    sq = sub.add_parser(
+        "sql",
+        help="query traces with SQL (DuckDB): tables slice, counter, instant, thread, process",
+        description="Run one SELECT over the traces' Parquet tables (converted on first use "
+        "and cached beside the first trace in .mxprof-sql-*/, converted again when a trace "
+        "changes) or over folders written by export --format parquet. Built-in views: "
+        "step_breakdown, no_range, collective_waits (docs/sql.md). Needs "
+        'pip install "mxprof[sql]".',
+        epilog="Exit status: 0; 2 when the query does not parse or run (DuckDB's message), "
+        "an input cannot be read, or duckdb/pyarrow is missing.",
+    )
+    sq.add_argument("query", help="one SELECT statement")
+    sq.add_argument("inputs", nargs="+", metavar="TRACE_OR_DIR", help="traces or Parquet folders")
+    sq.add_argument(
+        "--format", choices=("table", "csv", "json"), default="table", help="output (table)"
+    )
+    sq.set_defaults(func=cmd_sql)
+
+    vw = sub.add_parser(
+        "view",
+        help="open a trace (or a window of it) in the Perfetto UI, served from 127.0.0.1",
+        description="Cut the trace (--window, --ranks, as merge does), serve it on "
+        "127.0.0.1:PORT to https://ui.perfetto.dev only, print the URL that opens it, "
+        "and exit once the UI has fetched it (or after --requests requests, or --timeout "
+        "seconds without one).",
+        epilog="Exit status: 0 once served; 2 when the trace cannot be read, the port is "
+        "taken, or nothing fetched the trace within --timeout.",
+    )
+    vw.add_argument("traces", nargs="+", help="a trace, or one per process (merged first)")
+    vw.add_argument(
+        "--window", type=parse_window, help="as merge --window: A:B seconds or #A:#B steps"
+    )
+    vw.add_argument("--ranks", type=parse_ranks, help="as merge --ranks: e.g. 0-3,server:0")
+    vw.add_argument("--port", type=int, default=9001, help="the local port (9001, as Perfetto's)")
+    vw.add_argument(
+        "--requests", type=_count, default=8, metavar="N",
+        help="serve at most N requests, then exit (8)",
+    )  # fmt: skip
+    vw.add_argument(
+        "--timeout", type=_positive_float, default=300.0, metavar="S",
+        help="give up after S seconds without a request (300)",
+    )  # fmt: skip
+    vw.add_argument("--open", action="store_true", help="also open the URL in a web browser")
+    vw.set_defaults(func=cmd_view)
 
     ct = sub.add_parser(
         "ctl",
@@ -756,6 +864,8 @@ _BAD_INPUT = (
     DiffError,
     export.ExportError,
     _ctlclient.CtlError,
+    SqlError,
+    MissingExtra,
 )
 
 

@@ -204,6 +204,32 @@ def _steps(key: str, value: Any) -> int:
     return int(value)
 
 
+MIN_LEAK_STEPS = 6  # fewer steps say nothing about persistence (trace.leak.MIN_WINDOW)
+MAX_LEAK_STEPS = 1000  # the rule's cost grows as the square of its window
+MAX_SITES_STEPS = 1000
+
+
+def _leak_steps(key: str, value: Any) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not MIN_LEAK_STEPS <= value <= MAX_LEAK_STEPS
+    ):
+        raise ConfigError(
+            f"{key} must be an int number of steps from {MIN_LEAK_STEPS} to {MAX_LEAK_STEPS}, "
+            f"got {value!r}"
+        )
+    return int(value)
+
+
+def _sites_steps(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SITES_STEPS:
+        raise ConfigError(
+            f"{key} must be an int number of steps from 0 (off) to {MAX_SITES_STEPS}, got {value!r}"
+        )
+    return int(value)
+
+
 def _bytes(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
         raise ConfigError(
@@ -447,6 +473,46 @@ class Config:
         "mxprof: with a flight recorder, no step (Frame) ending for this many seconds "
         "while recording takes a snapshot (reason 'hang') with every thread's Python "
         "stack, and prints one line naming the stuck thread on stderr (0 = off)",
+    )
+
+    memory_steps: bool = _key(
+        False,
+        check_bool,
+        "mxprof: sample this process's memory at every step (Frame) end and every "
+        "memory_period seconds: counters rss, pss, uss, shared and cuda:N allocated/reserved "
+        "in domain 'Process Memory', and the leak rule over them (docs/memory.md); "
+        "followed children sample their own",
+    )
+    memory_period: float = _key(
+        1.0,
+        _window,
+        "mxprof: with memory_steps, seconds between two samples of /proc/self/smaps_rollup "
+        "(pss, uss, shared; rss too) taken off the program's threads (0 = none: step ends "
+        "only; looked at every 0.1 s)",
+    )
+    leak_steps: int = _key(
+        16,
+        _leak_steps,
+        "mxprof: the leak rule's window: growth over this many steps (samples, in a "
+        "process without steps) by a robust slope, persistent over both halves",
+    )
+    leak_min_bytes: int = _key(
+        256 << 10,
+        _bytes,
+        "mxprof: the least growth per step that the leak rule reports (bytes)",
+    )
+    leak_sites_steps: int = _key(
+        4,
+        _sites_steps,
+        "mxprof: once a leak is flagged, trace Python allocations (tracemalloc) for this "
+        "many steps and record the top growing sites as counters in 'Allocation Sites' "
+        "(bytes per step; 0 = off)",
+    )
+    trigger_leak: bool = _key(
+        True,
+        check_bool,
+        "mxprof: with a flight recorder and memory_steps, a leak flagged by the leak rule "
+        "takes a snapshot (reason 'leak')",
     )
 
     def with_(self, **changes: Any) -> Config:

@@ -37,6 +37,7 @@ __all__ = [
     "check_size",
     "csv_path",
     "device_name",
+    "leaks",
     "live",
     "record_alloc",
     "record_free",
@@ -287,6 +288,27 @@ def usage() -> list[Usage]:
             kind, name = "device", _slot_name(s.key)
         out.append(Usage(kind, name, s.current, s.peak, s.allocated, s.allocs, s.frees, s.counter))
     return out
+
+
+def leaks() -> list[dict[str, object]]:
+    """The leaks ``memory_steps``' leak rule flagged in this process since its
+    profile began, oldest first (docs/memory.md): ``process`` (``main (pid
+    N)``, ``DataLoader worker K (pid N)``, ``child NAME (pid N)``),
+    ``series`` (``rss``, ``uss``, ``cuda:N allocated``), ``rate_per_step``,
+    ``steps``, ``from_bytes``, ``to_bytes``, ``scope`` and ``scope_growth``
+    (the scope that grew most over the window), ``copy_on_read``
+    (``shared_lost``, ``private_gained``, or None) and ``sites``
+    (``[file:line, bytes per step]`` once tracemalloc's steps are over, else
+    None).
+
+    Example:
+        >>> from mxprof import memory
+        >>> memory.leaks()
+        []
+    """
+    from . import _memstep  # above this module's level: imported when asked
+
+    return _memstep.leaks()
 
 
 def reset() -> None:

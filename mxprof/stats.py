@@ -55,6 +55,7 @@ from .config import check_bool
 from .errors import ConfigError
 from .memory import usage
 from .trace import samples as _samples
+from .trace.leak import PROCESS_MEMORY
 
 FORMATS = ("table", "json")
 
@@ -71,7 +72,7 @@ FIELDS = {
     "Counter": ("Last", "Min", "Max", "Avg"),
     "Marker": (),
 }
-MEMORY_DOMAINS = ("Device Storage", "Scope Storage")
+MEMORY_DOMAINS = ("Device Storage", "Scope Storage", PROCESS_MEMORY)  # the last: memory_steps
 
 
 # Integer nanoseconds and bytes are divided, not rounded: n / 1e6 is already

@@ -532,3 +532,25 @@ def test_run_of_a_script_with_its_own_file_reports_its_ranges_without_the_writer
     page = (tmp_path / "own.report.html").read_text(encoding="utf-8")
     assert ">work<" in page and ">flush<" not in page  # ... not in what users read
     assert table_rows(proc.stderr) == ["work"]
+
+
+def test_stats_builds_no_process_model_where_the_trace_has_no_memory_or_dataloader(
+    tmp_path, monkeypatch, capsys
+):
+    # The model reads every event again: stats of a plain trace must not pay for it.
+    import mxprof.cli
+    from mxprof.trace import model
+
+    path, _ = record_trace(tmp_path)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the process model was built")
+
+    monkeypatch.setattr(mxprof.cli, "job", refuse)
+    monkeypatch.setattr(mxprof.cli, "memory_summary", refuse)
+    read_again = []
+    real = model.read_lines
+    monkeypatch.setattr(model, "read_lines", lambda *a: read_again.append(1) or real(*a))
+    assert mxprof.cli.main(["stats", str(path)]) == 0
+    assert "outer" in capsys.readouterr().out
+    assert len(read_again) == 1  # the file read once, for the statistics

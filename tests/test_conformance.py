@@ -748,3 +748,70 @@ def test_a_flight_recorder_snapshot(engine, tmp_path, fmt, clock):
         )
     )
     assert dict(view.counters) == {counter_track(fmt, "level"): [4]}
+
+
+def test_pftrace_slices_per_thread_are_those_recorded(engine, tmp_path, clock):
+    """The compact encoding (a packet sequence per thread, default tracks,
+    incremental timestamps) shows every thread's slices with the names,
+    times, lengths and depths the same recording has as Chrome JSON, in the
+    viewer and in mxprof's own reader; also across flushes, with a range
+    open over one."""
+    d = mxprof.Domain("seq")
+    outer, mid, leaf = d.new_task("outer"), d.new_task("mid"), d.new_task("leaf")
+    long = d.new_task("long")
+
+    def work(i):
+        for k in range(40):
+            with outer:
+                clock(3 + i)
+                with mid:
+                    clock(200 + k)
+                    with leaf:
+                        clock(1 + k % 5)
+                    with leaf:  # a zero-length range
+                        pass
+                    clock(2)
+                clock(70_000)  # deltas of several varint bytes
+
+    def body():
+        long.start()
+        for i in range(3):
+            t = threading.Thread(target=work, args=(i,), name=f"w{i}")
+            t.start()
+            t.join(WAIT_S)
+            mxprof.dump(finished=False)  # a flush per thread: long stays open over them
+        work(9)
+        long.stop()
+
+    query = """
+    select th.name as thread, s.name, s.ts, s.dur, s.depth
+    from slice s join thread_track tt on tt.id = s.track_id join thread th using (utid)
+    order by th.name, s.ts, s.depth
+    """
+    seen = {}
+    for fmt in ("json", "pftrace"):
+        path = tmp_path / f"t.{fmt}"
+        record(path, body)
+        View(engine, path)  # loads without errors or data loss
+        rows = engine.query(query)
+        first = min(r["ts"] for r in rows)
+        seen[fmt] = [(r["thread"], r["name"], r["ts"] - first, r["dur"], r["depth"]) for r in rows]
+    assert len(seen["pftrace"]) == 4 * 40 * 4 + 1
+    assert seen["pftrace"] == seen["json"]
+    depths = collections.Counter((name, depth) for _, name, _, _, depth in seen["pftrace"])
+    assert depths == {
+        ("long", 0): 1,
+        ("outer", 1): 40,  # the main thread's, inside long
+        ("mid", 2): 40,
+        ("leaf", 3): 80,
+        ("outer", 0): 120,  # the workers'
+        ("mid", 1): 120,
+        ("leaf", 2): 240,
+    }
+
+    def loaded(path):
+        trace = mxprof.load(path)
+        names = trace.thread_names
+        return [(names[e.pid, e.tid], e.name, e.ts, e.dur) for e in trace.events]
+
+    assert loaded(tmp_path / "t.pftrace") == loaded(tmp_path / "t.json")

@@ -205,7 +205,8 @@ def test_what_the_hints_could_not_check(tmp_path):
     assert not_checked([sampled]) == [
         "no ranges: no rule about time could look at the run",
         "one process with ranges: no straggler to compare",
-        "no memory counters (profile_memory): memory rules not run",
+        "no memory counters (profile_memory): memory-peak and memory-growth not run",
+        "no process memory samples (memory_steps): memory-leak not run",
     ]
     stepped = save(tmp_path, loop(1), "steps.json")
     assert not_checked([stepped])[0].startswith("no stack samples")

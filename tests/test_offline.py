@@ -30,6 +30,7 @@ OFFLINE = {
     "mxprof.report.hints",
     "mxprof.report.hints._common",
     "mxprof.report.hints.health",
+    "mxprof.report.hints.dataloader",
     "mxprof.report.hints.loading",
     "mxprof.report.hints.memory",
     "mxprof.report.hints.ranks",
@@ -42,6 +43,8 @@ OFFLINE = {
     "mxprof.report._sections",
     "mxprof.report._series",
     "mxprof.report._shares",
+    "mxprof.report.sql",
+    "mxprof.report.view",
 }
 
 PUBLIC = [
@@ -50,7 +53,7 @@ PUBLIC = [
     "TraceReadError", "__version__", "current_scope", "diff", "dump", "dump_profile", "dumps",
     "get_include", "load", "memory", "pause", "profiler_set_config", "profile",
     "profiler_set_state", "record_function", "report", "resume", "schedule", "scope",
-    "set_config", "set_state", "trigger",
+    "set_config", "set_state", "sql", "trigger",
 ]  # fmt: skip
 
 

@@ -18,6 +18,7 @@ pb2 = pytest.importorskip(
 
 BEGIN, END, INSTANT, COUNTER = 1, 2, 3, 4
 MONOTONIC, REALTIME, BOOTTIME = 3, 1, 6
+DELTA = 64  # the thread sequences' incremental clock
 SCOPES = ("global", "process", "thread", "task", "marker")
 GLOBAL_TRACK = 0  # the implicit trace-global track: needs no descriptor
 
@@ -59,58 +60,82 @@ def packet_ends(data):
 
 
 class Decoded:
-    """A trace read the way a consumer does, checking the rules on the way."""
+    """A trace read the way a consumer does, checking the rules on the way.
+
+    The process's packets (its clock snapshot, its track, samples) are on one
+    sequence with absolute MONOTONIC timestamps; each thread's events on a
+    sequence of their own, each batch of them after a packet that clears the
+    sequence's state and sets its defaults (the thread's track, the
+    incremental clock CLOCK_DELTA) and a clock snapshot that starts that
+    clock: events carry neither a track (unless another) nor a clock id.
+    """
 
     def __init__(self, path):
         with open(path, "rb") as f:
             self.data = f.read()
         self.trace = parse(self.data)
-        self.names, self.cats = {}, {}
+        self.names, self.cats = {}, {}  # iid -> text, over every sequence
         self.tracks = {}  # uuid -> every descriptor of it, in file order
         self.events = []
         self.base = None
-        seq_ids, cleared = set(), False
+        self.seqs = {}  # sequence id -> its state
         for p in self.trace.packet:
-            seq_ids.add(p.trusted_packet_sequence_id)
+            seq = self.seqs.setdefault(
+                p.trusted_packet_sequence_id,
+                {"cleared": False, "names": {}, "cats": {}, "track": None, "clock": None},
+            )
             if p.sequence_flags & 1:
-                cleared = True
+                seq.update(cleared=True, names={}, cats={}, track=None, clock=None)
             if p.sequence_flags & 2:
-                assert cleared, "a packet needs incremental state before it was cleared"
+                assert seq["cleared"], "a packet needs incremental state before it was cleared"
+            if p.HasField("trace_packet_defaults"):
+                assert p.sequence_flags & 1, "defaults come with a clear"
+                d = p.trace_packet_defaults
+                seq.update(clock=d.timestamp_clock_id, track=d.track_event_defaults.track_uuid)
             if p.HasField("clock_snapshot"):
-                assert self.base is None, "one clock snapshot per file"
                 snap = p.clock_snapshot
-                assert snap.primary_trace_clock == MONOTONIC
                 clocks = {c.clock_id: c.timestamp for c in snap.clocks}
-                assert set(clocks) == {MONOTONIC, REALTIME, BOOTTIME}
-                self.base = clocks[MONOTONIC]
+                if snap.HasField("primary_trace_clock"):
+                    assert self.base is None, "one trace clock snapshot per file"
+                    assert snap.primary_trace_clock == MONOTONIC
+                    assert set(clocks) == {MONOTONIC, REALTIME, BOOTTIME}
+                    self.base = clocks[MONOTONIC]
+                else:  # a thread sequence's incremental clock, from the base
+                    assert set(clocks) == {DELTA, MONOTONIC}
+                    assert [c.is_incremental for c in snap.clocks] == [True, False]
+                    assert clocks[DELTA] == clocks[MONOTONIC] == self.base
+                    seq["now"] = clocks[DELTA]
             if p.HasField("interned_data"):
                 assert p.sequence_flags == 2
-                for table, entries in (
-                    (self.names, p.interned_data.event_names),
-                    (self.cats, p.interned_data.event_categories),
+                for table, key, entries in (
+                    (self.names, "names", p.interned_data.event_names),
+                    (self.cats, "cats", p.interned_data.event_categories),
                 ):
                     for e in entries:
-                        assert e.iid and e.iid not in table, "each iid interned once"
-                        table[e.iid] = e.name
+                        assert e.iid and e.iid not in seq[key], "interned once per clear"
+                        seq[key][e.iid] = table[e.iid] = e.name
             if p.HasField("track_descriptor"):
                 self.tracks.setdefault(p.track_descriptor.uuid, []).append(p.track_descriptor)
             if p.HasField("track_event"):
-                self.event(p)
-        assert len(seq_ids) == 1 and 0 not in seq_ids
+                self.event(p, seq)
+        assert 0 not in self.seqs
         self.process = [u for u, ds in self.tracks.items() if ds[0].HasField("process")]
         assert len(self.process) == 1
 
-    def event(self, p):
+    def event(self, p, seq):
         te = p.track_event
-        assert p.timestamp_clock_id == MONOTONIC
-        assert te.track_uuid == GLOBAL_TRACK or te.track_uuid in self.tracks, (
-            "a track is described before its events"
-        )
-        assert te.HasField("track_uuid"), "an event without one lands on a thread track"
+        assert not p.HasField("timestamp_clock_id"), "the sequence's default clock"
+        assert seq["clock"] == DELTA and "now" in seq
+        seq["now"] += p.timestamp
+        track = te.track_uuid if te.HasField("track_uuid") else seq["track"]
+        if te.HasField("track_uuid"):
+            assert te.track_uuid != seq["track"], "the default track is not named"
+        described = track == GLOBAL_TRACK or track in self.tracks
+        assert described, "a track is described before its events"
         named = te.type in (BEGIN, INSTANT)
         assert named == bool(te.name_iid) == (p.sequence_flags == 2)
         if named:
-            assert te.name_iid in self.names and list(te.category_iids) == [te.name_iid]
+            assert te.name_iid in seq["names"] and list(te.category_iids) == [te.name_iid]
         args = {
             a.name: a.string_value
             if a.HasField("string_value")
@@ -122,10 +147,10 @@ class Decoded:
         self.events.append(
             {
                 "type": te.type,
-                "ts": p.timestamp - self.base,
-                "track": te.track_uuid,
-                "name": self.names.get(te.name_iid),
-                "cat": self.cats.get(te.name_iid),
+                "ts": seq["now"] - self.base,
+                "track": track,
+                "name": seq["names"].get(te.name_iid),
+                "cat": seq["cats"].get(te.name_iid),
                 "args": args,
                 "value": te.counter_value,
             }
@@ -377,7 +402,8 @@ def test_flushes_append_and_each_leaves_a_valid_file(tmp_path, clock):
     files.append(got.data)
     assert all(b.startswith(a) and len(a) < len(b) for a, b in zip(files, files[1:-1]))
     assert files[-1] == files[-2]  # nothing new to write
-    assert sorted(got.names.values()) == ["t0", "t1", "t2"]  # interned once per file
+    # Interned again by each flush's batch of the thread (its sequence starts afresh).
+    assert sorted(got.names.values()) == ["t0", "t1", "t2"]
     assert [len(ds) for ds in got.tracks.values()] == [1, 1, 1]  # process, thread, counter
 
 

@@ -161,6 +161,8 @@ def test_sampling_benchmark_quick_mode_runs_and_reports(tmp_path):
         ("ctl.py", ["--quick"], "socket", "target: `where` answers in <= 1 s"),
         ("flight.py", ["--quick"], "msgspec", "ring mode"),
         ("window.py", ["--quick"], "msgspec", "blocks each"),
+        ("dataloader.py", ["--quick"], "torch", "instrumented / plain"),
+        ("sql.py", ["--quick"], "duckdb", "mxprof.sql(), cached"),
     ],  # fmt: skip
 )
 def test_standalone_benchmarks_run(tmp_path, script, args, needs, expect):

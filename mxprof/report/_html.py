@@ -551,6 +551,24 @@ def _steps(s: Sections) -> str:
         {"type": "bar", "name": name, "x": st.index, "y": _seconds(ns)}
         for name, ns in st.parts.items()
     ]
+    # torch's DataLoader: the wait before each step stacked on it, by the worker
+    # whose batch it waited for; each worker's busy time as a line.
+    data += [
+        {"type": "bar", "name": name, "x": st.index, "y": _seconds(ns)}
+        for name, ns in st.data_wait.items()
+    ]
+    data += [
+        {"type": "scatter", "mode": "lines+markers", "line": {"dash": "dot"}, "name": name,
+         "x": st.index, "y": _seconds(ns)}
+        for name, ns in st.worker_busy.items()
+    ]  # fmt: skip
+    loading = (
+        "<p>DataLoader: each bar also stacks the wait for the step's batch (before the "
+        "step), by the worker that made it; dotted lines are each worker's time "
+        "producing batches in the step's window.</p>"
+        if st.data_wait or st.worker_busy
+        else ""
+    )
     data.append(
         {
             "type": "scatter",
@@ -579,6 +597,7 @@ def _steps(s: Sections) -> str:
             f"{esc(format_ns(st.between_ns))} between them, of {esc(format_ns(st.span_ns))} "
             f"from the first step's start to the last one's end{share}. Unrecorded work or "
             "waiting; the hints and the samples say which.</p>",
+            loading,
             plot(
                 "steps",
                 data,
@@ -586,7 +605,10 @@ def _steps(s: Sections) -> str:
                     "barmode": "stack",
                     "xaxis": {"title": {"text": "step"}},
                     "yaxis": {"title": {"text": "time (s)"}},
-                    "title": {"text": "Step time by top-level range, and in no range"},
+                    "title": {
+                        "text": "Step time by top-level range, and in no range"
+                        + (", and the data wait before it" if st.data_wait else "")
+                    },
                     **_marks(s, steps=True),
                 },
             ),

@@ -18,6 +18,7 @@ from msgspec.structs import replace
 from .._tallies import TALLIES
 from ..averages import Row
 from ..trace import Event, Trace
+from ..trace.dataloader import loader
 from ..trace.processes import DEVICE_STORAGE, SCOPE_STORAGE, job, processes
 from ..trace.processes import Process as TraceProcess
 from ..trace.snapshot import Trigger, trigger_of
@@ -70,6 +71,10 @@ class Steps:
     in_no_range_ns: int  # inside the steps, in no range, all steps together
     between_ns: int  # between the steps, in no range, all gaps together
     span_ns: int  # the first step's start to the last one's end
+    # torch's DataLoader (trace.dataloader), per bar: the wait before the step
+    # by the worker whose batch it waited for, and each worker's busy time
+    data_wait: dict[str, list[int]] = field(default_factory=dict)
+    worker_busy: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -437,6 +442,7 @@ def _steps(procs: Sequence[TraceProcess]) -> Steps | None:
         parts["other"].append((inside - known) // size)
         parts[IN_NO_RANGE].append(sum(st.in_no_range[k] for k in ks) // size)
     lo_ns, hi_ns = st.span
+    data_wait, worker_busy = _data_wait(procs, p, n, group)
     return Steps(
         name=st.name,
         thread=f"{p.thread_label(st.tid)} of {p.label}",
@@ -452,4 +458,29 @@ def _steps(procs: Sequence[TraceProcess]) -> Steps | None:
         in_no_range_ns=sum(st.in_no_range),
         between_ns=sum(st.between),
         span_ns=hi_ns - lo_ns,
+        data_wait=data_wait,
+        worker_busy=worker_busy,
     )
+
+
+def _data_wait(
+    procs: Sequence[TraceProcess], p: TraceProcess, n: int, group: int
+) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """Per plotted bar of p's steps: DataLoader wait by producing worker, and
+    each worker's busy ns (means over a bar's steps); empty without a loader."""
+    ld = loader(procs)
+    if ld is None or ld.main is not p or len(ld.steps) != n:
+        return {}, {}
+    wait: dict[str, list[int]] = {}
+    busy: dict[str, list[int]] = {}
+    who = sorted({w for s in ld.steps for w in s.waited_for})
+    for lo in range(0, n, group):
+        ks = range(lo, min(lo + group, n))
+        for w in who:
+            name = f"data wait: worker {w}" if w >= 0 else "data wait: no batch joined"
+            total = sum(ld.steps[k].waited_for.get(w, 0) for k in ks)
+            wait.setdefault(name, []).append(total // len(ks))
+        for w in sorted(ld.workers):
+            total = sum(ld.steps[k].busy.get(w, 0) for k in ks)
+            busy.setdefault(f"worker {w} busy", []).append(total // len(ks))
+    return {k: v for k, v in wait.items() if any(v)}, busy

@@ -81,8 +81,8 @@ from typing import Any, Union
 
 from .._render import format_ns
 from ..errors import TraceFormatError
-from ..trace import Event, Trace, load
-from ..trace.processes import Process, in_job, processes
+from ..trace import Event, Trace, dataloader, load
+from ..trace.processes import Process, in_job, job, processes
 from ..trace.steps import is_frame, is_profiler_step
 from ._collective import GPU_CATEGORY, Collective, Span, cut, parse, union
 
@@ -159,6 +159,8 @@ class RankAnalysis:
     collectives: dict[str, dict[str, Any]] = field(default_factory=dict)
     matched: int = 0  # collectives found on >= 2 ranks
     servers: list[str] = field(default_factory=list)  # of ranks: a parameter server's
+    # torch's DataLoader: data wait per step, each worker's busy/idle (trace.dataloader)
+    loader: dataloader.Loader | None = None
 
     def per_rank(self) -> dict[str, dict[str, float]]:
         """Each rank's mean step: total, compute, communication, waiting, idle (ns)."""
@@ -184,6 +186,7 @@ class RankAnalysis:
             "collectives": self.collectives,
             "matched": self.matched,
             "servers": self.servers,
+            "dataloader": None if self.loader is None else dataloader.to_dict(self.loader),
             "unit": "ns",
         }
 
@@ -238,6 +241,11 @@ class RankAnalysis:
                     f"{s.name:{nw}}  {format_ns(s.min):>12}  {format_ns(s.median):>12}  "
                     f"{format_ns(s.max):>12}  {s.min_rank}, {s.max_rank}"
                 )
+        if self.loader is not None:
+            lines += [
+                "",
+                *dataloader.render(self.loader, None),
+            ]
         lines.append("")
         if self.straggler is None:
             lines.append("Straggler: none (no rank is the one the others wait for)")
@@ -459,7 +467,10 @@ def analyze(traces: Inputs) -> RankAnalysis:
     for t in items:
         if not isinstance(t, Trace):
             raise TypeError(f"analyze takes loaded Traces (mxprof.load), got {t!r}")
-    return reduce([_part(t, i) for i, t in enumerate(items)])
+    result = reduce([_part(t, i) for i, t in enumerate(items)])
+    # The DataLoader reads the processes' ranges, which the parts do not keep.
+    result.loader = dataloader.loader(job(items))
+    return result
 
 
 def reduce(parts: Sequence[RanksPart]) -> RankAnalysis:

@@ -25,6 +25,7 @@ from ..errors import TraceFormatError
 from .reader import GZIP_MAGIC, MAX_LINE, LineCheck, gunzip, shown
 
 BLOCK = 8 << 20  # bytes of text decoded at a time
+_ENDS = 1 << 20  # bytes of each end read first for the members around the events
 _HEAD_LIMIT = 1 << 20  # how far the opening of the events array may lie
 _OPENING = re.compile(rb'\A\s*(?:\[|\{(?P<members>.*?)"traceEvents"\s*:\s*\[)', re.DOTALL)
 # A line that begins with ']' closes the array: JSON strings hold no raw newline.
@@ -151,14 +152,20 @@ def metadata(f: IO[bytes]) -> dict[str, Any]:
     Raises:
         NotLines: not in the one-event-per-line shape, or damaged.
     """
-    head = f.read(BLOCK)
     size = f.seek(0, 2)
-    if not head.startswith(GZIP_MAGIC) and size > 2 * BLOCK:
+    f.seek(0)
+    # A small read of each end first (a window of many files reads little
+    # else), then a block of each, then all of it.
+    for ends in (_ENDS, BLOCK):
+        f.seek(0)
+        head = f.read(ends)
+        if head.startswith(GZIP_MAGIC) or size <= 2 * ends:
+            continue
         opening = _OPENING.match(head)
-        f.seek(size - BLOCK)
+        f.seek(size - ends)
         tail = f.read()
-        # The first line opening with ']' in the last block closes the events
-        # (unless what follows them is longer than a block: then it fails to parse).
+        # The first line opening with ']' in the last piece closes the events
+        # (unless what follows them is longer than the piece: then it fails to parse).
         closing = _CLOSING.search(tail)
         if opening is not None and closing is not None:
             try:

@@ -53,6 +53,7 @@ from . import _scan, manifest
 from ._convert import Converter, ident, span_ns, whole_ns
 from ._event import DECODE_EVENTS
 from .clock import IDENTITY, ClockModel
+from .dataloader import FlowCollector
 from .engine import Executor
 from .gpu import align_inputs, is_nvidia
 from .model import Event, Trace, base_time_ns, ns_ratio, read_lines, round_ratio
@@ -74,6 +75,39 @@ def _distributed(path: str, meta: dict[str, Any]) -> tuple[dict[str, Any], Clock
     except ValueError as e:
         raise TraceFormatError(f"{path}: bad distributedInfo.clock: {e}") from None
     return info, clock
+
+
+def _moves(metadata: Sequence[dict[str, Any]], dist: Sequence[Any]) -> list[_Move]:
+    """Each input's mapping onto the merged axis (its ts 0: the earliest base,
+    on the reference clock)."""
+    bases = [base_time_ns(m) for m in metadata]
+    clocks = [d[1] if d is not None else IDENTITY for d in dist]
+    # Each base on the reference clock: the rank-0 worker's for distributed inputs.
+    corrected = [None if b is None else b + c.offset_at(b) for b, c in zip(bases, clocks)]
+    known = [b for b in corrected if b is not None]
+    ref = min(known) if known else 0
+    return [_Move(base, clock, ref) for base, clock in zip(bases, clocks)]
+
+
+def timeline(
+    inputs: Sequence[tuple[str, dict[str, Any]]],
+) -> list[tuple[dict[str, Any] | None, Callable[[int], int]]]:
+    """Each input's ``distributedInfo`` (None: none) and its mapping of ns on
+    its own axis to ns on the axis ``merge`` writes, given (path, metadata).
+
+    For readers that place inputs on the merged clock without merging them
+    (``mxprof export --format parquet``).
+
+    Raises:
+        TraceFormatError: a ``distributedInfo.clock`` that is not one.
+
+    Example:
+        >>> [(info, move(5)) for info, move in timeline([("a.json", {})])]
+        [(None, 5)]
+    """
+    dist = [_distributed(path, meta) for path, meta in inputs]
+    moves = _moves([meta for _, meta in inputs], dist)
+    return [(d[0] if d is not None else None, m) for d, m in zip(dist, moves)]
 
 
 def _fresh_pid(pid: Any, used: set[Any]) -> Any:
@@ -484,13 +518,8 @@ def merge(
             [dist[k] for k in keep],
             [names[k] for k in keep],
         )
-    bases = [base_time_ns(inp.metadata) for inp in inputs]
-    clocks = [d[1] if d is not None else IDENTITY for d in dist]
-    # Each base on the reference clock: the rank-0 worker's for distributed inputs.
-    corrected = [None if b is None else b + c.offset_at(b) for b, c in zip(bases, clocks)]
-    known = [b for b in corrected if b is not None]
-    ref = min(known) if known else 0
-    moves = [_Move(base, clock, ref) for base, clock in zip(bases, clocks)]
+    moves = _moves([inp.metadata for inp in inputs], dist)
+    ref = moves[0].ref
     span = _window_ns(window, inputs, moves, executor) if window is not None else None
     near = _near_events(inputs, moves, span, executor) if span is not None else {}
     fmt = file_format(output)
@@ -503,7 +532,14 @@ def merge(
             if fmt == JSON_GZ:
                 f = gzip.GzipFile(fileobj=raw_file, mode="wb", compresslevel=6, mtime=0)  # type: ignore[assignment]
             out: Output = _PerfettoOut(f, ref) if fmt == PERFETTO else _JsonOut(f, head)
-            count, summary, ranks_info = _write_inputs(inputs, dist, moves, span, out, near)
+            flows = FlowCollector()
+            count, summary, ranks_info = _write_inputs(inputs, dist, moves, span, out, flows, near)
+            if isinstance(out, _JsonOut):
+                # DataLoader batches joined to the waits for them: the arrows
+                # need both ends on one clock, so the merge writes them.
+                joined = flows.flows()
+                out.add(joined)
+                count += len(joined)
             doc: dict[str, Any] = {}
             if ranks_info or info:
                 first = next((d[0] for d in dist if d is not None), {})
@@ -564,11 +600,12 @@ def _write_inputs(
     moves: list[_Move],
     span: tuple[int, int] | None,
     out: Output,
+    flows: FlowCollector,
     decoded: dict[int, list[RawEvent]],
 ) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every input's events, moved, renumbered and labelled, into out;
-    decoded: by input index, the events of inputs already cut to the window
-    (``_near_events``)."""
+    """Every input's events, moved, renumbered and labelled, into out (and
+    flows, which keeps the DataLoader's); decoded: by input index, the events
+    of inputs already cut to the window (``_near_events``)."""
     used: set[Any] = set()
     count = 0
     summary: list[dict[str, Any]] = []
@@ -614,6 +651,7 @@ def _write_inputs(
                     moved["args"] = args
                 kept.append(moved)
             out.add(kept)
+            flows.see(kept)
             count += len(kept)
         extra = []
         for pid in pids:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from array import array
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, overload
 
 import msgspec
@@ -22,7 +22,8 @@ from ._columns import NO_DUR, Events, Keys, Thread, in_columns
 from ._convert import Converter, ThreadKey, ns_ratio, round_ratio
 from ._event import DECODE_EVENTS, Event, Id
 from .nvidia import is_database
-from .reader import PathArg, RawEvent, open_trace, read_raw
+from .perfetto import load_perfetto, looks_like_perfetto
+from .reader import PathArg, RawEvent, open_trace, read_raw, shown
 from .samples import Samples
 from .tree import CallTree, build_tree, nest, nested
 
@@ -194,12 +195,16 @@ class Trace(Sequence[Event]):
         """Read path whole: its events kept, or only counted and summed up."""
         name = os.fspath(path)
         summary = None if keep_events else _Summary()
+        truncated = False
         try:
             converted, metadata = read_lines(path, _columns() if summary is None else summary.sink)
         except _scan.NotLines:
-            events, metadata, truncated = read_raw(path)
-            return cls.from_raw(events, metadata=metadata, truncated=truncated, path=name)
-        trace = cls._of(converted, metadata, False, name)
+            protobuf = read_protobuf(path, _columns() if summary is None else summary.sink)
+            if protobuf is None:
+                events, metadata, truncated = read_raw(path)
+                return cls.from_raw(events, metadata=metadata, truncated=truncated, path=name)
+            converted, metadata, truncated = protobuf
+        trace = cls._of(converted, metadata, truncated, name)
         trace._summary = summary
         return trace
 
@@ -218,7 +223,11 @@ class Trace(Sequence[Event]):
             try:
                 converted, _ = read_lines(self.path, _columns())
                 self._events = in_columns(converted.finish())
-            except _scan.NotLines:  # changed since: read it whole
+            except _scan.NotLines:  # a Perfetto trace, or changed since: read it whole
+                protobuf = read_protobuf(self.path, _columns())
+                if protobuf is not None:
+                    self._events = in_columns(protobuf[0].finish())
+                    return self._events
                 raw, _, _ = read_raw(self.path)
                 self._events = Trace.from_raw(raw).events
         return self._events
@@ -379,6 +388,22 @@ class Trace(Sequence[Event]):
         """
         return {category for _, category in self._lengths()}
 
+    def point_categories(self) -> set[str]:
+        """The categories that hold events other than ranges (counter samples,
+        instants).
+
+        Of a file ``load`` read in mxprof's own shape, from what was gathered
+        then: no event is read again.
+
+        Example:
+            >>> "Process Memory" in mxprof.load("run.json").point_categories()  # doctest: +SKIP
+            True
+        """
+        summary = self._summary
+        if self._events is None and summary is not None:
+            return set(summary.points)
+        return {e.category for e in self.events.points()}
+
     def _lengths(self) -> dict[tuple[str, str], array[int]]:
         """Durations per (name, category): the statistics' when worked out, else
         gathered alone (no nesting needed)."""
@@ -535,6 +560,7 @@ class _Summary:
         self.count = 0
         self.broken = False
         self.groups: dict[tuple[str, str], tuple[array[int], list[int]]] = {}
+        self.points: set[str] = set()  # the categories of the events that are not ranges
 
     def sink(self, key: ThreadKey) -> _Running:
         return _Running(self)
@@ -555,7 +581,10 @@ class _Running:
         summary = self.summary
         summary.count += 1
         length = event.dur
-        if length is None or summary.broken:
+        if length is None:
+            summary.points.add(event.category)
+            return
+        if summary.broken:
             return
         start = event.ts
         end = start + length
@@ -589,9 +618,36 @@ class _Running:
             group[1][0] += length - children
 
 
-def read_lines(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any]]:
+def read_protobuf(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any], bool] | None:
+    """Read a Perfetto protobuf trace into sink(thread) per thread, streaming
+    (``perfetto.load_perfetto``): (the conversion, metadata, whether the file
+    was cut short); None when the file is not one (read it with ``read_raw``).
+
+    Raises:
+        TraceReadError: the path cannot be read.
+        TraceFormatError: a packet breaks the wire format.
+    """
+    if is_database(path):
+        return None
+    with open_trace(path) as f:
+        if not looks_like_perfetto(f.read(_PROTOBUF_HEAD)):
+            return None
+        f.seek(0)
+        converted = Converter(sink)
+        metadata, truncated = load_perfetto(f, shown(os.fspath(path)), converted)
+    return converted, metadata, truncated
+
+
+_PROTOBUF_HEAD = 1 << 16  # bytes looked at to tell a Perfetto trace from JSON
+
+
+def read_lines(
+    path: PathArg, sink: Any, after_block: Callable[[], None] | None = None
+) -> tuple[Converter, dict[str, Any]]:
     """Read a file in mxprof's one-event-per-line shape into sink(thread) per thread
-    (a list of Events per thread where sink is None).
+    (a list of Events per thread where sink is None); ``after_block()``, when
+    given, runs after each block's events went to their sinks (a streaming
+    writer flushes there).
 
     Raises:
         _scan.NotLines: the file is not in that shape (or is cut short, or
@@ -609,10 +665,11 @@ def read_lines(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any]]:
             except StopIteration as stop:
                 metadata: dict[str, Any] = stop.value
                 break
+            decoded = False
             if _ASYNC.search(text) is None:
                 try:
                     converted.add_block(DECODE_EVENTS(text))
-                    continue
+                    decoded = True
                 except msgspec.ValidationError:
                     pass  # a value the fast decoding does not take: read the run as dicts
                 except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
@@ -620,6 +677,9 @@ def read_lines(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any]]:
                     # general reader reads the text with replacement characters
                     # or names what is wrong.
                     raise _scan.NotLines from None
-            for raw in _scan.raw_events(text):
-                converted.add(raw)
+            if not decoded:
+                for raw in _scan.raw_events(text):
+                    converted.add(raw)
+            if after_block is not None:
+                after_block()
     return converted, metadata

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import TraceFormatError
+from ._event import NO_ARGS, Event
 from ._protobuf import (
     BEGIN,
     BYTES,
@@ -42,6 +43,8 @@ from ._protobuf import (
     DA_NAME,
     DA_STRING,
     DA_UINT,
+    DEF_TIMESTAMP_CLOCK_ID,
+    DEF_TRACK_EVENT,
     DESC_PID,
     END,
     FIXED32,
@@ -52,9 +55,12 @@ from ._protobuf import (
     INTERNED_IID,
     INTERNED_NAME,
     PD_PROCESS_NAME,
+    PK_CLOCK_ID,
     PK_CLOCK_SNAPSHOT,
+    PK_DEFAULTS,
     PK_INTERNED_DATA,
     PK_SEQUENCE_FLAGS,
+    PK_SEQUENCE_ID,
     PK_TIMESTAMP,
     PK_TRACK_DESCRIPTOR,
     PK_TRACK_EVENT,
@@ -72,11 +78,15 @@ from ._protobuf import (
     TE_NAME_IID,
     TE_TRACK_UUID,
     TE_TYPE,
+    TED_TRACK_UUID,
     THD_THREAD_NAME,
     THD_TID,
     VARINT,
 )
 from .samples import PerfettoSamples  # HOOK(samples)
+
+if TYPE_CHECKING:
+    from ._convert import Converter
 
 RawEvent = dict[str, Any]
 
@@ -185,65 +195,508 @@ def packets(data: bytes) -> tuple[list[bytes], bool]:
     return out, False
 
 
-class _Decoder:
-    """Packets in file order to raw events, with the sequence's interned names."""
+class _Sequence:
+    """One packet sequence's incremental state: interned names, defaults, clocks."""
+
+    __slots__ = ("names", "categories", "clock", "track", "deltas", "offsets")
 
     def __init__(self) -> None:
-        self.events: list[RawEvent] = []
-        self.metadata: dict[str, Any] = {}
         self.names: dict[int, str] = {}
         self.categories: dict[int, str] = {}
+        self.clock: int | None = None  # TracePacketDefaults.timestamp_clock_id
+        self.track: int | None = None  # TrackEventDefaults.track_uuid
+        # Incremental clocks: clock id -> the clock's last value.
+        self.deltas: dict[int, int] = {}
+        # The sequence's own clocks (ids 64 to 127) -> MONOTONIC minus them.
+        self.offsets: dict[int, int] = {}
+
+    def clear(self) -> None:
+        self.names.clear()
+        self.categories.clear()
+        self.clock = self.track = None
+
+
+class _Decoder:
+    """Packets in file order to events, with each sequence's state.
+
+    Two outputs, one decoding.  With a ``Converter`` (``load``), a slice's
+    begin and end are paired on their track, in file order (the writers put
+    a track's begins and ends in nesting order), and the range goes straight
+    to its thread's sink (``Thread.put``: the columns of trace/_columns.py)
+    when it ends, as a JSON trace has its ``X`` events; instants and
+    counters likewise.  Without one (``read_perfetto``), every event becomes
+    the raw dict ``read_raw`` gives for JSON, ``B``/``E`` as in the file.
+
+    Timestamps: a packet's clock is its ``timestamp_clock_id``, else its
+    sequence's default, else MONOTONIC; an incremental clock adds the
+    packet's value to the clock's last; a sequence's own clock (ids 64 to
+    127) maps to MONOTONIC by its ClockSnapshot.  ``ts`` counts ns from the
+    first MONOTONIC snapshot (the trace's base).
+    """
+
+    def __init__(self, converter: Converter | None) -> None:
+        self.converter = converter
+        self.events: list[RawEvent] = []  # the raw output (converter None)
+        self.metadata: dict[str, Any] = {}
+        self.sequences: dict[int, _Sequence] = {}
         # uuid -> ("process" | "thread" | "counter" | "track", pid, tid, name)
         self.tracks: dict[int, tuple[str, int, int, str]] = {}
         self.async_cats: dict[int, str] = {}
         self.pid = 0  # the pid of the last process track: global events belong to it
         self.base: int | None = None  # MONOTONIC ns of ts 0
         self.samples = PerfettoSamples()  # HOOK(samples): stack samples
+        self.sample_sequences: set[int] = set()  # sequences that interned frames
+        # Open slices per track: (ts ns, name, category, args); pids and tids per track.
+        self.open: dict[int, list[tuple[int, str, str, Any]]] = {}
+        self.sinks: dict[tuple[int, int], Any] = {}  # (pid, tid) -> put or sink.append
+        self.unmatched = 0
+        self.count = 0  # packets decoded
 
-    def packet(self, data: bytes) -> None:
-        ts: int | None = None
-        event = perf = None
-        for field, wire, value in _fields(data):
-            if field == PK_SEQUENCE_FLAGS and _uint(value) & SEQ_INCREMENTAL_STATE_CLEARED:
-                self.names.clear()
-                self.categories.clear()
-                self.samples.clear()  # HOOK(samples)
-            elif field == PK_PERF_SAMPLE:  # HOOK(samples)
+    # ---- the hot loop ----
+
+    def run(self, data: bytes, pos: int) -> int:
+        """Decode the whole packets of data from pos; where the first
+        incomplete one begins (``count``: packets decoded so far).
+
+        Raises:
+            _Damaged: the wire format breaks (the message says where).
+        """
+        end = len(data)
+        seqs = self.sequences
+        last_seq = -1
+        state = _Sequence()
+        raw = self.converter is None
+        opened = self.open
+        # The fast path (load only): the current sequence's default clock
+        # when it is incremental and its events have a default track, else -1.
+        fast = -1
+        deltas: dict[int, int] = {}
+        names: dict[int, str] = {}
+        cats: dict[int, str] = {}
+        stack: list[tuple[int, str, str, Any]] = []
+        emit: Any = None
+        append: Any = None  # the sink's append when it takes Events (no put)
+        pid = tid = 0  # the fast track's thread
+        shift = 0
+        now = 0  # the fast clock's value (written back to deltas when the fast path ends)
+        end_tail = begin_head = b""
+        count = self.count
+        try:
+            while pos < end:
+                if data[pos] != 0x0A:
+                    raise _Damaged(f"byte {pos}: 0x{data[pos]:02x} where a packet (0x0a) begins")
+                n = data[pos + 1] if pos + 1 < end else 0x80
+                if n < 0x80:
+                    p = pos + 2
+                else:
+                    try:
+                        n, p = _varint(data, pos + 1, end)
+                    except _Damaged:
+                        break  # cut inside the length
+                stop = p + n
+                if stop > end:
+                    break
+                if fast >= 0 and n >= 8 and data[p] == 0x40:
+                    # The compact encoding's begins and ends on the thread's
+                    # track, told by their last bytes: an end is (delta)
+                    # 50 seq 5A 02 48 02; a begin (delta) 50 seq 68 02 5A 06
+                    # 48 01 50 name_iid 18 category_iid (iids below 128).
+                    # Anything else, or any surprise, goes the general way.
+                    if data[stop - 6 : stop] == end_tail and stack:
+                        m = n - 7  # the delta's bytes
+                        v = data[p + 1]
+                        if m == 1 and v < 0x80:
+                            pass
+                        elif m == 2 and v >= 0x80 and data[p + 2] < 0x80:
+                            v = (v & 0x7F) | data[p + 2] << 7
+                        else:
+                            v, q = _varint(data, p + 1, stop)
+                            v = v if q == stop - 6 else -1
+                        if v >= 0:
+                            now += v
+                            start, name, cat, args = stack.pop()
+                            ts = now + shift
+                            dur = ts - start if ts > start else 0
+                            if append is None:
+                                emit(start, dur, name, cat, "X", args or NO_ARGS)
+                            else:  # a summary: the Event it takes, without a call between
+                                append(Event(name, cat, "X", start, dur, pid, tid, args or NO_ARGS))
+                            count += 1
+                            pos = stop
+                            continue
+                    elif (
+                        n >= 14
+                        and data[stop - 12 : stop - 3] == begin_head
+                        and data[stop - 2] == 0x18
+                        and data[stop - 3] < 0x80
+                        and data[stop - 1] < 0x80
+                    ):
+                        m = n - 13
+                        v = data[p + 1]
+                        if m == 1 and v < 0x80:
+                            pass
+                        elif m == 2 and v >= 0x80 and data[p + 2] < 0x80:
+                            v = (v & 0x7F) | data[p + 2] << 7
+                        else:
+                            v, q = _varint(data, p + 1, stop)
+                            v = v if q == stop - 12 else -1
+                        named = names.get(data[stop - 3])
+                        category = cats.get(data[stop - 1])
+                        if v >= 0 and named is not None and category is not None:
+                            now += v
+                            stack.append((now + shift, named, category, None))
+                            count += 1
+                            pos = stop
+                            continue
+                if fast >= 0:  # the general way: the clock's value where it reads it
+                    deltas[fast] = now
+                    fast = -1
+                # The packet's fields: numbers kept, messages as (start, stop).
+                ts = seq = flags = 0
+                has_ts = False
+                clock = -1
+                event = -1
+                event_end = 0
+                other: list[tuple[int, int, int]] | None = None
+                while p < stop:
+                    key = data[p]
+                    p += 1
+                    if key >= 0x80:
+                        key, p = _varint(data, p - 1, stop)
+                    wire = key & 7
+                    if wire == 0:
+                        v = data[p]
+                        if v < 0x80:
+                            p += 1
+                        else:
+                            v, p = _varint(data, p, stop)
+                        if key == 0x40:
+                            ts, has_ts = v, True
+                        elif key == 0x50:
+                            seq = v
+                        elif key == 0x68:
+                            flags = v
+                        elif key == 0x1D0:  # timestamp_clock_id (58)
+                            clock = v
+                        elif key >> 3 == 0:
+                            raise _Damaged("field number 0")
+                        elif key >> 3 in _PACKET_MESSAGES:
+                            raise _Damaged("a message field that is not length-delimited")
+                    elif wire == 2:
+                        v = data[p]
+                        if v < 0x80:
+                            p += 1
+                        else:
+                            v, p = _varint(data, p, stop)
+                        if key == 0x5A:
+                            event, event_end = p, p + v
+                        else:
+                            if key >> 3 == 0:
+                                raise _Damaged("field number 0")
+                            if key >> 3 in _PACKET_NUMBERS:
+                                raise _Damaged("a number field that is length-delimited")
+                            if other is None:
+                                other = []
+                            other.append((key >> 3, p, p + v))
+                        p += v
+                    elif wire == 1:
+                        p += 8
+                    elif wire == 5:
+                        p += 4
+                    else:
+                        raise _Damaged(f"wire type {wire} (field {key >> 3})")
+                if p != stop:
+                    raise _Damaged("a field that runs past its message")
+                count += 1
+                pos = stop
+                if seq != last_seq:
+                    found = seqs.get(seq)
+                    if found is None:
+                        found = seqs[seq] = _Sequence()
+                    state, last_seq = found, seq
+                if flags & SEQ_INCREMENTAL_STATE_CLEARED:
+                    state.clear()
+                    if seq in self.sample_sequences:
+                        self.samples.clear()  # HOOK(samples)
+                perf = None if other is None else self.fields(data, other, state, seq)
+                if has_ts:
+                    if clock < 0:
+                        clock = state.clock if state.clock is not None else CLOCK_MONOTONIC
+                    if clock in state.deltas:
+                        ts = state.deltas[clock] = state.deltas[clock] + ts
+                    if clock != CLOCK_MONOTONIC:
+                        ts += state.offsets.get(clock, 0)
+                    ts -= self.base or 0
+                if event >= 0:
+                    if not has_ts:
+                        continue
+                    self.track_event(data, event, event_end, ts, state, raw, opened)
+                elif perf is not None and has_ts:  # HOOK(samples)
+                    entry = _entry(perf, repeated=0, numbers=(2, 3, 4))
+                    events = self.samples.sample(entry, _us(ts), state.names, state.categories)
+                    self.put_raw(events)
+                # Whether the next packets of this sequence may take the fast path.
+                fast = -1
+                if not raw and last_seq < 0x80 and state.track is not None:
+                    clock = state.clock if state.clock is not None else CLOCK_MONOTONIC
+                    if clock in state.deltas:
+                        fast = clock
+                        deltas, names, cats = state.deltas, state.names, state.categories
+                        now = deltas[clock]
+                        end_tail = bytes((0x50, last_seq, 0x5A, 2, 0x48, END))
+                        begin_head = bytes((0x50, last_seq, 0x68, 2, 0x5A, 6, 0x48, BEGIN, 0x50))
+                        stack = opened.setdefault(state.track, [])
+                        where = self.tracks.get(state.track)
+                        pid = where[1] if where else self.pid
+                        tid = where[2] if where and where[0] == "thread" else 0
+                        emit = self.sink_put(pid, tid)
+                        append = getattr(emit, "sink_append", None)
+                        shift = -(self.base or 0)
+                        if clock != CLOCK_MONOTONIC:
+                            shift += state.offsets.get(clock, 0)
+        except IndexError:
+            self.count = count  # the damaged packet's index
+            raise _Damaged("a field that runs past its message") from None
+        except _Damaged:
+            self.count = count
+            raise
+        if fast >= 0:
+            deltas[fast] = now
+        self.count = count
+        return pos
+
+    def track_event(
+        self,
+        data: bytes,
+        p: int,
+        stop: int,
+        ts: int,
+        state: _Sequence,
+        raw: bool,
+        opened: dict[int, list[tuple[int, str, str, Any]]],
+    ) -> None:
+        """One TrackEvent at data[p:stop], at ts ns from the base."""
+        kind = 0
+        track = state.track
+        name_iid = 0
+        name: str | None = None
+        cat: str | None = None
+        value: int = 0
+        args: dict[str, Any] | None = None
+        while p < stop:
+            key = data[p]
+            p += 1
+            if key >= 0x80:
+                key, p = _varint(data, p - 1, stop)
+            wire = key & 7
+            if wire == 0:
+                v = data[p]
+                if v < 0x80:
+                    p += 1
+                else:
+                    v, p = _varint(data, p, stop)
+                if key == 0x48:
+                    kind = v
+                elif key == 0x50:
+                    name_iid = v
+                elif key == 0x18:
+                    c = state.categories.get(v, "")
+                    cat = f"{cat},{c}" if cat else c
+                elif key == 0x58:
+                    track = v
+                elif key == 0xF0:  # counter_value (30)
+                    value = _signed(v)
+                elif key >> 3 == 0:
+                    raise _Damaged("field number 0")
+                elif key >> 3 in _EVENT_MESSAGES:
+                    raise _Damaged("a message field that is not length-delimited")
+            elif wire == 2:
+                v = data[p]
+                if v < 0x80:
+                    p += 1
+                else:
+                    v, p = _varint(data, p, stop)
+                field = key >> 3
+                body = data[p : p + v]
+                p += v
+                if field == TE_NAME:
+                    name = _text(body)
+                elif field == TE_CATEGORIES:
+                    c = _text(body)
+                    cat = f"{cat},{c}" if cat else c
+                elif field == TE_CATEGORY_IIDS:  # packed
+                    for i in _packed(BYTES, body):
+                        c = state.categories.get(i, "")
+                        cat = f"{cat},{c}" if cat else c
+                elif field == TE_DEBUG_ANNOTATIONS:
+                    if args is None:
+                        args = {}
+                    args.update(_annotation(body))
+                elif field == 0:
+                    raise _Damaged("field number 0")
+                elif field in _EVENT_NUMBERS:
+                    raise _Damaged("a number field that is length-delimited")
+            elif wire == 1:
+                p += 8
+            elif wire == 5:
+                p += 4
+            else:
+                raise _Damaged(f"wire type {wire} (field {key >> 3})")
+        if p != stop:
+            raise _Damaged("a field that runs past its message")
+        if track is None:
+            track = 0
+        if kind == END and not raw:
+            stack = opened.get(track)
+            if not stack:
+                self.unmatched += 1
+                return
+            start, name, cat, begin_args = stack.pop()
+            if args:  # the end's args add to the begin's, as for JSON's E
+                begin_args = {**(begin_args or {}), **args}
+            where = self.tracks.get(track)
+            pid = where[1] if where else self.pid
+            tid = where[2] if where and where[0] == "thread" else 0
+            self.put(pid, tid, start, ts - start if ts > start else 0, name, cat, "X", begin_args)
+            return
+        if name is None and kind != END:
+            name = state.names.get(name_iid, "")
+        if kind == BEGIN and not raw:
+            stack = opened.get(track)
+            if stack is None:
+                stack = opened[track] = []
+            if args is not None and "cut_short" in args:
+                args["cut_short"] = bool(args["cut_short"])
+            stack.append((ts, name or "", cat or "", args))
+            return
+        where = self.tracks.get(track)
+        pid = where[1] if where else self.pid
+        tid = where[2] if where and where[0] == "thread" else 0
+        if kind == INSTANT:
+            if not raw:
+                self.put(pid, tid, ts, None, name or "", cat or "", "i", args)
+                return
+            out: RawEvent = {"name": name, "cat": cat or "", "ts": _us(ts), "pid": pid, "tid": tid}
+            scope = "t" if where and where[0] == "thread" else "p" if where else "g"
+            out.update(ph="i", s=scope)
+        elif kind == COUNTER:
+            counter = where[3] if where else name or ""
+            if not raw:
+                self.put(pid, 0, ts, None, counter, "", "C", {counter: value})
+                return
+            out = {"name": counter, "cat": "", "ts": _us(ts), "pid": pid, "tid": 0}
+            out.update(ph="C", args={counter: value})
+            self.events.append(out)
+            return
+        elif kind in (BEGIN, END):  # raw only
+            out = {"name": name, "cat": cat or "", "ts": _us(ts), "pid": pid, "tid": tid}
+            if where is not None and where[0] != "thread":
+                out.update(ph="b" if kind == BEGIN else "e", id=track)
+                if kind == BEGIN:
+                    self.async_cats[track] = out["cat"]
+                out["cat"] = self.async_cats.get(track, out["cat"])  # pairs b/e
+            else:
+                out["ph"] = "B" if kind == BEGIN else "E"
+            if kind == END:
+                del out["name"]  # an end closes the innermost open begin
+                if not args:
+                    self.events.append(out)
+                    return
+        else:
+            return
+        if args is not None and "cut_short" in args:  # the JSON writer's true, written as 1
+            args["cut_short"] = bool(args["cut_short"])
+        if args:
+            out["args"] = args
+        self.events.append(out)
+
+    def put(
+        self,
+        pid: int,
+        tid: int,
+        ts: int,
+        dur: int | None,
+        name: str,
+        cat: str,
+        ph: str,
+        args: dict[str, Any] | None,
+    ) -> None:
+        """An event to its thread's sink in the converter (times in ns)."""
+        self.sink_put(pid, tid)(ts, dur, name, cat, ph, args or NO_ARGS)
+
+    def sink_put(self, pid: int, tid: int) -> Any:
+        """put(ts, dur, name, category, ph, args) of the thread's sink."""
+        key = (pid, tid)
+        put = self.sinks.get(key)
+        if put is None:
+            assert self.converter is not None
+            sink = self.converter.sink(key)
+            put = self.sinks[key] = getattr(sink, "put", None) or _appender(sink, pid, tid)
+        return put
+
+    def put_raw(self, events: list[RawEvent]) -> None:
+        """Raw events (names, samples): to the output, or through the converter."""
+        if self.converter is None:
+            self.events += events
+        else:
+            for e in events:
+                self.converter.add(e)
+
+    # ---- the rest: descriptors, interned data, clocks, samples ----
+
+    def fields(
+        self, data: bytes, other: list[tuple[int, int, int]], state: _Sequence, seq: int
+    ) -> bytes | None:
+        """A packet's messages besides its TrackEvent; a PerfSample's bytes."""
+        perf = None
+        for field, start, stop in other:
+            value = data[start:stop]
+            if field == PK_PERF_SAMPLE:  # HOOK(samples)
                 perf = value
-            elif field == PK_TIMESTAMP and wire == VARINT:
-                ts = value
             elif field == PK_CLOCK_SNAPSHOT:
-                self.clock_snapshot(value)
+                self.clock_snapshot(value, state)
             elif field == PK_INTERNED_DATA:
-                self.interned(value)
+                self.interned(value, state, seq)
             elif field == PK_TRACK_DESCRIPTOR:
                 self.track(value)
-            elif field == PK_TRACK_EVENT:
-                event = value
-        if event is not None:
-            self.track_event(event, ts)
-        if perf is not None and ts is not None:  # HOOK(samples)
-            entry = _entry(perf, repeated=0, numbers=(2, 3, 4))
-            self.events += self.samples.sample(entry, self.us(ts), self.names, self.categories)
+            elif field == PK_DEFAULTS:
+                for f, _, v in _fields(value):
+                    if f == DEF_TIMESTAMP_CLOCK_ID:
+                        state.clock = _uint(v)
+                    elif f == DEF_TRACK_EVENT:
+                        for g, _, w in _fields(v):
+                            if g == TED_TRACK_UUID:
+                                state.track = _uint(w)
+        return perf
 
-    def clock_snapshot(self, data: bytes) -> None:
+    def clock_snapshot(self, data: bytes, state: _Sequence) -> None:
         clocks = {}
+        incremental = set()
         for field, _, value in _fields(data):
             if field == 1:
-                clock = dict((f, v) for f, _, v in _fields(value))
+                clock = {f: v for f, _, v in _fields(value)}
                 clocks[_uint(clock.get(1, 0))] = _uint(clock.get(2, 0))
+                if clock.get(3):
+                    incremental.add(_uint(clock.get(1, 0)))
         if self.base is None and CLOCK_MONOTONIC in clocks:
             self.base = clocks[CLOCK_MONOTONIC]
             if CLOCK_REALTIME in clocks:
                 self.metadata["baseTimeNanoseconds"] = clocks[CLOCK_REALTIME]
+        mono = clocks.get(CLOCK_MONOTONIC)
+        for number, value in clocks.items():
+            if number in incremental:
+                state.deltas[number] = value  # the next timestamp counts from here
+            if 64 <= number < 128 and mono is not None:
+                state.offsets[number] = mono - value
 
-    def interned(self, data: bytes) -> None:
+    def interned(self, data: bytes, state: _Sequence, seq: int) -> None:
         for field, _, value in _fields(data):
-            table = {ID_EVENT_NAMES: self.names, ID_EVENT_CATEGORIES: self.categories}.get(field)
+            table = {ID_EVENT_NAMES: state.names, ID_EVENT_CATEGORIES: state.categories}.get(field)
             if table is not None:
                 entry = dict((f, v) for f, _, v in _fields(value))
                 table[entry.get(INTERNED_IID, 0)] = _text(entry.get(INTERNED_NAME, b""))
             elif field in SAMPLE_INTERNED:  # HOOK(samples): frames and callstacks
+                self.sample_sequences.add(seq)
                 # function names (5): iid, text; frames (6), callstacks (7): numbers
                 strings = (2,) if field == 5 else ()
                 numbers = (1,) if field == 5 else (1, 2)
@@ -271,77 +724,35 @@ class _Decoder:
         if kind == "process":
             self.pid = pid
             meta = {"name": "process_name", "ph": "M", "pid": pid, "tid": 0}
-            self.events.append({**meta, "args": {"name": name}})
+            self.put_raw([{**meta, "args": {"name": name}}])
         elif kind == "thread":
             meta = {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid}
-            self.events.append({**meta, "args": {"name": name}})
+            self.put_raw([{**meta, "args": {"name": name}}])
         self.tracks[uuid] = (kind, pid, tid, name)
 
-    def track_event(self, data: bytes, ts: int | None) -> None:
-        kind = track = name_iid = 0
-        name: str | None = None
-        cat: str | None = None
-        value: int | float = 0
-        args: dict[str, Any] = {}
-        for field, wire, v in _fields(data):
-            if field == TE_TYPE:
-                kind = _uint(v)
-            elif field == TE_TRACK_UUID:
-                track = _uint(v)
-            elif field == TE_NAME_IID:
-                name_iid = _uint(v)
-            elif field == TE_NAME:
-                name = _text(v)
-            elif field == TE_CATEGORY_IIDS:
-                cats = [self.categories.get(i, "") for i in _packed(wire, v)]
-                cat = ",".join(([cat] if cat else []) + cats)
-            elif field == TE_CATEGORIES:
-                cat = ",".join(([cat] if cat else []) + [_text(v)])
-            elif field == TE_COUNTER_VALUE:
-                value = _signed(v)
-            elif field == TE_DEBUG_ANNOTATIONS:
-                args.update(_annotation(v))
-        if ts is None:
-            return
-        if name is None:
-            name = self.names.get(name_iid, "")
-        where = self.tracks.get(track)
-        pid = where[1] if where else self.pid
-        tid = where[2] if where and where[0] == "thread" else 0
-        out: RawEvent = {"name": name, "cat": cat or "", "ts": self.us(ts), "pid": pid, "tid": tid}
-        if kind in (BEGIN, END):
-            if where is not None and where[0] != "thread":
-                out.update(ph="b" if kind == BEGIN else "e", id=track)
-                if kind == BEGIN:
-                    self.async_cats[track] = out["cat"]
-                out["cat"] = self.async_cats.get(track, out["cat"])  # pairs b/e
-            else:
-                out["ph"] = "B" if kind == BEGIN else "E"
-            if kind == END:
-                del out["name"]  # an end closes the innermost open begin
-                if not args:
-                    self.events.append(out)
-                    return
-        elif kind == INSTANT:
-            scope = "t" if where and where[0] == "thread" else "p" if where else "g"
-            out.update(ph="i", s=scope)
-        elif kind == COUNTER:
-            counter = where[3] if where else name
-            out.update(ph="C", name=counter, args={counter: value})
-            self.events.append(out)
-            return
-        else:
-            return
-        if "cut_short" in args:  # the JSON writer's true, written as uint 1
-            args["cut_short"] = bool(args["cut_short"])
-        if args:
-            out["args"] = args
-        self.events.append(out)
 
-    def us(self, ts: int) -> float | int:
-        """ns on the MONOTONIC clock to µs from the base, exact to the ns for ~52 days."""
-        ns = ts - (self.base or 0)
-        return ns // 1000 if ns % 1000 == 0 else ns / 1000
+# Fields whose wire type is fixed: one written otherwise breaks the format.
+_PACKET_MESSAGES = frozenset(
+    (PK_CLOCK_SNAPSHOT, PK_TRACK_EVENT, PK_INTERNED_DATA, PK_DEFAULTS, PK_TRACK_DESCRIPTOR, 66)
+)
+_PACKET_NUMBERS = frozenset((PK_TIMESTAMP, PK_SEQUENCE_ID, PK_SEQUENCE_FLAGS, PK_CLOCK_ID))
+_EVENT_MESSAGES = frozenset((TE_DEBUG_ANNOTATIONS, TE_NAME, TE_CATEGORIES))
+_EVENT_NUMBERS = frozenset((TE_TYPE, TE_TRACK_UUID, TE_NAME_IID, TE_COUNTER_VALUE))
+
+
+def _us(ns: int) -> float | int:
+    """ns from the base to µs, exact to the ns for ~52 days."""
+    return ns // 1000 if ns % 1000 == 0 else ns / 1000
+
+
+def _appender(sink: Any, pid: int, tid: int) -> Any:
+    """A sink without ``put`` (a running summary) given the fields as Events."""
+
+    def put(ts: int, dur: int | None, name: str, cat: str, ph: str, args: Any) -> None:
+        sink.append(Event(name, cat, ph, ts, dur, pid, tid, args))
+
+    put.sink_append = sink.append  # type: ignore[attr-defined]  # for the fast path
+    return put
 
 
 def _annotation(data: bytes) -> dict[str, Any]:
@@ -408,14 +819,43 @@ def read_perfetto(data: bytes, where: str) -> tuple[list[RawEvent], dict[str, An
         >>> read_perfetto(b"", "empty.pftrace")
         ([], {}, False)
     """
+    decoder = _Decoder(None)
     try:
-        blocks, cut = packets(data)
+        pos = decoder.run(data, 0)
     except _Damaged as e:
-        raise TraceFormatError(f"{where}: not a Perfetto trace: {e}") from None
-    decoder = _Decoder()
-    for i, block in enumerate(blocks):
+        message = f"{where}: not a Perfetto trace: packet {decoder.count}: {e}"
+        raise TraceFormatError(message) from None
+    return decoder.events, decoder.metadata, pos < len(data)
+
+
+PIECE = 8 << 20  # bytes of the file read at a time
+
+
+def load_perfetto(f: BinaryIO, where: str, converter: Converter) -> tuple[dict[str, Any], bool]:
+    """Read a Perfetto trace from f into converter's sinks (``load``'s way).
+
+    The file is read a piece at a time (memory holds a piece, not the file);
+    ranges go to their threads' sinks paired, as ``X`` events (see
+    ``_Decoder``).  Returns the metadata and whether the file was cut
+    inside a packet (whole packets before the cut load); a slice still
+    open at the end is counted in ``converter.unmatched``.
+
+    Raises:
+        TraceFormatError: a packet breaks the wire format (named by its
+            index in the file).
+    """
+    decoder = _Decoder(converter)
+    rest = b""
+    while True:
+        piece = f.read(PIECE)
+        data = rest + piece if rest else piece
         try:
-            decoder.packet(block)
+            pos = decoder.run(data, 0)
         except _Damaged as e:
-            raise TraceFormatError(f"{where}: not a Perfetto trace: packet {i}: {e}") from None
-    return decoder.events, decoder.metadata, cut
+            message = f"{where}: not a Perfetto trace: packet {decoder.count}: {e}"
+            raise TraceFormatError(message) from None
+        rest = data[pos:]
+        if not piece:
+            break
+    converter.unmatched += decoder.unmatched + sum(len(s) for s in decoder.open.values())
+    return decoder.metadata, bool(rest)

@@ -8,11 +8,23 @@
  * protos/perfetto/trace/ in the Perfetto tree (trace_packet.proto,
  * clock_snapshot.proto, interned_data/, track_event/).
  *
- * One packet sequence per file.  create writes a ClockSnapshot (MONOTONIC is
- * the trace clock) and the process track, whose packet clears the incremental
- * state.  Each flush then writes, thread by thread, the thread's track (its
- * first time in the file, or when its name changed) and the thread's events,
- * sorted so that begins and ends nest in file order.  Ranges become
+ * Packet sequences: the process's (PROCESS_SEQ) holds create's ClockSnapshot
+ * (MONOTONIC is the trace clock) and the process track, whose packet clears
+ * its incremental state, and the samples (absolute MONOTONIC timestamps, a
+ * clock_id each).  Each flush then writes, thread by thread, the thread's
+ * events on the thread's own sequence (THREAD_SEQ + tid), a batch at a
+ * time; each batch starts that sequence afresh (sequence_start): a packet
+ * that clears its state and sets its TracePacketDefaults (the thread's
+ * track, the clock CLOCK_DELTA_ID), and a ClockSnapshot that declares that
+ * clock incremental and starts it at the file's MONOTONIC base.  So an event
+ * packet holds a timestamp delta in ns, the sequence id and its TrackEvent,
+ * with no clock id and no track uuid unless its track is another than the
+ * thread's: about 30 bytes a range (begin and end) instead of 70.  A batch
+ * re-interns the names it uses, so it needs nothing from an earlier flush,
+ * and a file cut or restored after any batch stays whole.  The thread's
+ * track comes first (its first time in the file, or when its name changed),
+ * then its events, sorted so that begins and ends nest in file order (a
+ * batch already in that order, as most are, is not sorted).  Ranges become
  * SLICE_BEGIN/SLICE_END pairs (Perfetto has no complete event), counter
  * samples COUNTER events on a track per counter (written before its first
  * sample), markers INSTANT events on the track their scope names: global
@@ -21,7 +33,8 @@
  * Chrome JSON's "s":"g" instants share Perfetto's one global track),
  * process ones on the process track, the others on the thread's.  An
  * object's name and category are both interned under its id, by the packet
- * that first uses them.
+ * that first uses them on its sequence; every named event carries its
+ * category (TrackEventDefaults has none to inherit).
  *
  * Samples (mxp_sample.c) are PerfSample packets (pid, tid, callstack_iid)
  * on the sampled thread, which the Perfetto UI shows as a thread's
@@ -64,12 +77,24 @@
 /* Field numbers: Trace.packet = 1; TracePacket (trace_packet.proto). */
 enum { TRACE_PACKET = 1 };
 enum { PK_CLOCK_SNAPSHOT = 6, PK_TIMESTAMP = 8, PK_SEQUENCE_ID = 10, PK_TRACK_EVENT = 11 };
-enum { PK_INTERNED_DATA = 12, PK_SEQUENCE_FLAGS = 13, PK_CLOCK_ID = 58, PK_TRACK_DESCRIPTOR = 60 };
+enum { PK_INTERNED_DATA = 12, PK_SEQUENCE_FLAGS = 13, PK_CLOCK_ID = 58, PK_DEFAULTS = 59 };
+enum { PK_TRACK_DESCRIPTOR = 60 };
 enum { SEQ_INCREMENTAL_STATE_CLEARED = 1, SEQ_NEEDS_INCREMENTAL_STATE = 2 };
-/* ClockSnapshot { repeated Clock clocks = 1 {clock_id = 1, timestamp = 2};
- * primary_trace_clock = 2 }, with BuiltinClock ids. */
+/* TracePacketDefaults (trace_packet_defaults.proto) { timestamp_clock_id = 58;
+ * track_event_defaults = 11 }; TrackEventDefaults { track_uuid = 11 }. */
+enum { DEF_TIMESTAMP_CLOCK_ID = 58, DEF_TRACK_EVENT = 11, TED_TRACK_UUID = 11 };
+/* ClockSnapshot { repeated Clock clocks = 1 {clock_id = 1, timestamp = 2,
+ * is_incremental = 3}; primary_trace_clock = 2 }, with BuiltinClock ids;
+ * ids 64 to 127 are clocks of one packet sequence. */
 enum { CS_CLOCKS = 1, CS_PRIMARY_TRACE_CLOCK = 2, CLOCK_ID = 1, CLOCK_TIMESTAMP = 2 };
-enum { CLOCK_REALTIME_ID = 1, CLOCK_MONOTONIC_ID = 3, CLOCK_BOOTTIME_ID = 6 };
+enum { CLOCK_IS_INCREMENTAL = 3 };
+enum { CLOCK_REALTIME_ID = 1, CLOCK_MONOTONIC_ID = 3, CLOCK_BOOTTIME_ID = 6, CLOCK_DELTA_ID = 64 };
+/* The process's packet sequence; thread tid's is THREAD_SEQ + tid. */
+enum { PROCESS_SEQ = 1, THREAD_SEQ = 2 };
+/* Tags (field << 3 | wire type) of the fields the fast path writes. */
+enum { TAG_PACKET = 0x0a, TAG_TIMESTAMP = 0x40, TAG_SEQ = 0x50, TAG_FLAGS = 0x68 };
+enum { TAG_TRACK_EVENT = 0x5a, TAG_TYPE = 0x48, TAG_TRACK_UUID = 0x58, TAG_NAME_IID = 0x50 };
+enum { TAG_CATEGORY_IIDS = 0x18 };
 /* TrackDescriptor; ProcessDescriptor and ThreadDescriptor (pid = 1 in both). */
 enum { TD_UUID = 1, TD_NAME = 2, TD_PROCESS = 3, TD_THREAD = 4, TD_PARENT_UUID = 5, TD_COUNTER = 8 };
 enum { DESC_PID = 1, THD_TID = 2, THD_THREAD_NAME = 5, PD_PROCESS_NAME = 6 };
@@ -118,7 +143,10 @@ typedef struct perfetto {
     mxpi_buf text;     /* encoded, not yet written */
     int64_t end;       /* the file's end at the last commit */
     int64_t off;       /* where the next bytes go during a flush */
-    uint32_t seq_id;
+    uint32_t seq;      /* the sequence packets go to: PROCESS_SEQ or a thread's */
+    int64_t last_ts;   /* the thread sequence's CLOCK_DELTA_ID, in ns */
+    uint32_t *stamp;   /* per object id: the batch that interned it on its sequence */
+    uint32_t batch;    /* batches written (each clears its sequence's state) */
     uint64_t proc_uuid;
     uint8_t *done;     /* per object id: OBJ_* as of the last commit */
     uint8_t *work;     /* ... as of this flush */
@@ -127,6 +155,7 @@ typedef struct perfetto {
     uint32_t nthr;
     item *items;       /* the batch: records of thread tid */
     size_t n, cap;
+    bool unsorted;     /* the batch is not in file order (note_order) */
     uint32_t tid;
     uint32_t lanes;    /* tracks given to async ranges (never reused in the file) */
     mxpi_seen frames;  /* sample frames interned in the file (id 0: the mapping) */
@@ -137,13 +166,21 @@ typedef struct perfetto {
 
 /* ---- protobuf encoding (mxpi_buf records an allocation failure) ---- */
 
-static void put_varint(mxpi_buf *b, uint64_t v) {
-    if (!mxpi_buf_reserve(b, 10)) return;
+/* A varint at p (room for 10 bytes); returns the byte after it.  The hot
+ * path reserves once per packet and writes through a local pointer, so the
+ * buffer's length and data are not reloaded per byte. */
+static inline uint8_t *pv(uint8_t *p, uint64_t v) {
     while (v >= 0x80) {
-        b->data[b->len++] = (char)(0x80 | (v & 0x7f));
+        *p++ = (uint8_t)(0x80 | (v & 0x7f));
         v >>= 7;
     }
-    b->data[b->len++] = (char)v;
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static void put_varint(mxpi_buf *b, uint64_t v) {
+    if (!mxpi_buf_reserve(b, 10)) return;
+    b->len = (size_t)((char *)pv((uint8_t *)b->data + b->len, v) - b->data);
 }
 
 static void put_uint(mxpi_buf *b, uint32_t field, uint64_t v) {
@@ -198,12 +235,18 @@ static uint64_t uuid_of(const mxpi_out *o, uint64_t kind, uint32_t n) {
 
 enum { UUID_PROCESS, UUID_THREAD, UUID_COUNTER, UUID_ASYNC };
 
-/* ts < 0: a packet without a timestamp. */
+/* A packet on sequence s->seq.  ts < 0: without a timestamp; else on the
+ * process sequence an absolute MONOTONIC time, on a thread's the delta from
+ * the sequence's last time (its TracePacketDefaults name CLOCK_DELTA_ID). */
 static size_t packet_open(perfetto *s, int64_t ts, uint32_t flags) {
     mxpi_buf *b = &s->text;
     size_t p = msg_open(b, TRACE_PACKET);
-    put_uint(b, PK_SEQUENCE_ID, s->seq_id);
-    if (ts >= 0) {
+    if (ts >= 0 && s->seq != PROCESS_SEQ) {
+        put_uint(b, PK_TIMESTAMP, (uint64_t)(ts - s->last_ts));
+        s->last_ts = ts;
+    }
+    put_uint(b, PK_SEQUENCE_ID, s->seq);
+    if (ts >= 0 && s->seq == PROCESS_SEQ) {
         put_uint(b, PK_TIMESTAMP, (uint64_t)ts);
         put_uint(b, PK_CLOCK_ID, CLOCK_MONOTONIC_ID);
     }
@@ -215,7 +258,34 @@ static void clock_put(mxpi_buf *b, uint32_t id, int64_t ns) {
     size_t c = msg_open(b, CS_CLOCKS);
     put_uint(b, CLOCK_ID, id);
     put_uint(b, CLOCK_TIMESTAMP, (uint64_t)ns);
+    if (id == CLOCK_DELTA_ID) put_uint(b, CLOCK_IS_INCREMENTAL, 1);
     msg_close(b, c);
+}
+
+/* Start thread tid's sequence afresh: clear its incremental state (interned
+ * names, defaults), make its events' track the thread's and their clock
+ * CLOCK_DELTA_ID, and set that clock to the file's MONOTONIC base.  Every
+ * snapshot pairs the same two values, so the MONOTONIC clock's snapshots
+ * never go back in file order, whatever the batches' times. */
+static void sequence_start(perfetto *s, const mxpi_out *o, uint32_t tid) {
+    mxpi_buf *b = &s->text;
+    s->seq = THREAD_SEQ + tid;
+    s->batch++;
+    size_t p = packet_open(s, -1, SEQ_INCREMENTAL_STATE_CLEARED);
+    size_t d = msg_open(b, PK_DEFAULTS);
+    put_uint(b, DEF_TIMESTAMP_CLOCK_ID, CLOCK_DELTA_ID);
+    size_t t = msg_open(b, DEF_TRACK_EVENT);
+    put_uint(b, TED_TRACK_UUID, uuid_of(o, UUID_THREAD, tid));
+    msg_close(b, t);
+    msg_close(b, d);
+    msg_close(b, p);
+    p = packet_open(s, -1, 0);
+    size_t c = msg_open(b, PK_CLOCK_SNAPSHOT);
+    clock_put(b, CLOCK_DELTA_ID, o->base_mono_ns);
+    clock_put(b, CLOCK_MONOTONIC_ID, o->base_mono_ns);
+    msg_close(b, c);
+    msg_close(b, p);
+    s->last_ts = o->base_mono_ns;
 }
 
 static void clock_snapshot(perfetto *s, const mxpi_out *o) {
@@ -260,7 +330,9 @@ static void track_put(perfetto *s, const mxpi_out *o, uint32_t what, uint64_t uu
 
 static bool is_memory(uint32_t kind) { return kind == MXP_KIND_ALLOC || kind == MXP_KIND_FREE; }
 
-/* The object's name and category, interned under its id. */
+/* The object's name and category, interned under its id.  Samples intern a
+ * range's name on the process sequence once per file (the OBJ_INTERNED flag);
+ * events intern theirs once per batch of their thread (batch_first). */
 static void intern_put(mxpi_buf *b, uint32_t id) {
     const mxpi_object *obj = mxpi_obj(id);
     size_t e = msg_open(b, ID_EVENT_NAMES);
@@ -295,42 +367,97 @@ static bool first_use(perfetto *s, uint32_t id, uint8_t bit) {
     return true;
 }
 
-/* One event; a name is interned by the packet that first uses it. */
+/* Whether the object's name is new to the sequence's batch; marks it. */
+static bool batch_first(perfetto *s, uint32_t id) {
+    if (s->stamp[id] == s->batch) return false;
+    s->stamp[id] = s->batch;
+    return true;
+}
+
+/* One event on the thread's sequence (sequence_start came first).  Its time
+ * is a delta; its track is the thread's by default, named only when it is
+ * another (an async range's, a counter's, the process's or the global one).
+ * A name is interned by the packet that first uses it in the batch.  The
+ * common events (begins and ends without arguments, counter samples) take
+ * the fast path: one reservation, a local pointer, lengths known to fit in
+ * a byte. */
 static void event_put(perfetto *s, const mxpi_out *o, const item *it, uint32_t type) {
     mxpi_buf *b = &s->text;
-    uint64_t track = uuid_of(o, UUID_THREAD, s->tid);
+    const mxpi_object *obj = mxpi_obj(it->id);
+    uint64_t track = 0;
+    bool other_track = false;
     bool range = type == TYPE_SLICE_BEGIN || type == TYPE_SLICE_END;
     if (range && (it->aux & MXPI_AUX_ASYNC)) {
         track = uuid_of(o, UUID_ASYNC, it->lane);
+        other_track = true;
         if (type == TYPE_SLICE_BEGIN) {
             size_t len;
-            const char *title = mxpi_object_title(mxpi_obj(it->id), &len);
+            const char *title = mxpi_object_title(obj, &len);
             track_put(s, o, 0, track, 0, title, len);
         }
     } else if (type == TYPE_COUNTER) {
         track = uuid_of(o, UUID_COUNTER, it->id);
-        const mxpi_object *obj = mxpi_obj(it->id);
+        other_track = true;
         if (first_use(s, it->id, OBJ_TRACK)) track_put(s, o, TD_COUNTER, track, 0, obj->name, obj->name_len);
-    } else if (type == TYPE_INSTANT && mxpi_obj(it->id)->kind == MXP_KIND_MARKER) {
-        if (it->aux == MXP_SCOPE_GLOBAL) track = GLOBAL_TRACK;
-        if (it->aux == MXP_SCOPE_PROCESS) track = s->proc_uuid;
+    } else if (type == TYPE_INSTANT && obj->kind == MXP_KIND_MARKER) {
+        if (it->aux == MXP_SCOPE_GLOBAL) track = GLOBAL_TRACK, other_track = true;
+        if (it->aux == MXP_SCOPE_PROCESS) track = s->proc_uuid, other_track = true;
     }
     bool named = type != TYPE_SLICE_END && type != TYPE_COUNTER;
+    bool intern = named && batch_first(s, it->id);
+    bool annotated = type == TYPE_INSTANT ||
+                     (type == TYPE_SLICE_BEGIN && (obj->kind == MXP_KIND_FRAME || (it->aux & MXPI_AUX_CUT)));
+    if (!intern && !annotated) {
+        /* Packet content: at most 10 + 2 + 2 + 2 + (2 + 11 + 13 + 12) bytes. */
+        if (!mxpi_buf_reserve(b, 80)) return;
+        uint8_t *head = (uint8_t *)b->data + b->len, *p = head + 2;
+        *p++ = TAG_TIMESTAMP;
+        p = pv(p, (uint64_t)(it->ts - s->last_ts));
+        s->last_ts = it->ts;
+        *p++ = TAG_SEQ;
+        p = pv(p, s->seq);
+        if (named) {
+            *p++ = TAG_FLAGS;
+            *p++ = SEQ_NEEDS_INCREMENTAL_STATE;
+        }
+        *p++ = TAG_TRACK_EVENT;
+        uint8_t *te = p++;
+        *p++ = TAG_TYPE;
+        *p++ = (uint8_t)type;
+        if (other_track) {
+            *p++ = TAG_TRACK_UUID;
+            p = pv(p, track);
+        }
+        if (type == TYPE_COUNTER) {
+            p = pv(p, (uint64_t)TE_COUNTER_VALUE << 3);
+            p = pv(p, (uint64_t)it->v);
+        }
+        if (named) {
+            *p++ = TAG_NAME_IID;
+            p = pv(p, it->id);
+            *p++ = TAG_CATEGORY_IIDS;
+            p = pv(p, it->id);
+        }
+        *te = (uint8_t)(p - te - 1);
+        head[0] = TAG_PACKET;
+        head[1] = (uint8_t)(p - head - 2);
+        b->len = (size_t)((char *)p - b->data);
+        return;
+    }
     size_t p = packet_open(s, it->ts, named ? SEQ_NEEDS_INCREMENTAL_STATE : 0);
-    if (named && first_use(s, it->id, OBJ_INTERNED)) {
+    if (intern) {
         size_t d = msg_open(b, PK_INTERNED_DATA);
         intern_put(b, it->id);
         msg_close(b, d);
     }
     size_t e = msg_open(b, PK_TRACK_EVENT);
     put_uint(b, TE_TYPE, type);
-    put_uint(b, TE_TRACK_UUID, track);
+    if (other_track) put_uint(b, TE_TRACK_UUID, track);
     if (type == TYPE_COUNTER) put_uint(b, TE_COUNTER_VALUE, (uint64_t)it->v);
     if (named) {
         put_uint(b, TE_NAME_IID, it->id);
         put_uint(b, TE_CATEGORY_IIDS, it->id);
     }
-    const mxpi_object *obj = mxpi_obj(it->id);
     if (type == TYPE_INSTANT && is_memory(obj->kind)) {
         annotation(b, "device", DA_STRING_VALUE, obj->domain, obj->domain_len, 0);
         annotation(b, "attribute", DA_STRING_VALUE, obj->name, obj->name_len, 0);
@@ -436,14 +563,19 @@ static int item_cmp(const void *pa, const void *pb) {
 /* Write the batch: the thread's track, then the events in nesting order. */
 static bool batch_write(mxpi_out *o, perfetto *s) {
     mxpi_buf *b = &s->text;
+    sequence_start(s, o, s->tid);
     visit v = {s, o, s->tid};
     mxpi_thread_info(s->tid, thread_visit, &v);
     if (b->failed) {
         o->err = ENOMEM;
         return false;
     }
-    qsort(s->items, s->n, sizeof *s->items, item_cmp);
-    for (size_t i = 0; i < s->n; i++) {
+    /* Records of ranges that do not nest (most of a busy thread's) come in
+     * file order already (note_order looked as they came). */
+    if (s->unsorted) qsort(s->items, s->n, sizeof *s->items, item_cmp);
+    s->unsorted = false;
+    size_t i;
+    for (i = 0; i < s->n; i++) {
         const item *it = &s->items[i];
         event_put(s, o, it, it->what == EV_ZERO ? TYPE_SLICE_BEGIN : it->what);
         if (it->what == EV_ZERO) event_put(s, o, it, TYPE_SLICE_END);
@@ -451,6 +583,15 @@ static bool batch_write(mxpi_out *o, perfetto *s) {
     }
     s->n = 0;
     return !b->failed || drain_text(o, s); /* drain_text reports the failure */
+}
+
+/* Whether the item just added breaks file order; looked at while the two
+ * are in cache, so that batch_write sorts only a batch that needs it. */
+static inline void note_order(perfetto *s) {
+    if (s->n < 2 || s->unsorted) return;
+    const item *a = &s->items[s->n - 2], *z = &s->items[s->n - 1];
+    if (a->ts < z->ts) return; /* the common case, without a call */
+    if (a->ts > z->ts || item_cmp(a, z) > 0) s->unsorted = true;
 }
 
 static void forget_next(perfetto *s) {
@@ -583,11 +724,12 @@ static bool create(mxpi_out *o) {
     o->state = s;
     s->done = calloc(MXP_MAX_OBJECTS, 1);
     s->work = calloc(MXP_MAX_OBJECTS, 1);
-    if (s->done == NULL || s->work == NULL) {
+    s->stamp = calloc(MXP_MAX_OBJECTS, sizeof *s->stamp);
+    if (s->done == NULL || s->work == NULL || s->stamp == NULL) {
         o->err = ENOMEM;
         return false;
     }
-    s->seq_id = o->pid > 0 ? (uint32_t)o->pid : 1u; /* nonzero, one per process */
+    s->seq = PROCESS_SEQ;
     s->proc_uuid = uuid_of(o, UUID_PROCESS, 0);
     clock_snapshot(s, o);
     track_put(s, o, TD_PROCESS, s->proc_uuid, 0, o->process_name, o->process_name_len);
@@ -602,7 +744,9 @@ static bool begin(mxpi_out *o) {
     s->text.len = 0;
     s->text.failed = false;
     s->n = 0;
+    s->unsorted = false;
     s->tid = 0;
+    s->seq = PROCESS_SEQ;
     memcpy(s->work, s->done, s->top);
     forget_next(s);
     return true;
@@ -612,6 +756,7 @@ static bool record(mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
     perfetto *s = o->state;
     if (r->id == MXPI_SAMPLE_ID) {
         if (s->n && !batch_write(o, s)) return false;
+        s->seq = PROCESS_SEQ;
         if (!sample_put(s, o, r)) {
             o->err = ENOMEM;
             return false;
@@ -642,17 +787,20 @@ static bool record(mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
         if (r->aux & MXPI_AUX_ASYNC) it.lane = ++s->lanes;
         if (dur > 0) { /* the begin here, the end below */
             s->items[s->n++] = it;
+            note_order(s);
             it.ts += dur;
             it.what = TYPE_SLICE_END;
         }
     }
     s->items[s->n++] = it;
+    note_order(s);
     return true;
 }
 
 static bool end(mxpi_out *o) {
     perfetto *s = o->state;
     if (s->n && !batch_write(o, s)) return false;
+    s->seq = PROCESS_SEQ;
     visit v = {s, o, 0}; /* threads renamed since their last track */
     mxpi_threads_used(thread_visit, &v);
     if (!drain_text(o, s)) return false;
@@ -689,6 +837,7 @@ static void restore(mxpi_out *o) {
     mxpi_seen_settle(&s->frames, false);
     stacks_settle(s, false);
     s->n = 0;
+    s->unsorted = false;
 }
 
 static void release(mxpi_out *o) {
@@ -699,6 +848,7 @@ static void release(mxpi_out *o) {
     free(s->thr);
     free(s->done);
     free(s->work);
+    free(s->stamp);
     free(s->items);
     mxpi_seen_free(&s->frames);
     free(s->stacks.key);

@@ -967,7 +967,7 @@ static void test_other_formats(void) {
     unsigned char *data = (unsigned char *)read_file(path, &n);
     CHECK(data != NULL);
     /* The file is whole TracePackets: tag 0x0A, varint length, payload. */
-    size_t pos = 0, packets = 0;
+    size_t pos = 0, packets = 0, deltas = 0;
     while (data && pos < n && data[pos] == 0x0A) {
         uint64_t len = 0;
         pos++;
@@ -976,6 +976,9 @@ static void test_other_formats(void) {
             len |= (uint64_t)(byte & 0x7f) << shift;
             if (!(byte & 0x80)) break;
         }
+        /* A thread's events open with their timestamp delta (field 8, tag
+         * 0x40) on the thread's sequence, and short: no clock id, no track. */
+        if (len > 0 && pos < n && data[pos] == 0x40 && len < 24) deltas++;
         pos += len;
         packets++;
     }
@@ -983,6 +986,7 @@ static void test_other_formats(void) {
     /* 40,000 ranges (a begin and an end each), 40,000 samples, 10 marks, and
      * tracks, interned names and the clock snapshot. */
     CHECK(packets >= 40000 * 3 + 10);
+    CHECK(deltas >= 40000 * 2);
     free(data);
 }
 

@@ -58,6 +58,10 @@ submodule registered under two names is hooked once, under its first):
   ``... ddp bucket <i>`` (see :mod:`._collectives`).
   :func:`instrument_collectives` records them without a module.
 
+* **DataLoader** (:func:`instrument_dataloader`): each batch from its
+  worker process (getitem, collate) to the main process's wait for it, and
+  pin memory (see :mod:`._dataloader`).
+
 Everything is an eager-mode source: it records while ``profile_imperative``
 (or ``profile_all``) is on, read once per outermost module call.  Per call
 the hooks move cached ids only (task ids, scope ids per parent scope).
@@ -80,6 +84,7 @@ from ..._native import range_end_token
 from ...domain import Domain, check_name
 from ...errors import ConfigError, StateError
 from ._collectives import RECORDER, hook_ddp
+from ._dataloader import ProfiledLoader, instrument_dataloader
 from ._forward import HookedModule, restore_scope
 from ._memory import TRACKER, free_all, gpu_trace_module
 from ._state import adapter_lock, tls
@@ -88,8 +93,10 @@ __all__ = [
     "MEMORY_MODES",
     "Collectives",
     "Handle",
+    "ProfiledLoader",
     "instrument",
     "instrument_collectives",
+    "instrument_dataloader",
     "uninstrument",
 ]
 

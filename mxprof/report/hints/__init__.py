@@ -39,6 +39,13 @@ data-loading           the loop waits for input >= 20 % of step      a fifth of 
                        DataLoader wait (>= 20 samples), or by its
                        time in no range while another thread is
                        loading (``loading``); high >= 40 %
+dataloader-stage       torch DataLoader waits (``instrument_-       the input rule's share;
+                       dataloader``) >= 20 % of step time; names     workers busy 80 % of the
+                       the stage: getitem or collate when workers    time have no slack left
+                       are busy >= 80 % of the waits (too few when
+                       ceil(batch / step) > num_workers), pin when
+                       pinning a batch outlasts a step, else
+                       prefetch too small (``dataloader``)
 step-variance          >= 5 steps and CV of step durations >= 0.25,  CV 0.25 is far above the
                        or an outlier step (``trace.processes``:      few % of a steady loop;
                        longer than median + max(3 x 1.4826 x MAD,    3 scaled MADs is the usual
@@ -60,6 +67,12 @@ memory-peak            a device's memory counter (``Memory: gpu/0``  a peak is a
 memory-growth          >= 5 steps, the device's bytes in use at      a leak grows in most
                        step ends rise in >= 60 % of steps and end    steps; 10 % keeps small
                        >= 10 % above where they began; medium        one-off caches out
+memory-leak            ``memory_steps``' counters (``Process         trace.leak's rule, the
+                       Memory``): rss / cuda:N allocated at step     one the live sampler runs:
+                       ends (uss per sample without steps) grow      a slope robust to spikes,
+                       >= leak_min_bytes (256 KiB) per step over     growth in both halves so
+                       leak_steps (16) by a Theil-Sen slope, in      warm-up that stops and one
+                       both halves, above the noise; high            jump stay silent
 straggler              the cross-rank analysis (``report.ranks``)    its thresholds are
                        names the rank the others wait for in         ``report.ranks``'s; 20 %
                        collectives (high when they wait >= 20 % of   of a step (or busy time)
@@ -119,11 +132,13 @@ import json
 from collections.abc import Sequence
 
 from ...trace import Trace
+from ...trace.leak import PROCESS_MEMORY
 from ...trace.processes import job
 from ._common import SEVERITY_RANK, Hint, Job, Rule
+from .dataloader import dataloader_stage
 from .health import RANGE_COST_NS, dropped, misuse, overhead, tail_latency
 from .loading import data_loading
-from .memory import memory_growth, memory_peak
+from .memory import memory_growth, memory_leak, memory_peak
 from .ranks import straggler
 from .snapshot import snapshot
 from .steps import idle_gaps, step_variance
@@ -133,11 +148,13 @@ __all__ = ["RANGE_COST_NS", "RULES", "Hint", "find_hints", "not_checked", "to_js
 # In the order of the table above: ties of severity keep it.
 RULES: tuple[tuple[str, Rule], ...] = (
     ("data-loading", data_loading),
+    ("dataloader-stage", dataloader_stage),
     ("step-variance", step_variance),
     ("tail-latency", tail_latency),
     ("instrumentation-overhead", overhead),
     ("memory-peak", memory_peak),
     ("memory-growth", memory_growth),
+    ("memory-leak", memory_leak),
     ("straggler", straggler),
     ("dropped-events", dropped),
     ("misuse", misuse),
@@ -203,7 +220,9 @@ def not_checked(traces: Trace | Sequence[Trace]) -> list[str]:
     if sum(1 for p in procs if p.threads) < 2:
         out.append("one process with ranges: no straggler to compare")
     if not any(p.memory for p in procs):
-        out.append("no memory counters (profile_memory): memory rules not run")
+        out.append("no memory counters (profile_memory): memory-peak and memory-growth not run")
+    if not any(cat == PROCESS_MEMORY for p in procs for cat, _ in p.counters):
+        out.append("no process memory samples (memory_steps): memory-leak not run")
     return out
 
 

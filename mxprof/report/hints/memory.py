@@ -1,20 +1,32 @@
-"""Hint rules on memory: each device's peak and who held it, and growth step
-over step (a leak).  Peaks and the scopes in use at them are
+"""Hint rules on memory: each device's peak and who held it, growth step
+over step of mxprof.memory's devices, and the leak rule (``trace.leak``)
+over the process memory ``memory_steps`` samples.  Peaks and the scopes in use at them are
 ``trace.processes``'s (``Process.memory``), the same the page's memory
 section shows; sizes in binary units (``_render.format_bytes``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import compress, count, repeat
+from operator import eq
 
 from ..._render import format_bytes, format_ns
-from ...trace._columns import Ranges
-from ...trace.processes import value_at
+from ...trace._columns import NO_DUR, Ranges
+from ...trace.leak import (
+    PROCESS_MEMORY,
+    SITES,
+    copy_on_read,
+    first_leak,
+    series,
+    settings,
+)
+from ...trace.processes import Process, counter_value, value_at
 from ._common import MAX_LINES, MIN_STEPS, Hint, Job, capped, hint, pct, quoted
 
 GROWTH_RISING_SHARE = 0.6
 GROWTH_MIN_SHARE = 0.10
 HOLDERS = 5  # scopes named as in use at a peak
+SITES_SHOWN = 3  # tracemalloc's growing sites named per process
 
 
 def _open_at(ranges: Ranges | None, t: int) -> Iterator[str]:
@@ -142,3 +154,91 @@ def memory_growth(job: Job) -> Hint | None:
         "use at step ends stay level.",
         subjects,
     )
+
+
+# ---- memory_steps: the leak rule over the sampler's counters ----
+
+
+def _live_leaks(job: Job, p: Process) -> list[str]:
+    """The ``leak: ...`` markers the live sampler left in p (they name the
+    process as it knew itself: ``DataLoader worker 1 (pid N)``); read only
+    for a process the rule flagged."""
+    out = []
+    for thread in job.traces[p.source].events.threads:
+        if thread.pid != p.pid or thread.ranges == len(thread):
+            continue
+        for i in compress(count(), map(eq, thread.dur, repeat(NO_DUR))):
+            e = thread.event(i)
+            if e.ph == "i" and e.category == PROCESS_MEMORY and e.name.startswith("leak:"):
+                out.append(e.name)
+    return out
+
+
+def memory_leak(job: Job) -> Hint | None:
+    """``trace.leak``'s rule (the one the live sampler runs) over the
+    ``Process Memory`` counters of ``memory_steps``: a robust slope over
+    ``leak_steps`` steps, persistent over both halves of the window."""
+    found = []
+    for p in job.procs:
+        window, min_rate = settings(job.traces[p.source])
+        for name, times, values, steps in series(p):
+            first = first_leak(values, window, min_rate)
+            if first is not None:
+                end, growth = first
+                begin = end - window + 1
+                found.append((growth, p, name, times[begin], times[end], steps[begin], steps[end]))
+                break  # one series per process: the first the rule names
+    if not found:
+        return None
+    found.sort(key=lambda f: -f[0].rate)
+    evidence, subjects = [], []
+    for growth, p, name, t0, t1, s0, s1 in found:
+        span = f"steps {s0} to {s1}" if s0 is not None else f"{growth.steps} samples"
+        evidence.append(
+            f"{p.label}: {name} grew {format_bytes(growth.rate)} per step over {span} "
+            f"({format_bytes(growth.first)} to {format_bytes(growth.last)}), flagged at "
+            f"{format_ns(t1)}"
+        )
+        evidence += [f"  recorded live: {quoted(m)}" for m in _live_leaks(job, p)[:2]]
+        subjects += [p.label, name]
+        grown = [
+            (value_at(samples, t1) - value_at(samples, t0), scope) for scope, samples in p.scopes()
+        ]
+        grown = [g for g in grown if g[0] > 0]
+        if grown:
+            delta, scope = max(grown)
+            evidence.append(f"  scope {quoted(scope)} grew most: {format_bytes(delta)}")
+            subjects.append(scope)
+        cow = copy_on_read(*(_within(p, key, t0, t1) for key in ("shared", "uss")))
+        if cow is not None:
+            evidence.append(
+                f"  copy-on-read: shared pages turning private (shared "
+                f"-{format_bytes(cow[0])}, private +{format_bytes(cow[1])})"
+            )
+        sites = [
+            (counter_value(samples[-1]) or 0.0, where)
+            for (category, where), samples in p.counters.items()
+            if category == SITES and samples
+        ]
+        for per_step, where in sorted(sites, reverse=True)[:SITES_SHOWN]:
+            evidence.append(f"  allocation site {where}: +{format_bytes(per_step)} per step")
+            subjects.append(where)
+    growth, p, name = found[0][:3]
+    return hint(
+        "memory-leak",
+        "high",
+        f"Memory leak: {name} of {p.label} grows {format_bytes(growth.rate)} per step",
+        capped(evidence, 3 * MAX_LINES),
+        "Something each step allocates is kept: the scope and allocation sites above say "
+        "where (leak_sites_steps > 0, the default, has tracemalloc name the lines once the "
+        "live rule flags a leak). In a DataLoader worker, shared pages turning private are "
+        "copy-on-read: the dataset holds Python objects (lists, dicts) whose reference "
+        "counts every read writes; keep samples in numpy arrays or bytes instead.",
+        subjects,
+    )
+
+
+def _within(p: Process, name: str, t0: int, t1: int) -> list[float]:
+    """The values of p's ``Process Memory`` counter name sampled from t0 to t1."""
+    samples = p.counters.get((PROCESS_MEMORY, name), [])
+    return [counter_value(e) or 0.0 for e in samples if t0 <= e.ts <= t1]
