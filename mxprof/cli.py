@@ -40,9 +40,10 @@ from .report import report
 from .report.diff import MIN_CHANGE_NS, DiffError, diff
 from .report.hints import find_hints, not_checked
 from .report.hints import to_json as hints_json
-from .report.ranks import analyze
+from .report.ranks import analyze, rank_part
+from .report.ranks import reduce as reduce_ranks
 from .report.sql import SqlError
-from .trace import Trace, dataloader, export, load, samples
+from .trace import Trace, dataloader, engine, export, load, samples
 from .trace.gpu import gpu_json, gpu_rows, gpu_table
 from .trace.leak import PROCESS_MEMORY, render_memory
 from .trace.leak import summary as memory_summary
@@ -214,7 +215,12 @@ def _print_table(rows: KeyAverages, sort_by: str, top: int | None) -> None:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """Print per-name statistics of any loadable trace, and the top functions of
-    its stack samples when it has any; the profiler's own ranges are left out."""
+    its stack samples when it has any; the profiler's own ranges are left out.
+    Several traces: their ranges' statistics together, a file per task on the
+    executor ``--jobs``/``--engine`` name."""
+    if len(args.traces) > 1:
+        return _stats_of_many(args)
+    args.trace = args.traces[0]
     trace = load(args.trace)
     if trace.truncated:
         print(
@@ -263,6 +269,36 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stats_of_many(args: argparse.Namespace) -> int:
+    """``stats`` of several traces: map per file, reduce (``trace.engine``)."""
+    with engine.executor(args.jobs, args.engine) as ex:
+        all_rows, parts = engine.key_averages(args.traces, ex)
+    rows = all_rows.without_own()
+    for part in parts:
+        if part.truncated:
+            print(
+                f"mxprof stats: {part.path} was cut short; statistics of the "
+                f"{part.events} events before the cut",
+                file=sys.stderr,
+            )
+    if args.format == "table":
+        print(rows.table(sort_by=args.sort, row_limit=args.top), end="")
+        return 0
+    fields = ("count", "total", "self", "avg", "min", "max", "p50", "p90", "p99")
+    top = rows.sorted(args.sort)[: args.top] if args.top is not None else rows.sorted(args.sort)
+    doc = {
+        "files": list(args.traces),
+        "unit": "ns",
+        "truncated": [p.path for p in parts if p.truncated],
+        "rows": [
+            {"name": r.name, "category": r.category, **{f: getattr(r, f) for f in fields}}
+            for r in top
+        ],
+    }
+    print(json.dumps(doc, indent=2, ensure_ascii=False))
+    return 0
+
+
 def _samples_block(trace: Trace, top: int | None) -> dict[str, Any] | None:
     """The ``Samples`` block ``dumps()`` would have shown for the run (its
     ``Rate``, and ``Mode`` when the file says), or None when the trace has no
@@ -283,7 +319,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
         ranks = parse_ranks(args.ranks) if args.ranks is not None else None
     except ValueError as e:
         raise CommandError(str(e)) from None
-    summary = merge(args.traces, args.output, window=window, ranks=ranks)
+    if window is None:
+        summary = merge(args.traces, args.output, ranks=ranks)
+    else:  # a window's per-input work on the executor (trace.engine)
+        with engine.executor(args.jobs, args.engine) as ex:
+            summary = merge(args.traces, args.output, window=window, ranks=ranks, executor=ex)
     for item in summary["inputs"]:
         cut = " (cut short)" if item["truncated"] else ""
         print(
@@ -349,7 +389,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_ranks(args: argparse.Namespace) -> int:
     """Cross-rank analysis of one merged trace or one trace per rank."""
-    result = analyze([load(path) for path in args.traces])
+    if len(args.traces) == 1:  # one file: read here, its DataLoader too
+        result = analyze([load(args.traces[0])])
+    else:  # a file a task; the parts carry no DataLoader (its ranges stay in the workers)
+        with engine.executor(args.jobs, args.engine) as ex:
+            result = reduce_ranks(ex.map(rank_part, args.traces))
     print(result.to_json() if args.format == "json" else result.table(args.top, args.steps))
     return 0
 
@@ -482,6 +526,41 @@ def _count(text: str) -> int:
     return value
 
 
+def _jobs(text: str) -> int:
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1: {text!r}")
+    return value
+
+
+def _engine(text: str) -> str:
+    try:
+        engine.parse_engine(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _executor_options(p: argparse.ArgumentParser) -> None:
+    """--jobs and --engine: where the per-file work of several inputs runs."""
+    p.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=None,
+        metavar="N",
+        help=f"files read at once: local processes, or the workers of --engine dask "
+        f"(default: the cores, {engine.default_jobs()})",
+    )
+    p.add_argument(
+        "--engine",
+        type=_engine,
+        default="local",
+        metavar="ENGINE",
+        help="local (processes), dask (a LocalCluster of --jobs workers) or dask://HOST:PORT "
+        f"(a running scheduler; {engine.DASK_EXTRA})",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mxprof", description="mxprof: profile, read and merge traces")
     p.add_argument("--version", action="version", version=f"mxprof {__version__}")
@@ -541,10 +620,11 @@ def parser() -> argparse.ArgumentParser:
         "stats",
         help="statistics of a trace (mxprof, PyTorch, viztracer, nvprof/Nsight SQLite, ...)",
     )
-    st.add_argument("trace")
+    st.add_argument("traces", nargs="+", metavar="TRACE", help="a trace; several: together")
     st.add_argument("--sort", default="total", choices=sorted(ROW_SORT_KEYS), help="order")
     st.add_argument("--format", default="table", choices=("table", "json"))
     st.add_argument("--top", type=_count, default=None, help="show only the first N rows")
+    _executor_options(st)
     st.set_defaults(func=cmd_stats)
 
     mg = sub.add_parser("merge", help="put several traces on one timeline")
@@ -560,6 +640,7 @@ def parser() -> argparse.ArgumentParser:
     mg.add_argument(
         "--ranks", metavar="LIST", help="keep these ranks' inputs: 0-3,7 or worker:0-3,server:1"
     )
+    _executor_options(mg)
     mg.set_defaults(func=cmd_merge)
 
     rr = sub.add_parser("report", help="one self-contained HTML page of traces")
@@ -639,6 +720,7 @@ def parser() -> argparse.ArgumentParser:
     rk.add_argument("--format", default="table", choices=("table", "json"), help="output (table)")
     rk.add_argument("--top", type=_count, default=10, help="rows of the spread table (10)")
     rk.add_argument("--steps", type=_count, default=None, help="rows of the last N steps only")
+    _executor_options(rk)
     rk.set_defaults(func=cmd_ranks)
 
     hn = sub.add_parser(

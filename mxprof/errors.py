@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ProfilerError(RuntimeError):
     """Base class of every error mxprof raises on purpose."""
@@ -38,6 +40,11 @@ class _FileProblem(OSError):
 
     def __str__(self) -> str:
         return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled by its own arguments (OSError's are (errno, strerror)), so that
+        # it crosses from a worker process (mxprof.trace.engine) as it was.
+        return (type(self), (self.message, self.filename, self.errno))
 
 
 class OutputError(_FileProblem, ProfilerError):

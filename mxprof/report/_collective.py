@@ -164,11 +164,12 @@ def minus(xs: list[Span], ys: list[Span]) -> int:
 def cut(
     lo: int,
     hi: int,
-    compute: list[Event],
+    compute: list[Span],
     comm: list[tuple[Event, Collective]],
     waits: dict[int, int],
 ) -> tuple[int, int, int, int]:
-    """(compute, communication, waiting, idle) of the window [lo, hi)."""
+    """(compute, communication, waiting, idle) of the window [lo, hi); compute:
+    the spans of its other ranges, already inside it."""
     layers: list[list[Span]] = [[], [], [], [], []]  # bwait, bcomm, compute, await, acomm
     for e, c in comm:
         a, b = max(e.ts, lo), min(e.end, hi)
@@ -178,10 +179,7 @@ def cut(
         base = 3 if c.is_async else 0
         layers[base].append((a, min(w, b)))
         layers[base + 1].append((max(w, a), b))
-    for e in compute:
-        a, b = max(e.ts, lo), min(e.end, hi)
-        if b > a:
-            layers[2].append((a, b))
+    layers[2].extend(compute)
     covered: list[Span] = []
     got = []
     for spans in layers:

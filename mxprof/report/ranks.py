@@ -71,19 +71,33 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Union
 
 from .._render import format_ns
-from ..trace import Event, Trace, dataloader
-from ..trace.processes import Process, job
+from ..errors import TraceFormatError
+from ..trace import Event, Trace, dataloader, load
+from ..trace.processes import Process, in_job, job, processes
 from ..trace.steps import is_frame, is_profiler_step
-from ._collective import GPU_CATEGORY, Collective, cut, parse
+from ._collective import GPU_CATEGORY, Collective, Span, cut, parse, union
 
-__all__ = ["Collective", "RankAnalysis", "RankStep", "Spread", "Straggler", "analyze", "parse"]
+__all__ = [
+    "Collective",
+    "RankAnalysis",
+    "RankStep",
+    "RanksPart",
+    "Spread",
+    "Straggler",
+    "analyze",
+    "parse",
+    "rank_part",
+    "reduce",
+]
 
 STRAGGLER_MIN_SHARE = 0.5
 STRAGGLER_LEAD = 2.0
@@ -241,24 +255,33 @@ class RankAnalysis:
         return "\n".join(lines) + "\n"
 
 
-# ---- processes and their steps (trace.processes), their ranges sorted ----
+# ---- the map: one input's processes, cut down to what the analysis needs ----
+
+
+Window = tuple[Union[int, None], int, int]  # (step number or None, start, end), ns
 
 
 @dataclass
 class _Rank:
-    """A process (its label and steps: ``trace.processes``) and its ranges,
-    cut into collectives and the rest."""
+    """A process of one input, reduced to what ``analyze`` needs of it: its
+    ``trace.processes`` model without its ranges (label, identity, steps), its
+    collectives whole, per window (a step, or the whole trace without steps)
+    the time its other ranges cover, and their time per name over the
+    windows (a few numbers a window: a part stays small)."""
 
     process: Process
-    ranges: list[Event] = field(default_factory=list)
     comm: list[tuple[Event, Collective]] = field(default_factory=list)
+    windows: list[Window] = field(default_factory=list)
+    compute: dict[int | None, list[Span]] = field(default_factory=dict)
+    names: dict[tuple[str, str], int] = field(default_factory=dict)  # over every window
+    empty: bool = False  # no range: only its label counts (``job``'s labels are unique)
 
     @property
     def label(self) -> str:
         return self.process.label
 
     @property
-    def steps(self) -> list[tuple[int | None, int, int]]:
+    def steps(self) -> list[Window]:
         """(number, start, end) of each step, in time order."""
         s = self.process.steps
         if s is None:
@@ -271,26 +294,107 @@ class _Rank:
         return s.name if s is not None else None
 
 
-def _processes(traces: list[Trace]) -> list[_Rank]:
+@dataclass(frozen=True)
+class RanksPart:
+    """What :func:`rank_part` returns of one input: its file's name, its job
+    (``distributedInfo``'s world_size, num_workers, num_servers and backend
+    where it says) and its processes reduced (``_Rank``)."""
+
+    path: str
+    file: str
+    job: dict[str, Any]
+    ranks: list[_Rank]
+
+
+_JOB_KEYS = ("world_size", "num_workers", "num_servers", "backend")
+
+
+def rank_part(path: str) -> RanksPart:
+    """The map of ``mxprof ranks``: one input loaded and reduced to a part.
+
+    Pure (a path in, a value out) and importable by name, so that spawned
+    processes and Dask workers can run it (``mxprof.trace.engine``).
+    """
+    return _part(load(path), 0)
+
+
+def _part(trace: Trace, i: int) -> RanksPart:
+    info = trace.metadata.get("distributedInfo")
+    job_info = {k: info[k] for k in _JOB_KEYS if k in info} if isinstance(info, dict) else {}
+    file = os.path.basename(trace.path) if trace.path else f"trace {i + 1}"
+    return RanksPart(trace.path or file, file, job_info, _reduced(processes(trace)))
+
+
+def _reduced(procs: Sequence[Process]) -> list[_Rank]:
     out: list[_Rank] = []
-    for p in job(traces):
-        if not p.threads:
-            continue  # no range: nothing to cut into parts
+    for p in procs:
+        if not p.threads:  # no range: nothing to cut into parts (kept for the labels)
+            out.append(_Rank(dataclasses.replace(p, counters={}, memory=[]), empty=True))
+            continue
         r = _Rank(p)
+        ranges: list[Event] = []
         gpu: list[tuple[Event, Collective]] = []
-        for ranges in p.threads.values():
-            for e in ranges:
+        for thread in p.threads.values():
+            for e in thread:
                 if is_frame(e.category) or is_profiler_step(e.name):
                     continue
                 c = parse(e.name, e.category, e.args)
                 if c is not None:
                     (gpu if e.category == GPU_CATEGORY else r.comm).append((e, c))
                 else:
-                    r.ranges.append(e)
+                    ranges.append(e)
         if gpu:  # a CUDA call returns at its launch: its stream says how long it took
             r.comm = gpu
+        r.windows = r.steps or [(None, *_extent(ranges, r.comm))]
+        step_index = p.step_at
+        spans: dict[int | None, list[Span]] = {n: [] for n, _, _ in r.windows}
+        names: dict[tuple[str, str], int] = {}
+        bounds = {n: (lo, hi) for n, lo, hi in r.windows}
+        for e in ranges:
+            n = step_index(e.ts)
+            if n not in bounds:
+                continue
+            lo, hi = bounds[n]
+            a, b = max(e.ts, lo), min(e.end, hi)
+            if b > a:
+                spans[n].append((a, b))
+            key = (e.name, e.category)
+            names[key] = names.get(key, 0) + (e.dur or 0)
+        r.compute = {n: union(s) for n, s in spans.items()}
+        r.names = names
+        # What the reduce needs of the process is its identity and steps: its
+        # ranges stay here (a part is sent between processes).
+        r.process = dataclasses.replace(p, threads={}, counters={}, memory=[], _durations=None)
         out.append(r)
     return out
+
+
+def _one_job(parts: Sequence[RanksPart]) -> None:
+    """Refuse inputs that are not one job: two inputs that say different
+    world sizes (or worker or server counts, or backends), or the same rank
+    (role and rank) in two inputs."""
+    for key in _JOB_KEYS:
+        said: dict[Any, str] = {}
+        for part in parts:
+            if key in part.job:
+                said.setdefault(part.job[key], part.file)  # the first input to say it
+        if len(said) > 1:
+            (a, fa), (b, fb) = list(said.items())[:2]
+            raise TraceFormatError(
+                f"inputs of different jobs: {fa} says {key} {a!r}, {fb} says {b!r}"
+            )
+    seen: dict[tuple[str, int], int] = {}
+    for k, part in enumerate(parts):
+        for r in part.ranks:
+            p = r.process
+            if p.rank is None or not p.role:
+                continue
+            first = seen.setdefault((p.role, p.rank), k)
+            if first != k:  # the same file twice too
+                raise TraceFormatError(
+                    f"{p.role} {p.rank} is in two inputs, {parts[first].path} and {part.path}: "
+                    "give each rank once"
+                )
 
 
 def _index(p: _Rank) -> Callable[[int], int | None]:
@@ -352,6 +456,7 @@ def analyze(traces: Inputs) -> RankAnalysis:
 
     Raises:
         TypeError: an item is not a loaded Trace.
+        TraceFormatError: the inputs are not one job (``reduce``).
 
     Example:
         >>> import mxprof
@@ -362,7 +467,31 @@ def analyze(traces: Inputs) -> RankAnalysis:
     for t in items:
         if not isinstance(t, Trace):
             raise TypeError(f"analyze takes loaded Traces (mxprof.load), got {t!r}")
-    procs = _processes(items)
+    result = reduce([_part(t, i) for i, t in enumerate(items)])
+    # The DataLoader reads the processes' ranges, which the parts do not keep.
+    result.loader = dataloader.loader(job(items))
+    return result
+
+
+def reduce(parts: Sequence[RanksPart]) -> RankAnalysis:
+    """The analysis of inputs read apart (``rank_part`` of each, in order):
+    what ``analyze`` gives of the same inputs loaded.
+
+    Raises:
+        TraceFormatError: inputs of different jobs (their ``distributedInfo``
+            disagrees on the world), or one rank in two inputs.
+
+    Example:
+        >>> from mxprof.report.ranks import rank_part, reduce
+        >>> result = reduce([rank_part("rank0.json"), rank_part("rank1.json")])  # doctest: +SKIP
+    """
+    if len(parts) > 1:
+        _one_job(parts)
+        labelled = in_job([[r.process for r in p.ranks] for p in parts], [p.file for p in parts])
+        procs = [dataclasses.replace(r, process=q) for r, q in zip(_all(parts), labelled)]
+    else:
+        procs = _all(parts)
+    procs = [p for p in procs if not p.empty]
     with_comm = [p for p in procs if p.comm]
     stepped = [p for p in procs if p.steps]
     workers = with_comm or stepped or procs  # ranks: processes that communicate (or step)
@@ -373,29 +502,20 @@ def analyze(traces: Inputs) -> RankAnalysis:
     steps: list[RankStep] = []
     per_step_names: list[dict[tuple[str, str], float]] = []
     for p in procs:
-        windows = p.steps or [(None, *_extent(p))]
         step_index = _index(p)
-        by_step: dict[int | None, tuple[list[Event], list[tuple[Event, Collective]]]] = {
-            n: ([], []) for n, _, _ in windows
-        }
-        for e in p.ranges:
-            n = step_index(e.ts)
-            if n in by_step:
-                by_step[n][0].append(e)
+        by_step: dict[int | None, list[tuple[Event, Collective]]] = {n: [] for n, _, _ in p.windows}
         for ec in p.comm:
             n = step_index(ec[0].ts)
             if n in by_step:
-                by_step[n][1].append(ec)
-        names: dict[tuple[str, str], float] = {}
-        for n, lo, hi in windows:
-            ranges, comm = by_step[n]
-            comp, comm_t, waiting, idle = cut(lo, hi, ranges, comm, waits)
+                by_step[n].append(ec)
+        names: dict[tuple[str, str], float] = dict(p.names)
+        for n, lo, hi in p.windows:
+            comm = by_step[n]
+            comp, comm_t, waiting, idle = cut(lo, hi, p.compute[n], comm, waits)
             steps.append(RankStep(n, p.label, hi - lo, comp, comm_t, waiting, idle))
-            for e in ranges:
-                names[(e.name, e.category)] = names.get((e.name, e.category), 0) + (e.dur or 0)
             for e, _ in comm:
                 names[(e.name, e.category)] = names.get((e.name, e.category), 0) + (e.dur or 0)
-        per_step_names.append({k: v / len(windows) for k, v in names.items()})
+        per_step_names.append({k: v / len(p.windows) for k, v in names.items()})
     labels = [p.label for p in procs]
     order = {label: k for k, label in enumerate(labels)}
     steps.sort(key=lambda st: (st.step is None, st.step or 0, order[st.rank]))
@@ -412,8 +532,11 @@ def analyze(traces: Inputs) -> RankAnalysis:
         [p.label for p in servers],
     )
     result.straggler = _straggler(result, found, compared, spread)
-    result.loader = dataloader.loader(job(items))
     return result
+
+
+def _all(parts: Sequence[RanksPart]) -> list[_Rank]:
+    return [r for p in parts for r in p.ranks]
 
 
 def _is_server(p: _Rank) -> bool:
@@ -422,8 +545,8 @@ def _is_server(p: _Rank) -> bool:
     return p.process.role == "server"
 
 
-def _extent(p: _Rank) -> tuple[int, int]:
-    events = [e for e in p.ranges] + [e for e, _ in p.comm]
+def _extent(ranges: list[Event], comm: list[tuple[Event, Collective]]) -> tuple[int, int]:
+    events = ranges + [e for e, _ in comm]
     return min(e.ts for e in events), max(e.end for e in events)
 
 

@@ -39,6 +39,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import IO, Any, Union
 
 import msgspec
@@ -53,6 +54,7 @@ from ._convert import Converter, ident, span_ns, whole_ns
 from ._event import DECODE_EVENTS
 from .clock import IDENTITY, ClockModel
 from .dataloader import FlowCollector
+from .engine import Executor
 from .gpu import align_inputs, is_nvidia
 from .model import Event, Trace, base_time_ns, ns_ratio, read_lines, round_ratio
 from .processes import display_name, from_info
@@ -434,6 +436,7 @@ def merge(
     ranks: Sequence[tuple[str | None, int, int]] | None = None,
     info: dict[str, Any] | None = None,
     other: Callable[[int], dict[str, Any]] | None = None,
+    executor: Executor | None = None,
 ) -> dict[str, Any]:
     """Write one trace holding every input's events, aligned by wall clock.
 
@@ -471,6 +474,11 @@ def merge(
             on the reference clock), keys added to its ``otherData``
             (JSON outputs); ``distributed``'s job-wide flight recorder
             snapshot puts its trigger there, on the merged timeline.
+        executor: where a window's per-input work runs (``trace.engine``):
+            finding its steps, and decoding the events that may lie in it,
+            one input a task; only those events come back, and the merged
+            file is the same as without (default: here, one input after
+            another).
 
     Returns:
         A summary: ``{"events": n, "inputs": [{"path", "pids", "shift_us",
@@ -512,7 +520,8 @@ def merge(
         )
     moves = _moves([inp.metadata for inp in inputs], dist)
     ref = moves[0].ref
-    span = _window_ns(window, inputs, moves) if window is not None else None
+    span = _window_ns(window, inputs, moves, executor) if window is not None else None
+    near = _near_events(inputs, moves, span, executor) if span is not None else {}
     fmt = file_format(output)
     target = os.fspath(output)
     temporary = f"{target}.tmp{os.getpid()}"
@@ -524,7 +533,7 @@ def merge(
                 f = gzip.GzipFile(fileobj=raw_file, mode="wb", compresslevel=6, mtime=0)  # type: ignore[assignment]
             out: Output = _PerfettoOut(f, ref) if fmt == PERFETTO else _JsonOut(f, head)
             flows = FlowCollector()
-            count, summary, ranks_info = _write_inputs(inputs, dist, moves, span, out, flows)
+            count, summary, ranks_info = _write_inputs(inputs, dist, moves, span, out, flows, near)
             if isinstance(out, _JsonOut):
                 # DataLoader batches joined to the waits for them: the arrows
                 # need both ends on one clock, so the merge writes them.
@@ -592,14 +601,16 @@ def _write_inputs(
     span: tuple[int, int] | None,
     out: Output,
     flows: FlowCollector,
+    decoded: dict[int, list[RawEvent]],
 ) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
     """Every input's events, moved, renumbered and labelled, into out (and
-    flows, which keeps the DataLoader's)."""
+    flows, which keeps the DataLoader's); decoded: by input index, the events
+    of inputs already cut to the window (``_near_events``)."""
     used: set[Any] = set()
     count = 0
     summary: list[dict[str, Any]] = []
     ranks: list[dict[str, Any]] = []
-    for inp, move, d in zip(inputs, moves, dist):
+    for k, (inp, move, d) in enumerate(zip(inputs, moves, dist)):
         shift = move(0) if move.clock.constant else None
         pids: dict[Any, Any] = {}
         active: set[Any] = set()  # its pids with events (not only metadata)
@@ -614,7 +625,8 @@ def _write_inputs(
         near = None
         if span is not None and shift is not None:
             near = ((span[0] - shift) / 1000 - 1, (span[1] - shift) / 1000 + 1)
-        for block in inp.blocks(near) if not whole else ():
+        blocks = [decoded[k]] if k in decoded else inp.blocks(near) if not whole else ()
+        for block in blocks:
             kept = []
             for ev in block:
                 pid = ev.get("pid")
@@ -697,27 +709,70 @@ def _inside(event: RawEvent, span: tuple[int, int]) -> bool:
     return times[0] <= span[1] and times[1] >= span[0]
 
 
-def _window_ns(window: Window, inputs: list[_Input], moves: list[_Move]) -> tuple[int, int]:
-    """The window as ns on the merged axis; step numbers looked up in every input."""
+def _window_ns(
+    window: Window, inputs: list[_Input], moves: list[_Move], executor: Executor | None
+) -> tuple[int, int]:
+    """The window as ns on the merged axis; step numbers looked up in every input
+    (on the executor: a task per input read from its file)."""
     kind, lo, hi = window
     if kind == "seconds":
         return round(lo * 1e9), round(hi * 1e9)
+    found: dict[int, list[tuple[int, int]]] = {}
+    if executor is not None:
+        apart = [k for k, inp in enumerate(inputs) if inp.held is None]
+        steps = executor.map(partial(_steps_of, lo=lo, hi=hi), [inputs[k].path for k in apart])
+        found = dict(zip(apart, steps))
     first: int | None = None
     last: int | None = None
-    for inp, move in zip(inputs, moves):
-        order: dict[tuple[Any, Any, str], int] = {}
-        for block in inp.blocks():
-            for ev in block:
-                n = _step_number(ev, order)
-                times = span_ns(ev.get("ts"), ev.get("dur", 0))
-                if n is None or not lo <= n <= hi or times is None:
-                    continue
-                start, end = move(times[0]), move(times[1])
-                first = start if first is None else min(first, start)
-                last = end if last is None else max(last, end)
+    for k, (inp, move) in enumerate(zip(inputs, moves)):
+        spans = found[k] if k in found else _steps_in(inp, lo, hi)
+        for start, end in ((move(a), move(b)) for a, b in spans):
+            first = start if first is None else min(first, start)
+            last = end if last is None else max(last, end)
     if first is None or last is None:
         raise TraceFormatError(f"merge: no step numbered {lo:g} to {hi:g} in the inputs")
     return first, last
+
+
+def _steps_of(path: str, lo: float, hi: float) -> list[tuple[int, int]]:
+    """The map of a step window: one input's steps numbered lo to hi, (start,
+    end) ns on its own axis."""
+    return _steps_in(_Input(path), lo, hi)
+
+
+def _steps_in(inp: _Input, lo: float, hi: float) -> list[tuple[int, int]]:
+    spans = []
+    order: dict[tuple[Any, Any, str], int] = {}
+    for block in inp.blocks():
+        for ev in block:
+            n = _step_number(ev, order)
+            times = span_ns(ev.get("ts"), ev.get("dur", 0))
+            if n is not None and lo <= n <= hi and times is not None:
+                spans.append(times)
+    return spans
+
+
+def _near_events(
+    inputs: list[_Input], moves: list[_Move], span: tuple[int, int], executor: Executor | None
+) -> dict[int, list[RawEvent]]:
+    """On the executor, by input index: the events of each input in mxprof's
+    shape that may lie in the window (what ``_Input.blocks(near)`` gives),
+    decoded there, one input a task; none without an executor."""
+    if executor is None:
+        return {}
+    items: dict[int, tuple[str, tuple[float, float]]] = {}
+    for k, (inp, move) in enumerate(zip(inputs, moves)):
+        if inp.lines and inp.held is None and move.clock.constant:
+            shift = move(0)
+            items[k] = (inp.path, ((span[0] - shift) / 1000 - 1, (span[1] - shift) / 1000 + 1))
+    return dict(zip(items, executor.map(_near_of, list(items.values()))))
+
+
+def _near_of(item: tuple[str, tuple[float, float]]) -> list[RawEvent]:
+    """The map of a window: one input's events that may overlap near (µs on its
+    own axis), as dicts."""
+    path, near = item
+    return [e for block in _Input(path).blocks(near) for e in block]
 
 
 def _step_number(event: RawEvent, order: dict[tuple[Any, Any, str], int]) -> int | None:

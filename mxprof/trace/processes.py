@@ -446,11 +446,18 @@ def job(traces: Sequence[Trace]) -> list[Process]:
     """
     if len(traces) == 1:
         return list(processes(traces[0]))
+    return in_job([processes(t) for t in traces], [_file(t, i) for i, t in enumerate(traces)])
+
+
+def in_job(inputs: Sequence[Sequence[Process]], files: Sequence[str]) -> list[Process]:
+    """``job``'s copies and labels of several inputs' processes, given each
+    input's processes and file name (an analysis that read its inputs apart,
+    one per worker: ``mxprof.trace.engine``)."""
     out: list[Process] = []
-    for i, trace in enumerate(traces):
-        for p in processes(trace):
-            name = p.label if p.rank is not None and p.role else f"{p.label} ({_file(trace, i)})"
-            out.append(dataclasses.replace(p, source=i, label=name, file=_file(trace, i)))
+    for i, (procs, file) in enumerate(zip(inputs, files)):
+        for p in procs:
+            name = p.label if p.rank is not None and p.role else f"{p.label} ({file})"
+            out.append(dataclasses.replace(p, source=i, label=name, file=file))
     _unique(out, lambda p: f"pid {p.pid}, {p.file}")
     return out
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 
 from ..._render import format_ns
+from ...errors import TraceFormatError
 from ...trace.processes import Process
 from ..ranks import RankAnalysis
 from ..ranks import analyze as analyze_ranks
@@ -34,7 +35,10 @@ def straggler(job: Job) -> Hint | None:
     """The rank the others wait for (collectives), else the busiest of a role."""
     if sum(1 for p in job.procs if p.threads) < 2:
         return None  # one process with ranges: no rank to compare with
-    found = analyze_ranks(job.traces)
+    try:
+        found = analyze_ranks(job.traces)
+    except TraceFormatError:  # not one job (one rank twice, two worlds): no waits to match
+        return _busiest(job.procs)
     if found.straggler is not None:
         return _late_rank(found)
     if found.matched:  # collectives say who waits for whom: busy time would mislead
