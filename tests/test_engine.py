@@ -4,7 +4,9 @@ bad engines, bad inputs and inputs of two jobs refused with the reason."""
 
 import concurrent.futures
 import json
+import os
 import random
+import subprocess
 import sys
 from bisect import bisect_right
 
@@ -67,6 +69,16 @@ def ranks3(tmp_path):
     ]
 
 
+# Dask leaves threads of its own in the process that used it (its IO loop, its
+# offload pool), which later tests of samplers would see: the tests that use
+# Dask run in a pytest of their own, started by the test at the end of this file.
+CHILD = "MXPROF_ENGINE_CHILD"
+in_child = pytest.mark.skipif(
+    os.environ.get(CHILD) != "1",
+    reason="uses Dask: run in a process of its own by test_dask_in_a_process_of_its_own",
+)
+
+
 @pytest.fixture(scope="module")
 def cluster():
     """One Dask LocalCluster of 2 worker processes for the module's tests."""
@@ -102,6 +114,7 @@ def test_combine_adds_counts_totals_self_and_takes_the_ends():
     assert (by_name["g"].count, by_name["g"].total) == (1, 2)
 
 
+@in_child
 def test_stats_of_several_files_are_those_of_their_merge_on_every_engine(ranks3, tmp_path, cluster):
     merge(ranks3, tmp_path / "merged.json")
     expected = rows(mxprof.load(tmp_path / "merged.json").key_averages())
@@ -113,6 +126,7 @@ def test_stats_of_several_files_are_those_of_their_merge_on_every_engine(ranks3,
         assert [p.events for p in parts] == [72, 72, 72]
 
 
+@in_child
 def test_ranks_read_apart_are_what_analyze_gives_on_every_engine(ranks3, cluster):
     expected = analyze([mxprof.load(p) for p in ranks3])
     assert expected.straggler is not None and expected.straggler.label == "worker 1"
@@ -122,6 +136,7 @@ def test_ranks_read_apart_are_what_analyze_gives_on_every_engine(ranks3, cluster
         assert got.to_json() == expected.to_json(), ex.name
 
 
+@in_child
 @pytest.mark.parametrize("window", ["0.1:0.2", "#3:#5"])
 def test_a_merged_window_is_the_same_on_every_engine(ranks3, tmp_path, cluster, window):
     merge(ranks3, tmp_path / "here.json", window=parse_window(window))
@@ -133,6 +148,7 @@ def test_a_merged_window_is_the_same_on_every_engine(ranks3, tmp_path, cluster, 
         assert (tmp_path / "apart.json").read_bytes() == expected, ex.name
 
 
+@in_child
 def test_the_command_line_gives_the_same_output_whatever_the_engine(ranks3, cluster, capsys):
     address = cluster.client.scheduler.address.replace("tcp://", "dask://")
     for command in ("stats", "ranks"):
@@ -150,6 +166,7 @@ def test_the_command_line_gives_the_same_output_whatever_the_engine(ranks3, clus
     assert (step["count"], step["total"]) == (36, 36 * 30_000_000)
 
 
+@in_child
 @pytest.mark.slow
 def test_engine_dask_starts_a_local_cluster_of_jobs_workers(ranks3, capsys):
     assert cli.main(["stats", "--engine", "dask", "--jobs", "2", *ranks3]) == 0
@@ -188,6 +205,7 @@ def test_one_rank_in_two_inputs_or_two_jobs_are_refused(ranks3, tmp_path, capsys
     assert labels == ["pid 1 (p0.json)", "pid 1 (p1.json)"]
 
 
+@in_child
 def test_a_dask_address_that_does_not_answer_is_an_error_in_time(ranks3, monkeypatch, capsys):
     monkeypatch.setattr(engine, "CONNECT_TIMEOUT_S", 1.0)
     assert cli.main(["stats", "--engine", "dask://127.0.0.1:9", *ranks3]) == 2
@@ -265,3 +283,21 @@ def test_the_report_of_one_rank_twice_still_has_its_hints(ranks3):
     assert (
         "Straggler: the other ranks wait 10.000ms per step for worker 1 (33 % of a step)" in titles
     )
+
+
+@pytest.mark.parametrize(
+    "marks", ["not slow", pytest.param("slow", marks=pytest.mark.slow)], ids=["fast", "slow"]
+)
+def test_dask_in_a_process_of_its_own(marks):
+    if os.environ.get(CHILD) == "1":
+        pytest.skip("this is that process")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+         "-m", marks, "-k", "not in_a_process_of_its_own"],
+        env={**os.environ, CHILD: "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout, proc.stdout[-2000:]

@@ -3,6 +3,7 @@ the rule on synthetic series both ways, then live runs asserting on what was
 recorded (counters, markers, leaks(), dumps(), the report's hint).  Waits
 are bounded; nothing asserts on wall time."""
 
+import ctypes
 import glob
 import json
 import math
@@ -117,6 +118,20 @@ def run_steps(trace_file, steps, body, **config):
     return flagged
 
 
+@pytest.fixture(autouse=True)
+def _fresh_pages():
+    """Blocks of a MiB from fresh pages, as in a new process. glibc raises its
+    mmap threshold when a big block is freed, so after the tests before this
+    module a MiB came from the heap's already resident free pages, and RSS
+    did not grow with the leak; a fixed threshold keeps such blocks mmap'd."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD: fixed, glibc's default
+    except (OSError, AttributeError):
+        pass  # another C library: nothing to pin
+    yield
+
+
 def touched(n):
     """n MiB made resident (each page written)."""
     block = bytearray(n * MB)
@@ -158,7 +173,9 @@ def test_a_leaking_loop_is_flagged_live_with_its_scope_and_allocation_site(trace
     (hint,) = [h for h in find_hints([trace]) if h.rule == "memory-leak"]
     assert hint.severity == "high" and "rss of pid" in hint.title
     assert hint.evidence[0].split(": rss grew")[0] == f"pid {os.getpid()}"
-    assert "over steps 0 to 15" in hint.evidence[0]
+    # The report's rule flags the step the live one did (the first RSS sample may
+    # already hold a step's growth or not: the window may end at 15 or later).
+    assert f"over steps {flagged - 15} to {flagged}" in hint.evidence[0]
     assert any(f"scope 'cache:' grew most: {15}.00 MiB" in line for line in hint.evidence)
     assert any(site in line for line in hint.evidence)
     # mxprof stats: the counters, and the same rule's answer
@@ -166,7 +183,9 @@ def test_a_leaking_loop_is_flagged_live_with_its_scope_and_allocation_site(trace
     (proc,) = json.loads(capsys.readouterr().out)["Memory"]["processes"]
     assert proc["process"] == f"pid {os.getpid()}"
     rss = next(c for c in proc["counters"] if c["name"] == "rss")
-    assert rss["samples"] == 24 and rss["last"] - rss["first"] > 20 * MB
+    assert (
+        rss["samples"] == 24 and rss["last"] - rss["first"] > 16 * MB
+    )  # of 24 MiB kept: the first steps may reuse resident pages
     assert proc["leak"]["series"] == "rss" and proc["leak"]["window"] == 16
     assert int(proc["leak"]["at"].removeprefix("step ")) == flagged
     assert main(["stats", trace_file]) == 0
