@@ -4,14 +4,13 @@ bad engines, bad inputs and inputs of two jobs refused with the reason."""
 
 import concurrent.futures
 import json
-import os
 import random
-import subprocess
 import sys
 from bisect import bisect_right
 
 import _bench
 import pytest
+from _isolated import isolated
 
 import mxprof
 from mxprof import cli
@@ -70,13 +69,8 @@ def ranks3(tmp_path):
 
 
 # Dask leaves threads of its own in the process that used it (its IO loop, its
-# offload pool), which later tests of samplers would see: the tests that use
-# Dask run in a pytest of their own, started by the test at the end of this file.
-CHILD = "MXPROF_ENGINE_CHILD"
-in_child = pytest.mark.skipif(
-    os.environ.get(CHILD) != "1",
-    reason="uses Dask: run in a process of its own by test_dask_in_a_process_of_its_own",
-)
+# offload pool), which later tests of samplers would see.
+in_child, _run_isolated = isolated(__file__, "uses Dask, which leaves its threads behind")
 
 
 @pytest.fixture(scope="module")
@@ -289,15 +283,4 @@ def test_the_report_of_one_rank_twice_still_has_its_hints(ranks3):
     "marks", ["not slow", pytest.param("slow", marks=pytest.mark.slow)], ids=["fast", "slow"]
 )
 def test_dask_in_a_process_of_its_own(marks):
-    if os.environ.get(CHILD) == "1":
-        pytest.skip("this is that process")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
-         "-m", marks, "-k", "not in_a_process_of_its_own"],
-        env={**os.environ, CHILD: "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout, proc.stdout[-2000:]
+    _run_isolated(marks)

@@ -15,6 +15,7 @@ import time
 import types
 
 import pytest
+from _isolated import isolated
 
 import mxprof
 from mxprof import _memstep, _testing, memory
@@ -28,6 +29,9 @@ MB = 2**20
 LIMIT = 60.0  # s: the longest a wait may take on a loaded machine
 LINUX = os.path.exists("/proc/self/smaps_rollup")
 needs_proc = pytest.mark.skipif(not LINUX, reason="needs /proc/self/smaps_rollup")
+# A leak is seen in RSS: after hundreds of tests the interpreter's heap has free
+# resident pages a new MiB reuses, so the live leaks are made in a fresh one.
+fresh, _run_isolated = isolated(__file__, "measures RSS growth, which needs a fresh heap")
 
 
 # ---- the rule on synthetic series ----
@@ -139,6 +143,7 @@ def touched(n):
     return block
 
 
+@fresh
 @needs_proc
 def test_a_leaking_loop_is_flagged_live_with_its_scope_and_allocation_site(trace_file, capsys):
     kept = []
@@ -192,6 +197,7 @@ def test_a_leaking_loop_is_flagged_live_with_its_scope_and_allocation_site(trace
     assert "    leak: rss +" in capsys.readouterr().out
 
 
+@fresh
 @needs_proc
 def test_freed_steps_and_warm_up_that_stops_stay_silent_over_200_steps(trace_file):
     cache = []
@@ -274,6 +280,7 @@ def test_the_period_samples_smaps_rollup_off_the_steps(trace_file):
     assert {"rss", "pss", "uss", "shared"} <= names
 
 
+@fresh
 @needs_proc
 def test_a_leak_takes_a_flight_recorder_snapshot(tmp_path):
     kept = []
@@ -319,6 +326,7 @@ def _worker_touching_inherited_objects(chunks, sleep):
         time.sleep(sleep)
 
 
+@fresh
 @needs_proc
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_worker_whose_shared_pages_turn_private_is_named_with_copy_on_read(tmp_path):
@@ -368,6 +376,7 @@ class LeakyDataset:
         return i
 
 
+@fresh
 @needs_proc
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -431,3 +440,10 @@ def test_a_cuda_leak_is_read_from_torchs_allocator(trace_file):
         e.args["cuda:0 allocated"] for e in mxprof.load(trace_file) if e.name == "cuda:0 allocated"
     ]
     assert len(allocated) == 20 and allocated[-1] - allocated[0] == 19 * MB
+
+
+@pytest.mark.parametrize(
+    "marks", ["not slow", pytest.param("slow", marks=pytest.mark.slow)], ids=["fast", "slow"]
+)
+def test_live_leaks_in_a_process_of_its_own(marks):
+    _run_isolated(marks)
