@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from . import _children, _native, flight
 from ._render import format_bytes
 from .domain import Domain
-from .memory import _slots as _memory_slots  # devices recorded on (a dict, filled in place)
+from .memory import usage, used
 from .trace.leak import PROCESS_MEMORY, SITES, copy_on_read, leak
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ class _Sampler:
         self.stepped = False  # a step ended in this process
         self.series: dict[str, collections.deque[float]] = {}
         self.flagged: set[str] = set()  # series reported and not silent since
-        self.scopes: collections.deque[dict[int, int]] = collections.deque(maxlen=16)
+        self.scopes: collections.deque[dict[str, int]] = collections.deque(maxlen=16)
         self.rolled: collections.deque[dict[str, int]] = collections.deque(maxlen=16)
         self.counters: dict[str, Counter] = {}
         self.last_period = 0
@@ -296,8 +296,8 @@ class _Sampler:
                 self._sites_step(self.sites)
         # The scopes' bytes, to name the one that grew most: read only where
         # mxprof.memory has recorded (the core's table costs a call to copy).
-        if _memory_slots:
-            self.scopes.append({s.key: s.current for s in _native.memory_usage() if s.is_scope})
+        if used():
+            self.scopes.append({u.name: u.current for u in usage() if u.kind == "scope"})
         for name, value in values.items():
             if name.endswith("reserved"):
                 continue  # allocated is what a leak grows; reserved follows it
@@ -342,8 +342,7 @@ class _Sampler:
             grown = [(after[k] - before.get(k, 0), k) for k in after]
             grown = [g for g in grown if g[0] > 0]
             if grown:
-                delta, key = max(grown)
-                details["scope"] = _native.object_info(key).name if key else "<unk>:"
+                delta, details["scope"] = max(grown)
                 details["scope_growth"] = delta
         if len(self.rolled) >= 2:
             cow = copy_on_read([r["shared"] for r in self.rolled], [r["uss"] for r in self.rolled])

@@ -39,6 +39,7 @@ __all__ = [
     "device_name",
     "leaks",
     "live",
+    "used",
     "record_alloc",
     "record_free",
     "reset",
@@ -309,6 +310,12 @@ def leaks() -> list[dict[str, object]]:
     from . import _memstep  # above this module's level: imported when asked
 
     return _memstep.leaks()
+
+
+def used() -> bool:
+    """Whether anything was recorded through this module in this process
+    (``usage`` copies the core's table: a caller on a regular beat asks this first)."""
+    return bool(_slots)
 
 
 def reset() -> None:
