@@ -8,9 +8,11 @@ import pytest
 pytest.importorskip("pyarrow")
 duckdb = pytest.importorskip("duckdb")
 
+import mxprof  # noqa: E402
 from mxprof import cli  # noqa: E402
 from mxprof.errors import OutputError, TraceFormatError  # noqa: E402
 from mxprof.trace import _scan, parquet  # noqa: E402
+from mxprof.trace.processes import processes  # noqa: E402
 
 from ._sql_traces import rank, steps, write  # noqa: E402
 
@@ -122,6 +124,40 @@ def test_ranks_on_the_merged_clock_partitioned_by_rank(tmp_path):
         {"upid": 0, "rank": 0, "host": "host0"},
         {"upid": 1, "rank": 1, "host": "host1"},
     ]
+
+
+def test_steps_and_identity_are_the_process_models(tmp_path):
+    """A main thread's 5 steps and a loader thread's 3 batch frames inside
+    them: the process model's steps are the main thread's (most ranges), so
+    a range in step k is in step k for SQL too, not in no step because a
+    batch frame began later; the host the trace names is the process's."""
+    x = {"ph": "X", "pid": 7}
+    events = []
+    for k in range(5):
+        events.append({**x, "tid": 1, "name": "fwd", "cat": "train", "ts": 100 * k + 30, "dur": 5})
+        events.append({**x, "tid": 1, "name": "step", "cat": "train,frame", "ts": 100 * k,
+                       "dur": 80, "args": {"frame": k}})  # fmt: skip
+        if k < 3:
+            events.append({**x, "tid": 2, "name": "batch", "cat": "load,frame",
+                           "ts": 100 * k + 10, "dur": 10, "args": {"frame": 50 + k}})  # fmt: skip
+    trace = write(tmp_path / "t.json", events)
+    text = trace.read_text().replace('"otherData": {}', '"otherData": {"host": "hostA"}')
+    trace.write_text(text)
+    p = processes(mxprof.load(trace))[0]
+    assert p.steps is not None and (p.steps.name, p.steps.index) == ("step", [0, 1, 2, 3, 4])
+    assert p.identity.host == "hostA"
+    parquet.write_parquet([trace], tmp_path / "out")
+    rows = table(
+        tmp_path / "out", "slice",
+        "SELECT ts, step, step_number, host FROM t WHERE name = 'fwd' OR name = 'batch' "
+        "ORDER BY ts",
+    )  # fmt: skip
+    assert [(r["ts"], r["step"], r["step_number"]) for r in rows] == [
+        (10_000, 0, 50), (30_000, 0, None), (110_000, 1, 51), (130_000, 1, None),
+        (210_000, 2, 52), (230_000, 2, None), (330_000, 3, None), (430_000, 4, None),
+    ]  # fmt: skip
+    assert {r["host"] for r in rows} == {"hostA"}
+    assert [p.step_at(r["ts"]) for r in rows] == [r["step"] for r in rows]
 
 
 def test_an_existing_folder_of_tables_is_replaced_anything_else_refused(tmp_path, capsys):
