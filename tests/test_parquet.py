@@ -160,6 +160,31 @@ def test_steps_and_identity_are_the_process_models(tmp_path):
     assert [p.step_at(r["ts"]) for r in rows] == [r["step"] for r in rows]
 
 
+@pytest.mark.parametrize("command", ["merge", "export", "sql"])
+def test_inputs_that_are_not_one_job_are_refused_by_every_command(tmp_path, command, capsys):
+    """The same rank in two inputs, or two world sizes: merge.one_job, the
+    check ``mxprof ranks`` makes, refuses them in merge, export and sql too,
+    with exit 2 and nothing written."""
+    e0, i0 = rank(0, 100, [(10, 5)])
+    e1, i1 = rank(0, 200, [(10, 5)])
+    a, b = write(tmp_path / "a.json", e0, info=i0), write(tmp_path / "b.json", e1, info=i1)
+    other = write(tmp_path / "c.json", e1, info={**i1, "rank": 1, "world_size": 4})
+    run = {
+        "merge": lambda *ins: ["merge", *ins, "-o", str(tmp_path / "m.json")],
+        "export": lambda *ins: ["export", "--format", "parquet", *ins, "-o", str(tmp_path / "o")],
+        "sql": lambda *ins: ["sql", "select count(*) from slice", *ins],
+    }[command]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert cli.main(run(str(a), str(b))) == 2
+    err = capsys.readouterr().err
+    assert f"worker 0 is in two inputs, {a} and {b}: give each rank once" in err
+    assert cli.main(run(str(a), str(other))) == 2
+    assert "inputs of different jobs: a.json says world_size 2, c.json says 4" in (
+        capsys.readouterr().err
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 def test_an_existing_folder_of_tables_is_replaced_anything_else_refused(tmp_path, capsys):
     trace = write(tmp_path / "t.json", steps())
     out = tmp_path / "out"
