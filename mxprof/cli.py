@@ -423,21 +423,36 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.threads and args.format != "collapsed":
         raise CommandError("--threads is for --format collapsed")
     if args.format == "parquet":
+        if args.window is not None:
+            raise CommandError(
+                "--window is for speedscope and collapsed; for parquet, cut the window "
+                "with merge --window first and export that"
+            )
         return _export_parquet(args)
     if len(args.traces) != 1:
         raise CommandError(f"--format {args.format} exports one trace; got {len(args.traces)}")
     args.trace = args.traces[0]
-    trace = load(args.trace)
+    if args.window is None:
+        trace = load(args.trace)
+    else:  # only the blocks that may hold the window are read (trace/window.py)
+        try:
+            kind, lo, hi = parse_window(args.window)
+        except ValueError as e:
+            raise CommandError(str(e)) from None
+        if kind != "seconds":
+            raise CommandError("export --window takes START:END in seconds, not steps")
+        trace = load(args.trace, window=(lo * 1e9, hi * 1e9))
     if args.output == "-":
         sys.stdout.write(export.render(trace, args.format, threads=args.threads))
     else:
         export.export(trace, args.output, args.format, threads=args.threads)
     cut = " (cut short: the samples before the cut)" if trace.truncated else ""
+    within = f" in the window {args.window}" if args.window is not None else ""
     threads = len({(s.pid, s.tid) for s in trace.samples.samples})
     where = "stdout" if args.output == "-" else args.output
     print(
         f"mxprof export: {len(trace.samples)} samples of {threads} thread(s) from "
-        f"{args.trace}{cut} written to {where} ({args.format})",
+        f"{args.trace}{cut}{within} written to {where} ({args.format})",
         file=sys.stderr,
     )
     return 0
@@ -765,6 +780,12 @@ def parser() -> argparse.ArgumentParser:
         "--threads",
         action="store_true",
         help="collapsed: start each stack with a frame naming its thread",
+    )
+    ex.add_argument(
+        "--window",
+        metavar="START:END",
+        help="only the samples taken in this span, seconds on the trace's clock (10:12); "
+        "reads only the blocks of an indexed trace that may hold them",
     )
     ex.set_defaults(func=cmd_export)
 
