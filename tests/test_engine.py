@@ -162,6 +162,17 @@ def test_the_command_line_gives_the_same_output_whatever_the_engine(ranks3, clus
 
 
 @in_child
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_local_cluster_forks_its_workers_from_one_fork_server(cluster):
+    """Not a spawned interpreter each (Dask imported once, not per worker)."""
+    parents = set(cluster.client.run(os.getppid).values())
+    assert len(parents) == 1 and os.getpid() not in parents
+    with open(f"/proc/{parents.pop()}/stat", encoding="ascii") as f:
+        server_parent = int(f.read().rsplit(")", 1)[1].split()[1])
+    assert server_parent == os.getpid()  # the fork server is this process's child
+
+
+@in_child
 @pytest.mark.slow
 def test_engine_dask_starts_a_local_cluster_of_jobs_workers(ranks3, capsys):
     assert cli.main(["stats", "--engine", "dask", "--jobs", "2", *ranks3]) == 0
