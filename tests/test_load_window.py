@@ -143,3 +143,14 @@ def test_export_window_keeps_the_samples_taken_in_it(tmp_path, capsys):
     assert cli.main(["export", str(path), "--format", "collapsed", "-o", "-",
                      "--window", "#1:#2"]) == 2  # fmt: skip
     assert "export --window takes START:END in seconds" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_benchmark_quick_mode(tmp_path):
+    import _bench
+
+    stdout, doc = _bench.quick("load_window.py", tmp_path)
+    assert set(doc["median_s"]) == {"whole load", "window, indexed", "window, no index"}
+    kept = doc["kept"]
+    assert 0 < kept["window, indexed"] == kept["window, no index"] < kept["whole load"]
+    assert doc["blocks"] >= 5 and "window 1.0% of the run" in stdout
