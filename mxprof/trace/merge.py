@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import IO, Any, NamedTuple, Union
 
-import msgspec
 from msgspec.structs import force_setattr
 
 from .._tallies import TALLIES
@@ -51,7 +50,6 @@ from .._version import __version__
 from ..errors import TraceFormatError
 from . import _scan, manifest
 from ._convert import Converter, ident, span_ns, whole_ns
-from ._event import DECODE_EVENTS
 from .clock import IDENTITY, ClockModel
 from .dataloader import FlowCollector
 from .engine import Executor
@@ -319,7 +317,7 @@ class _Input:
                 else:
                     try:
                         for text in itertools.chain(() if first is None else (first,), texts):
-                            yield _scan.raw_events(_near(text, near))
+                            yield _scan.raw_events(_scan.near(text, *near))
                     except _scan.NotLines:
                         raise self._damaged() from None
                     return
@@ -328,7 +326,7 @@ class _Input:
             try:
                 while True:
                     text = next(blocks)
-                    yield _scan.raw_events(text if near is None else _near(text, near))
+                    yield _scan.raw_events(text if near is None else _scan.near(text, *near))
             except StopIteration:
                 return
             except _scan.NotLines:
@@ -339,26 +337,6 @@ class _Input:
             f"{self.path}: damaged (or changed while it was merged): read it with "
             "mxprof.load for where"
         )
-
-
-def _near(text: bytes, near: tuple[float, float]) -> bytes:
-    """A run of events (one per line) cut to those that may overlap near (µs)."""
-    try:
-        events = DECODE_EVENTS(text)
-    except msgspec.ValidationError:
-        return text  # a value the fast decoding does not take: every event, as dicts
-    first, last = near
-    keep = [
-        k
-        for k, e in enumerate(events)
-        if e.ts is None or (e.ts <= last and e.ts + (e.dur or 0) >= first)
-    ]
-    if len(keep) == len(events):
-        return text
-    lines = text[1:-1].split(b"\n")
-    if len(lines) != len(events):
-        return text  # not one event per line after all
-    return b"[" + b",".join(lines[k].rstrip().rstrip(b",") for k in keep) + b"]"
 
 
 def _align_databases(inputs: list[_Input]) -> None:
