@@ -17,7 +17,7 @@ from typing import Any, overload
 import msgspec
 
 from ..averages import KeyAverages, Row
-from . import _scan
+from . import _fastread, _scan
 from ._columns import NO_DUR, Events, Keys, Thread, in_columns
 from ._convert import Converter, ThreadKey, ns_ratio, round_ratio
 from ._event import DECODE_EVENTS, Event, Id
@@ -657,6 +657,8 @@ def read_lines(
     if is_database(path):  # read as the general way reads it: by name or content
         raise _scan.NotLines
     converted = Converter(sink)
+    # The compiled path (trace/_fastread.py) where built: the same result.
+    fast = _fastread.reader(converted)
     with open_trace(path) as f:
         blocks = _scan.blocks(f)
         while True:
@@ -665,8 +667,13 @@ def read_lines(
             except StopIteration as stop:
                 metadata: dict[str, Any] = stop.value
                 break
+            raw = _ASYNC.search(text) is not None
+            if fast is not None and fast.take(text, raw):
+                if after_block is not None:
+                    after_block()
+                continue
             decoded = False
-            if _ASYNC.search(text) is None:
+            if not raw:
                 try:
                     converted.add_block(DECODE_EVENTS(text))
                     decoded = True

@@ -1,0 +1,222 @@
+"""The compiled fast path of ``model.read_lines``: a block of events parsed in C.
+
+``mxprof.trace._fastjson`` (native/offline/, built by cffi like the core but
+a module of its own: the offline tier never imports the live core) parses
+the events of a block that are in the exact shape mxprof's core writes into
+rows: times in integer ns, names interned once per distinct (name,
+category, phase), threads by (pid, tid).  Every other event is left in its
+"run" of text, which is decoded here as the pure path decodes a block
+(msgspec, or ``_scan.raw_events`` where the pure path reads dicts) and
+handed to ``Converter.add_block`` / ``Converter.add`` at its place, so
+each thread's events, the keys' order and the pairing are what the pure
+path makes.  A ``Thread`` sink takes a run of rows as columns at once (its
+order restored in C); other sinks get the rows one at a time, in file order.
+
+The block is taken only once all its runs decoded; otherwise ``take``
+returns False before anything was added and the caller reads the block the
+pure way, which alone judges damage.  Without the module (no compiler at
+install), or with ``MXPROF_PURE_READER=1``, ``reader()`` is None and the pure
+path runs: the results are identical either way (tests/test_fastjson.py).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+
+from . import _scan
+from ._columns import Thread
+from ._convert import Converter
+from ._event import DECODE_EVENTS, NO_ARGS, Event
+
+try:
+    from ._fastjson import ffi, lib
+except ImportError:  # built without a compiler: the pure path alone
+    ffi = lib = None
+
+ENV = "MXPROF_PURE_READER"
+_WS = b" \t\r\n"  # JSON's whitespace: a run's comma is found past it
+
+
+def available() -> bool:
+    """Whether the compiled path is built and not turned off by MXPROF_PURE_READER."""
+    return lib is not None and os.environ.get(ENV, "") in ("", "0")
+
+
+def reader(converted: Converter) -> Reader | None:
+    """A fast reader for one ``read_lines`` call, or None: read the pure way."""
+    return Reader(converted) if available() else None
+
+
+def order(thread_ts: Any, thread_dur: Any, thread_kind: Any, start: int) -> bool:
+    """Put a thread's events from ``start`` on in place (``Thread.extend``'s
+    ``order``); False when it could not (out of memory: sort at the end)."""
+    n = len(thread_ts)
+    if n == start:
+        return True
+    ts = ffi.from_buffer("int64_t[]", thread_ts, require_writable=True)
+    dur = ffi.from_buffer("int64_t[]", thread_dur, require_writable=True)
+    kind = ffi.from_buffer("int32_t[]", thread_kind, require_writable=True)
+    try:
+        return bool(lib.mxo_order(ts, dur, kind, n, start) == 0)
+    finally:
+        ffi.release(ts)
+        ffi.release(dur)
+        ffi.release(kind)
+
+
+class Reader:
+    """The C parser's state for one file: its keys' and threads' ids."""
+
+    def __init__(self, converted: Converter) -> None:
+        self.converted = converted
+        self._r = ffi.gc(lib.mxo_new(), lib.mxo_free)
+        if self._r == ffi.NULL:
+            raise MemoryError
+        self._keys: Any = None  # the trace's Keys, from the first Thread sink
+        self._key_text: list[tuple[str, str, str]] = []  # per C key id
+        self._globals = 0  # the C keys whose trace index is set
+        self._sinks: list[Any] = []  # per C thread id
+        self._ids: list[tuple[int, int]] = []
+
+    def take(self, text: bytes, raw: bool) -> bool:
+        """Add a block's events (``_scan.blocks``' form) to the conversion;
+        False, with nothing added, where the block is to be read the pure way.
+
+        Args:
+            text: the block.
+            raw: the pure path reads this block as dicts (``Converter.add``):
+                its runs are read so too (the rows come out the same either way).
+        """
+        r = self._r
+        if self._globals < r.n_keys:  # keys of a block read the pure way: in Keys already
+            self._name_keys()
+            self._keys_for(1 << 62)
+        if lib.mxo_parse(r, ffi.from_buffer(text), len(text)) != 0:
+            return False
+        runs = [self._run(text, i) for i in range(r.n_runs)]
+        decoded: list[Any] = []
+        if not raw:
+            try:
+                decoded = [DECODE_EVENTS(run) for run in runs]
+            except msgspec.ValidationError:
+                raw = True  # the pure path reads this block as dicts
+            except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+                return False
+        if raw:
+            try:
+                decoded = [_scan.raw_events(run) for run in runs]
+            except _scan.NotLines:
+                return False
+        if any(not events for events in decoded):  # "[]": a comma with nothing before it
+            return False
+        at = 0
+        converted = self.converted
+        for i, events in enumerate(decoded):
+            self._rows(at, r.run_at[i])
+            at = r.run_at[i]
+            if raw:
+                for event in events:
+                    converted.add(event)
+            else:
+                converted.add_block(events)
+        self._rows(at, r.n)
+        return True
+
+    def _run(self, text: bytes, i: int) -> bytes:
+        """Run i of the last block as a JSON array (its separating comma dropped)."""
+        r = self._r
+        piece = text[r.run_begin[i] : r.run_end[i]]
+        if r.run_end[i] < len(text) - 1:  # a row follows: the run ends with its comma
+            piece = piece.rstrip(_WS)
+            if not piece.endswith(b","):
+                return b"["  # not JSON: the block is read the pure way
+            piece = piece[:-1]
+        return b"[" + piece + b"]"
+
+    def _rows(self, begin: int, end: int) -> None:
+        """The rows [begin, end) of the last block to their threads' sinks."""
+        if begin == end:
+            return
+        r = self._r
+        if lib.mxo_group(r, begin, end) != 0:
+            raise MemoryError("mxprof: out of memory reading a trace")
+        for t in range(len(self._sinks), r.n_threads):
+            self._sinks.append(None)
+            self._ids.append((r.thread_pid[t], r.thread_tid[t]))
+        sinks = self._sinks
+        for g in range(r.n_groups):  # in the order of their first rows, as the pure path
+            t = r.g_thread[g]
+            if sinks[t] is None:
+                sinks[t] = self.converted.sink(self._ids[t])
+        self._name_keys()
+        self._keys_for(end)
+        if lib.mxo_globalize(r) != 0:
+            raise MemoryError("mxprof: a key without its index (a bug in mxprof)")
+        whole = True
+        keys = self._keys
+        for g in range(r.n_groups):
+            sink = sinks[r.g_thread[g]]
+            if type(sink) is not Thread or sink.keys is not keys:
+                whole = False
+                continue
+            first, count = r.g_begin[g], r.g_count[g]
+            sink.extend(
+                ffi.buffer(r.g_ts + first, count * 8),
+                ffi.buffer(r.g_dur + first, count * 8),
+                ffi.buffer(r.g_kind + first, count * 4),
+                order,
+            )
+        if not whole:
+            self._one_by_one(begin, end)
+
+    def _one_by_one(self, begin: int, end: int) -> None:
+        """Rows of sinks that are not Threads of this trace's keys, in file order."""
+        r = self._r
+        sinks, ids, texts = self._sinks, self._ids, self._key_text
+        for i in range(begin, end):
+            sink = sinks[r.thread[i]]
+            if type(sink) is Thread and sink.keys is self._keys:
+                continue  # taken as columns
+            name, category, ph = texts[r.key[i]]
+            d = r.dur[i]
+            length = None if ph != "X" else d
+            put = getattr(sink, "put", None)
+            if put is not None:
+                put(r.ts[i], length, name, category, ph, NO_ARGS)
+            else:
+                pid, tid = ids[r.thread[i]]
+                sink.append(Event(name, category, ph, r.ts[i], length, pid, tid, NO_ARGS))
+
+    def _name_keys(self) -> None:
+        """The text of every C key made so far."""
+        r = self._r
+        name_p = ffi.new("const char **")
+        cat_p = ffi.new("const char **")
+        name_n = ffi.new("size_t *")
+        cat_n = ffi.new("size_t *")
+        ph_p = ffi.new("char *")
+        for k in range(len(self._key_text), r.n_keys):
+            lib.mxo_key_text(r, k, name_p, name_n, cat_p, cat_n, ph_p)
+            name = ffi.unpack(name_p[0], name_n[0]).decode("ascii")
+            category = ffi.unpack(cat_p[0], cat_n[0]).decode("ascii")
+            self._key_text.append((name, category, ph_p[0].decode("ascii")))
+
+    def _keys_for(self, end: int) -> None:
+        """Give the keys first met before row ``end`` their trace indexes, in the
+        order they were met (the pure path's order of ``Keys.of``)."""
+        r = self._r
+        while self._globals < r.n_keys and r.key_first[self._globals] < end:
+            k = self._globals
+            if self._keys is None:
+                self._keys = next(
+                    (s.keys for s in self._sinks if type(s) is Thread), None
+                )
+            if self._keys is not None:
+                lib.mxo_set_key(r, k, self._keys.of(*self._key_text[k]))
+            else:
+                lib.mxo_set_key(r, k, 0)  # no Thread sink: the index is not used
+            self._globals += 1
+
