@@ -136,9 +136,11 @@ class Thread:
         reader's, ``_fastread.order``); False leaves them for ``finish``.
         """
         if not isinstance(self.ts, array):  # widened (a damaged file): finish sorts
-            self.ts.extend(array("q", ts))
-            self.dur.extend(array("q", dur))
-            self.kind.extend(array("i", kind))
+            for column, typecode, data in ((self.ts, "q", ts), (self.dur, "q", dur)):
+                values = array(typecode)
+                values.frombytes(data)
+                column.extend(values)
+            self.kind.frombytes(kind)  # type: ignore[attr-defined]
             self._sorted = False
             return
         start = len(self.ts)

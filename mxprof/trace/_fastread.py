@@ -22,6 +22,7 @@ path runs: the results are identical either way (tests/test_fastjson.py).
 from __future__ import annotations
 
 import os
+from array import array
 from typing import Any
 
 import msgspec
@@ -37,6 +38,8 @@ except ImportError:  # built without a compiler: the pure path alone
     ffi = lib = None
 
 ENV = "MXPROF_PURE_READER"
+# args as an Event's are decoded (msgspec): the rows' flat objects, several at once.
+_DECODE_ARGS = msgspec.json.Decoder(list[dict[str, Any]]).decode
 _WS = b" \t\r\n"  # JSON's whitespace: a run's comma is found past it
 
 
@@ -80,6 +83,10 @@ class Reader:
         self._globals = 0  # the C keys whose trace index is set
         self._sinks: list[Any] = []  # per C thread id
         self._ids: list[tuple[int, int]] = []
+        self._mode: str | None = None  # the sinks' kind: _COLUMNS, _SUMMARY or _EVENTS
+        self._pairs: list[tuple[str, str]] = []  # _SUMMARY: (name, category) per id
+        self._pair_ids: dict[tuple[str, str], int] = {}
+        self._text = b""  # the block being read
 
     def take(self, text: bytes, raw: bool) -> bool:
         """Add a block's events (``_scan.blocks``' form) to the conversion;
@@ -96,6 +103,7 @@ class Reader:
             self._keys_for(1 << 62)
         if lib.mxo_parse(r, ffi.from_buffer(text), len(text)) != 0:
             return False
+        self._text = text
         runs = [self._run(text, i) for i in range(r.n_runs)]
         decoded: list[Any] = []
         if not raw:
@@ -151,44 +159,137 @@ class Reader:
             t = r.g_thread[g]
             if sinks[t] is None:
                 sinks[t] = self.converted.sink(self._ids[t])
+                if self._mode is None:
+                    self._mode = _mode(sinks[t])
+                    if self._mode is _COLUMNS:
+                        self._keys = sinks[t].keys
         self._name_keys()
         self._keys_for(end)
         if lib.mxo_globalize(r) != 0:
             raise MemoryError("mxprof: a key without its index (a bug in mxprof)")
-        whole = True
-        keys = self._keys
-        for g in range(r.n_groups):
-            sink = sinks[r.g_thread[g]]
-            if type(sink) is not Thread or sink.keys is not keys:
-                whole = False
-                continue
-            first, count = r.g_begin[g], r.g_count[g]
-            sink.extend(
-                ffi.buffer(r.g_ts + first, count * 8),
-                ffi.buffer(r.g_dur + first, count * 8),
-                ffi.buffer(r.g_kind + first, count * 4),
-                order,
-            )
+        if self._mode is _COLUMNS:
+            whole = self._columns()
+        elif self._mode is _SUMMARY:
+            whole = self._summary()
+        else:
+            whole = False
         if not whole:
             self._one_by_one(begin, end)
 
-    def _one_by_one(self, begin: int, end: int) -> None:
-        """Rows of sinks that are not Threads of this trace's keys, in file order."""
+    def _columns(self) -> bool:
+        """mxo_group's groups to their Threads as columns; False if a sink is not one."""
         r = self._r
-        sinks, ids, texts = self._sinks, self._ids, self._key_text
-        for i in range(begin, end):
-            sink = sinks[r.thread[i]]
-            if type(sink) is Thread and sink.keys is self._keys:
-                continue  # taken as columns
-            name, category, ph = texts[r.key[i]]
-            d = r.dur[i]
-            length = None if ph != "X" else d
+        whole = True
+        keys = self._keys
+        for g in range(r.n_groups):
+            sink = self._sinks[r.g_thread[g]]
+            if _mode(sink) is not _COLUMNS or sink.keys is not keys:
+                whole = False
+                continue
+            first, count = r.g_begin[g], r.g_count[g]
+            kinds: Any = ffi.buffer(r.g_kind + first, count * 4)
+            if r.g_with_args[g]:  # the args' dicts to extras, as Thread.put keeps them
+                kinds = _array("i", kinds)
+                extras = sink.extras
+                at = [j for j, n in enumerate(ffi.unpack(r.g_args_len + first, count)) if n]
+                for j, args in zip(at, self._args(first, at)):
+                    extras.append((kinds[j], args))
+                    kinds[j] = -len(extras)
+                kinds = kinds.tobytes()
+            sink.extend(
+                ffi.buffer(r.g_ts + first, count * 8),
+                ffi.buffer(r.g_dur + first, count * 8),
+                kinds,
+                order,
+            )
+        return whole
+
+    def _args(self, first: int, at: list[int]) -> list[dict[str, Any]]:
+        """The args of rows first + j (j in at) of mxo_group's output, decoded
+        as msgspec decodes an Event's (one dict each)."""
+        r, text = self._r, self._text
+        pieces = [text[r.g_args[first + j] : r.g_args[first + j] + r.g_args_len[first + j]] for j in at]
+        return _DECODE_ARGS(b"[" + b",".join(pieces) + b"]")
+
+    def _summary(self) -> bool:
+        """mxo_group's groups through their summary sinks' rule (``model._Running``),
+        in C; False if a sink is not one."""
+        r = self._r
+        whole = True
+        summary: Any = None
+        keep = ffi.new("size_t *")
+        last_end = ffi.new("int64_t *")
+        texts = self._key_text
+        for g in range(r.n_groups):
+            sink = self._sinks[r.g_thread[g]]
+            if _mode(sink) is not _SUMMARY:
+                whole = False
+                continue
+            summary = sink.summary
+            last_end[0] = sink.last_end
+            starts = ffi.from_buffer("int64_t[]", sink.starts)
+            lengths = ffi.from_buffer("int64_t[]", sink.lengths)
+            try:
+                rc = lib.mxo_running(
+                    r, g, starts, lengths, len(sink.starts), keep, last_end, summary.broken
+                )
+            finally:
+                ffi.release(starts)
+                ffi.release(lengths)
+            if rc < 0:
+                raise MemoryError("mxprof: out of memory reading a trace")
+            sink.take_ranges(
+                keep[0],
+                ffi.buffer(r.s_starts, r.s_n * 8),
+                ffi.buffer(r.s_lengths, r.s_n * 8),
+                last_end[0],
+            )
+            summary.count += r.g_count[g]
+            if rc == 1:
+                summary.broken = True
+            for i in range(r.s_n_points):
+                summary.points.add(texts[r.s_points[i]][1])
+            r.s_n_points = 0
+        if lib.mxo_collect(r) != 0:
+            raise MemoryError("mxprof: out of memory reading a trace")
+        if summary is not None:
+            pairs = self._pairs
+            for c in range(r.n_c):
+                first, count = r.c_begin[c], r.c_count[c]
+                own = r.c_own[c]
+                if r.c_own_overflow[c]:  # past int64: Python's ints hold the sum
+                    own = sum(_array("q", ffi.buffer(r.c_own_each + first, count * 8)))
+                summary.take_lengths(pairs[r.c_id[c]], ffi.buffer(r.c_len + first, count * 8), own)
+        return whole
+
+    def _one_by_one(self, begin: int, end: int) -> None:
+        """Rows of other sinks (a list, one sink for every thread), in file order."""
+        r = self._r
+        n = end - begin
+        sinks, ids, texts, mode = self._sinks, self._ids, self._key_text, self._mode
+        keys = self._keys
+        text = self._text
+        for ts, d, k, t, a, a_len in zip(
+            ffi.unpack(r.ts + begin, n),
+            ffi.unpack(r.dur + begin, n),
+            ffi.unpack(r.key + begin, n),
+            ffi.unpack(r.thread + begin, n),
+            ffi.unpack(r.args + begin, n),
+            ffi.unpack(r.args_len + begin, n),
+        ):
+            sink = sinks[t]
+            kind = _mode(sink)
+            if kind is mode and (kind is _SUMMARY or (kind is _COLUMNS and sink.keys is keys)):
+                continue  # taken at once
+            name, category, ph = texts[k]
+            length = d if ph == "X" else None
+            args = _DECODE_ARGS(b"[" + text[a : a + a_len] + b"]")[0] if a_len else NO_ARGS
             put = getattr(sink, "put", None)
             if put is not None:
-                put(r.ts[i], length, name, category, ph, NO_ARGS)
+                put(ts, length, name, category, ph, args)
             else:
-                pid, tid = ids[r.thread[i]]
-                sink.append(Event(name, category, ph, r.ts[i], length, pid, tid, NO_ARGS))
+                pid, tid = ids[t]
+                sink.append(Event(name, category, ph, ts, length, pid, tid, args))
 
     def _name_keys(self) -> None:
         """The text of every C key made so far."""
@@ -205,18 +306,41 @@ class Reader:
             self._key_text.append((name, category, ph_p[0].decode("ascii")))
 
     def _keys_for(self, end: int) -> None:
-        """Give the keys first met before row ``end`` their trace indexes, in the
-        order they were met (the pure path's order of ``Keys.of``)."""
+        """Give the keys first met before row ``end`` their ids in the sinks'
+        terms, in the order they were met (the pure path's order of ``Keys.of``):
+        a Thread's key index, or a summary's (name, category) id."""
         r = self._r
         while self._globals < r.n_keys and r.key_first[self._globals] < end:
             k = self._globals
-            if self._keys is None:
-                self._keys = next(
-                    (s.keys for s in self._sinks if type(s) is Thread), None
-                )
-            if self._keys is not None:
-                lib.mxo_set_key(r, k, self._keys.of(*self._key_text[k]))
+            name, category, ph = self._key_text[k]
+            if self._mode is _COLUMNS:
+                index = self._keys.of(name, category, ph)
+            elif self._mode is _SUMMARY:
+                pair = (name, category)
+                index = self._pair_ids.setdefault(pair, len(self._pairs))
+                if index == len(self._pairs):
+                    self._pairs.append(pair)
             else:
-                lib.mxo_set_key(r, k, 0)  # no Thread sink: the index is not used
+                index = 0  # rows go one by one, by their names
+            lib.mxo_set_key(r, k, index)
             self._globals += 1
 
+
+_COLUMNS = "columns"  # Thread sinks: rows as columns at once
+_SUMMARY = "summary"  # model._Running sinks: the rule run in C
+_EVENTS = "events"  # anything else: rows one at a time
+
+
+def _array(typecode: str, data: Any) -> array[int]:
+    """An array of the machine values in data (bytes-like)."""
+    out = array(typecode)
+    out.frombytes(data)
+    return out
+
+
+def _mode(sink: Any) -> str:
+    if type(sink) is Thread and isinstance(sink.ts, array):
+        return _COLUMNS
+    if hasattr(sink, "take_ranges"):
+        return _SUMMARY
+    return _EVENTS

@@ -565,6 +565,15 @@ class _Summary:
     def sink(self, key: ThreadKey) -> _Running:
         return _Running(self)
 
+    def take_lengths(self, key: tuple[str, str], lengths: Any, own: int) -> None:
+        """Ranges of (name, category) summed elsewhere (``trace/_fastread.py``
+        runs ``_Running``'s rule in C): their lengths (int64 bytes), own total."""
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = (array("q"), [0])
+        group[0].frombytes(lengths)
+        group[1][0] += own
+
 
 class _Running:
     """One thread's ranges that no range seen so far contains: (start, length)."""
@@ -576,6 +585,15 @@ class _Running:
         self.starts: array[int] = array("q")
         self.lengths: array[int] = array("q")
         self.last_end = -(1 << 63)
+
+    def take_ranges(self, keep: int, starts: Any, lengths: Any, last_end: int) -> None:
+        """The state ``append`` would leave, worked out elsewhere (``trace/_fastread.py``):
+        the first ``keep`` ranges stay, followed by ``starts``/``lengths`` (int64 bytes)."""
+        del self.starts[keep:]
+        del self.lengths[keep:]
+        self.starts.frombytes(starts)
+        self.lengths.frombytes(lengths)
+        self.last_end = last_end
 
     def append(self, event: Event) -> None:
         summary = self.summary

@@ -28,6 +28,8 @@ typedef struct mxo_reader {
     int64_t *dur;
     int32_t *key;
     int32_t *thread;
+    size_t *args;
+    size_t *args_len;
     size_t n;
     size_t *run_begin;
     size_t *run_end;
@@ -45,6 +47,22 @@ typedef struct mxo_reader {
     size_t *g_begin;
     size_t *g_count;
     size_t n_groups;
+    size_t *g_args;
+    size_t *g_args_len;
+    size_t *g_with_args;
+    int64_t *s_starts;
+    int64_t *s_lengths;
+    size_t s_n;
+    int32_t *s_points;
+    size_t s_n_points;
+    int64_t *c_len;
+    int32_t *c_id;
+    size_t *c_begin;
+    size_t *c_count;
+    int64_t *c_own;
+    uint8_t *c_own_overflow;
+    int64_t *c_own_each;
+    size_t n_c;
     ...;
 } mxo_reader;
 mxo_reader *mxo_new(void);
@@ -55,6 +73,9 @@ int mxo_key_text(const mxo_reader *r, int32_t key, const char **name, size_t *na
 int mxo_set_key(mxo_reader *r, int32_t key, int32_t global);
 int mxo_group(mxo_reader *r, size_t begin, size_t end);
 int mxo_globalize(mxo_reader *r);
+int mxo_running(mxo_reader *r, size_t g, const int64_t *old_starts, const int64_t *old_lengths,
+                size_t n_old, size_t *keep, int64_t *last_end, int broken);
+int mxo_collect(mxo_reader *r);
 int mxo_order(int64_t *ts, int64_t *dur, int32_t *kind, size_t n, size_t from);
 """
 

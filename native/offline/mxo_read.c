@@ -22,10 +22,11 @@
 #define MAX_INT_DIGITS_ID 18   /* below 10**18: an int64 */
 #define MAX_MOVE 4096          /* a longer move back: the thread is merge sorted instead */
 
-enum { F_NAME, F_CAT, F_PH, F_TS, F_DUR, F_PID, F_TID };
+enum { F_NAME, F_CAT, F_PH, F_TS, F_DUR, F_PID, F_TID, F_ARGS };
 
 typedef struct {
     size_t name, name_len, cat, cat_len; /* offsets in the text */
+    size_t args, args_len;               /* the args object's text (args_len 0: none) */
     char ph;
     int64_t ts, dur, pid, tid;
 } row;
@@ -60,14 +61,19 @@ void mxo_free(mxo_reader *r)
 {
     if (r == NULL)
         return;
-    free(r->ts), free(r->dur), free(r->key), free(r->thread);
+    free(r->ts), free(r->dur), free(r->key), free(r->thread), free(r->args), free(r->args_len);
+    free(r->g_args), free(r->g_args_len), free(r->g_with_args);
     free(r->run_begin), free(r->run_end), free(r->run_at);
     free(r->key_first), free(r->key_global), free(r->key_name), free(r->key_name_len);
     free(r->key_cat), free(r->key_cat_len), free(r->key_ph), free(r->key_hash);
     free(r->key_table), free(r->arena);
     free(r->thread_pid), free(r->thread_tid), free(r->thread_table);
     free(r->g_ts), free(r->g_dur), free(r->g_kind), free(r->g_thread);
-    free(r->g_begin), free(r->g_count), free(r->g_slot);
+    free(r->g_begin), free(r->g_count), free(r->g_slot), free(r->g_key);
+    free(r->s_starts), free(r->s_lengths), free(r->s_id), free(r->s_len), free(r->s_own);
+    free(r->s_points), free(r->key_pointed);
+    free(r->c_len), free(r->c_id), free(r->c_begin), free(r->c_count), free(r->c_own);
+    free(r->c_own_overflow), free(r->c_own_each), free(r->c_slot);
     free(r);
 }
 
@@ -295,10 +301,84 @@ static int number(const char *t, size_t end, size_t *p, int digits, int fraction
     return 1;
 }
 
+/* A JSON number of at most 18 integer and 17 fraction digits, no exponent
+ * (msgspec and json read it alike). */
+static int plain_number(const char *t, size_t end, size_t *p)
+{
+    size_t q = *p;
+    int n = 0;
+    if (q < end && t[q] == '-')
+        q++;
+    if (q >= end || !is_digit(t[q]))
+        return 0;
+    if (t[q] == '0') {
+        q++;
+        if (q < end && is_digit(t[q]))
+            return 0;
+    } else {
+        while (q < end && is_digit(t[q]))
+            if (++n > 18)
+                return 0;
+            else
+                q++;
+    }
+    if (q < end && t[q] == '.') {
+        q++;
+        n = 0;
+        while (q < end && is_digit(t[q]))
+            if (++n > 17)
+                return 0;
+            else
+                q++;
+        if (n == 0)
+            return 0;
+    }
+    *p = q;
+    return 1;
+}
+
+/* args as mxprof's counters and instants write them: one flat object of
+ * plain strings to numbers or plain strings. */
+static int flat_args(const char *t, size_t end, size_t *p)
+{
+    size_t q = *p, off, len;
+    if (q >= end || t[q] != '{')
+        return 0;
+    q = skip_ws(t, end, q + 1);
+    if (q < end && t[q] == '}') {
+        *p = q + 1;
+        return 1;
+    }
+    for (;;) {
+        if (!plain_string(t, end, &q, &off, &len))
+            return 0;
+        q = skip_ws(t, end, q);
+        if (q >= end || t[q] != ':')
+            return 0;
+        q = skip_ws(t, end, q + 1);
+        if (q < end && t[q] == '"') {
+            if (!plain_string(t, end, &q, &off, &len))
+                return 0;
+        } else if (!plain_number(t, end, &q)) {
+            return 0;
+        }
+        q = skip_ws(t, end, q);
+        if (q >= end)
+            return 0;
+        if (t[q] == '}')
+            break;
+        if (t[q] != ',')
+            return 0;
+        q = skip_ws(t, end, q + 1);
+    }
+    *p = q + 1;
+    return 1;
+}
+
 static int field_of(const char *k, size_t n)
 {
-    static const char *const names[] = {"name", "cat", "ph", "ts", "dur", "pid", "tid"};
-    for (int f = 0; f < 7; f++)
+    static const char *const names[] = {"name", "cat", "ph", "ts", "dur", "pid", "tid", "args"};
+    for (int f = 0; f < 8; f++)
         if (strlen(names[f]) == n && memcmp(names[f], k, n) == 0)
             return f;
     return -1;
@@ -314,7 +394,7 @@ static int simple(const char *t, size_t end, size_t *p, row *w)
     if (q >= end || t[q] != '{')
         return 0;
     q = skip_ws(t, end, q + 1);
-    w->name = w->cat = w->name_len = w->cat_len = 0;
+    w->name = w->cat = w->name_len = w->cat_len = w->args = w->args_len = 0;
     w->pid = w->tid = 0;
     w->ph = 0;
     for (;;) {
@@ -357,9 +437,15 @@ static int simple(const char *t, size_t end, size_t *p, row *w)
             if (!number(t, end, &q, MAX_INT_DIGITS_ID, 0, &w->pid))
                 return 0;
             break;
-        default: /* F_TID */
+        case F_TID:
             if (!number(t, end, &q, MAX_INT_DIGITS_ID, 0, &w->tid))
                 return 0;
+            break;
+        default: /* F_ARGS */
+            w->args = q;
+            if (!flat_args(t, end, &q))
+                return 0;
+            w->args_len = q - w->args;
             break;
         }
         q = skip_ws(t, end, q);
@@ -408,7 +494,9 @@ static int add_row(mxo_reader *r, const char *text, const row *w)
     if (r->n == r->cap) {
         size_t cap = doubled(r->cap, r->n + 1);
         if (grow((void **)&r->ts, cap, 8) || grow((void **)&r->dur, cap, 8)
-            || grow((void **)&r->key, cap, 4) || grow((void **)&r->thread, cap, 4))
+            || grow((void **)&r->key, cap, 4) || grow((void **)&r->thread, cap, 4)
+            || grow((void **)&r->args, cap, sizeof(size_t))
+            || grow((void **)&r->args_len, cap, sizeof(size_t)))
             return MXO_ERR_MEMORY;
         r->cap = cap;
     }
@@ -420,6 +508,8 @@ static int add_row(mxo_reader *r, const char *text, const row *w)
     r->dur[r->n] = w->dur;
     r->key[r->n] = k;
     r->thread[r->n] = th;
+    r->args[r->n] = w->args;
+    r->args_len[r->n] = w->args_len;
     r->n++;
     return 0;
 }
@@ -523,7 +613,9 @@ int mxo_group(mxo_reader *r, size_t begin, size_t end)
     if (n > r->g_cap) {
         size_t cap = doubled(r->g_cap, n);
         if (grow((void **)&r->g_ts, cap, 8) || grow((void **)&r->g_dur, cap, 8)
-            || grow((void **)&r->g_kind, cap, 4))
+            || grow((void **)&r->g_kind, cap, 4) || grow((void **)&r->g_key, cap, 4)
+            || grow((void **)&r->g_args, cap, sizeof(size_t))
+            || grow((void **)&r->g_args_len, cap, sizeof(size_t)))
             return MXO_ERR_MEMORY;
         r->g_cap = cap;
     }
@@ -536,16 +628,20 @@ int mxo_group(mxo_reader *r, size_t begin, size_t end)
                 size_t cap = doubled(r->groups_cap, r->n_groups + 1);
                 if (grow((void **)&r->g_thread, cap, 4)
                     || grow((void **)&r->g_begin, cap, sizeof(size_t))
-                    || grow((void **)&r->g_count, cap, sizeof(size_t)))
+                    || grow((void **)&r->g_count, cap, sizeof(size_t))
+                    || grow((void **)&r->g_with_args, cap, sizeof(size_t)))
                     return MXO_ERR_MEMORY;
                 r->groups_cap = cap;
             }
             r->g_slot[t] = (int32_t)r->n_groups;
             r->g_thread[r->n_groups] = t;
             r->g_count[r->n_groups] = 0;
+            r->g_with_args[r->n_groups] = 0;
             r->n_groups++;
         }
         r->g_count[r->g_slot[t]]++;
+        if (r->args_len[i])
+            r->g_with_args[r->g_slot[t]]++;
     }
     size_t at = 0;
     for (size_t g = 0; g < r->n_groups; g++) {
@@ -559,6 +655,9 @@ int mxo_group(mxo_reader *r, size_t begin, size_t end)
         r->g_ts[j] = r->ts[i];
         r->g_dur[j] = r->dur[i];
         r->g_kind[j] = r->key[i];
+        r->g_key[j] = r->key[i];
+        r->g_args[j] = r->args[i];
+        r->g_args_len[j] = r->args_len[i];
     }
     r->g_n = n;
     return 0;
@@ -576,6 +675,175 @@ int mxo_globalize(mxo_reader *r)
         r->g_kind[j] = r->key_global[k];
     }
     r->g_n = 0; /* once */
+    return 0;
+}
+
+/* ---- the summary of model._Running, for rows of its threads ---- */
+
+static int push_row(mxo_reader *r, int32_t id, int64_t length, int64_t own)
+{
+    if (r->s_rows == r->s_rows_cap) {
+        size_t cap = doubled(r->s_rows_cap, r->s_rows + 1);
+        if (grow((void **)&r->s_id, cap, 4) || grow((void **)&r->s_len, cap, 8)
+            || grow((void **)&r->s_own, cap, 8))
+            return MXO_ERR_MEMORY;
+        r->s_rows_cap = cap;
+    }
+    r->s_id[r->s_rows] = id;
+    r->s_len[r->s_rows] = length;
+    r->s_own[r->s_rows] = own;
+    r->s_rows++;
+    return 0;
+}
+
+/*
+ * Group g of mxo_group's output (kinds: summary ids) through model._Running's
+ * rule, for a thread whose ranges that no range contains are
+ * old_starts/old_lengths[0, n_old) (read only) and whose last end is
+ * *last_end.  On return the thread's list is old[0, *keep) followed by
+ * s_starts/s_lengths[0, s_n); each range is a row of the segment's (mxo_collect)
+ * and each key first met as a point is in s_points.  Returns 1 where a range
+ * breaks the rule (the summary is "broken": the rows after it are not
+ * summed, as in Python), 0 otherwise, or an error.  Nothing the caller owns
+ * is written but *keep and *last_end.
+ */
+int mxo_running(mxo_reader *r, size_t g, const int64_t *old_starts, const int64_t *old_lengths,
+                size_t n_old, size_t *keep, int64_t *last_end, int broken)
+{
+    if (r == NULL || g >= r->n_groups || keep == NULL || last_end == NULL
+        || (n_old > 0 && (old_starts == NULL || old_lengths == NULL)))
+        return MXO_ERR_ARG;
+    size_t begin = r->g_begin[g], count = r->g_count[g];
+    size_t k_old = n_old, k_new = 0;
+    int64_t last = *last_end;
+    if (r->s_cap < count) {
+        size_t cap = doubled(r->s_cap, count);
+        if (grow((void **)&r->s_starts, cap, 8) || grow((void **)&r->s_lengths, cap, 8))
+            return MXO_ERR_MEMORY;
+        r->s_cap = cap;
+    }
+    if (r->key_pointed_cap < (size_t)r->n_keys) {
+        size_t cap = doubled(r->key_pointed_cap, (size_t)r->n_keys);
+        if (grow((void **)&r->key_pointed, cap, 1))
+            return MXO_ERR_MEMORY;
+        memset(r->key_pointed + r->key_pointed_cap, 0, cap - r->key_pointed_cap);
+        r->key_pointed_cap = cap;
+    }
+    for (size_t j = begin; j < begin + count; j++) {
+        int64_t start = r->g_ts[j], length = r->g_dur[j];
+        if (length == MXO_NO_DUR) {
+            int32_t k = r->g_key[j];
+            if (!r->key_pointed[k]) {
+                if (r->s_n_points == r->s_points_cap) {
+                    size_t cap = doubled(r->s_points_cap, r->s_n_points + 1);
+                    if (grow((void **)&r->s_points, cap, 4))
+                        return MXO_ERR_MEMORY;
+                    r->s_points_cap = cap;
+                }
+                r->key_pointed[k] = 1;
+                r->s_points[r->s_n_points++] = k;
+            }
+            continue;
+        }
+        if (broken)
+            continue;
+        int64_t end = start + length; /* both below 2**50: no overflow */
+        int have = k_new + k_old > 0;
+        int64_t top_start = k_new ? r->s_starts[k_new - 1] : have ? old_starts[k_old - 1] : 0;
+        int64_t top_length = k_new ? r->s_lengths[k_new - 1] : have ? old_lengths[k_old - 1] : 0;
+        if (end < last || (end == last && length > 0 && have && top_start <= start && top_length > 0)) {
+            broken = 1;
+            continue;
+        }
+        last = end;
+        int64_t children = 0;
+        if (length > 0) {
+            for (;;) {
+                int64_t s_, l_;
+                if (k_new > 0 && r->s_starts[k_new - 1] >= start)
+                    s_ = r->s_starts[k_new - 1], l_ = r->s_lengths[k_new - 1], k_new--;
+                else if (k_new == 0 && k_old > 0 && old_starts[k_old - 1] >= start)
+                    s_ = old_starts[k_old - 1], l_ = old_lengths[k_old - 1], k_old--;
+                else
+                    break;
+                (void)s_;
+                /* Past int64 only when the sum exceeds any length: saturate. */
+                if (__builtin_add_overflow(children, l_, &children))
+                    children = INT64_MAX;
+            }
+        }
+        r->s_starts[k_new] = start;
+        r->s_lengths[k_new] = length;
+        k_new++;
+        if (push_row(r, r->g_kind[j], length, length > children ? length - children : 0) < 0)
+            return MXO_ERR_MEMORY;
+    }
+    r->s_n = k_new;
+    *keep = k_old;
+    *last_end = last;
+    return broken;
+}
+
+/* The segment's ranges (mxo_running's rows) by summary id, stably; then none. */
+int mxo_collect(mxo_reader *r)
+{
+    if (r == NULL)
+        return MXO_ERR_ARG;
+    size_t n = r->s_rows;
+    r->n_c = 0;
+    if (n > r->c_cap) {
+        size_t cap = doubled(r->c_cap, n);
+        if (grow((void **)&r->c_len, cap, 8) || grow((void **)&r->c_own_each, cap, 8))
+            return MXO_ERR_MEMORY;
+        r->c_cap = cap;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = r->s_id[i];
+        if (id < 0)
+            return MXO_ERR_ARG;
+        if ((size_t)id >= r->c_slot_cap) {
+            size_t cap = doubled(r->c_slot_cap, (size_t)id + 1);
+            if (grow((void **)&r->c_slot, cap, 4))
+                return MXO_ERR_MEMORY;
+            for (size_t s = r->c_slot_cap; s < cap; s++)
+                r->c_slot[s] = -1;
+            r->c_slot_cap = cap;
+        }
+        if (r->c_slot[id] < 0) {
+            if (r->n_c == r->c_groups_cap) {
+                size_t cap = doubled(r->c_groups_cap, r->n_c + 1);
+                if (grow((void **)&r->c_id, cap, 4) || grow((void **)&r->c_begin, cap, sizeof(size_t))
+                    || grow((void **)&r->c_count, cap, sizeof(size_t))
+                    || grow((void **)&r->c_own, cap, 8) || grow((void **)&r->c_own_overflow, cap, 1))
+                    return MXO_ERR_MEMORY;
+                r->c_groups_cap = cap;
+            }
+            r->c_slot[id] = (int32_t)r->n_c;
+            r->c_id[r->n_c] = id;
+            r->c_count[r->n_c] = 0;
+            r->c_own[r->n_c] = 0;
+            r->c_own_overflow[r->n_c] = 0;
+            r->n_c++;
+        }
+        r->c_count[r->c_slot[id]]++;
+    }
+    size_t at = 0;
+    for (size_t c = 0; c < r->n_c; c++) {
+        r->c_begin[c] = at;
+        at += r->c_count[c];
+        r->c_count[c] = 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t c = (size_t)r->c_slot[r->s_id[i]];
+        size_t j = r->c_begin[c] + r->c_count[c]++;
+        r->c_len[j] = r->s_len[i];
+        r->c_own_each[j] = r->s_own[i];
+        if (__builtin_add_overflow(r->c_own[c], r->s_own[i], &r->c_own[c]))
+            r->c_own_overflow[c] = 1;
+    }
+    for (size_t c = 0; c < r->n_c; c++)
+        r->c_slot[r->c_id[c]] = -1;
+    r->s_rows = 0;
     return 0;
 }
 

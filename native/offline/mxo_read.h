@@ -4,8 +4,9 @@
  * A block of a Chrome JSON trace's events, as mxprof.trace._scan.blocks
  * yields it ("[" + whole lines of events + "]"), is parsed by mxo_parse:
  * every event in the exact shape mxprof's core writes (only the keys name,
- * cat, ph, ts, dur, pid, tid; printable ASCII strings without escapes; ph one
- * of X i C n R, and no "i" of the sample category; times with at most 3
+ * cat, ph, ts, dur, pid, tid, args; printable ASCII strings without escapes; ph one
+ * of X i C n R, and no "i" of the sample category; args, if any, one flat
+ * object of plain strings to plain strings or numbers; times with at most 3
  * fraction digits, below 10**12 us; integer ids below 10**18) becomes one
  * row of the event columns, its times in integer ns.  Anything else is a
  * "run" of text between rows, only located (byte offsets) for the Python
@@ -33,6 +34,7 @@ typedef struct mxo_reader {
     int64_t *dur;    /* ns (0 or more), MXO_NO_DUR for a point */
     int32_t *key;    /* the reader's key id of (name, cat, ph) */
     int32_t *thread; /* the reader's thread id of (pid, tid) */
+    size_t *args, *args_len; /* the text of its args object (args_len 0: none) */
     size_t n, cap;
     /* The runs the parser did not take: text [begin, end) of the block lies
      * after its first `at` events. */
@@ -65,6 +67,33 @@ typedef struct mxo_reader {
     size_t n_groups, groups_cap;
     int32_t *g_slot; /* per thread: its group in this segment, -1 none */
     int32_t g_slot_cap;
+    int32_t *g_key; /* per row of g_*: the reader's key id */
+    size_t *g_args, *g_args_len; /* per row of g_*: its args' text */
+    size_t *g_with_args;         /* per group: its rows with args */
+    /* The summary (mxo_running): a thread's ranges no range seen so far
+     * contains, pushed by the last call (after the `keep` older ones)... */
+    int64_t *s_starts, *s_lengths;
+    size_t s_n, s_cap;
+    /* ... the ranges of the segment: summary id, length, own time ... */
+    int32_t *s_id;
+    int64_t *s_len, *s_own;
+    size_t s_rows, s_rows_cap;
+    /* ... and the keys first met as points (their categories go to the summary). */
+    int32_t *s_points;
+    size_t s_n_points, s_points_cap;
+    uint8_t *key_pointed;
+    size_t key_pointed_cap;
+    /* mxo_collect's output: the segment's ranges by summary id. */
+    int64_t *c_len;
+    size_t c_cap;
+    int32_t *c_id;
+    size_t *c_begin, *c_count;
+    int64_t *c_own;
+    uint8_t *c_own_overflow; /* the own times' sum is past int64: sum c_own_each */
+    int64_t *c_own_each;
+    size_t n_c, c_groups_cap;
+    int32_t *c_slot; /* per summary id: its group, -1 none */
+    size_t c_slot_cap;
 } mxo_reader;
 
 mxo_reader *mxo_new(void);
@@ -75,6 +104,9 @@ int mxo_key_text(const mxo_reader *r, int32_t key, const char **name, size_t *na
 int mxo_set_key(mxo_reader *r, int32_t key, int32_t global);
 int mxo_group(mxo_reader *r, size_t begin, size_t end);
 int mxo_globalize(mxo_reader *r);
+int mxo_running(mxo_reader *r, size_t g, const int64_t *old_starts, const int64_t *old_lengths,
+                size_t n_old, size_t *keep, int64_t *last_end, int broken);
+int mxo_collect(mxo_reader *r);
 int mxo_order(int64_t *ts, int64_t *dur, int32_t *kind, size_t n, size_t from);
 
 #endif
