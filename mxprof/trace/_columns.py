@@ -135,20 +135,22 @@ class Thread:
         ``start`` on in place, their order being ``put``'s (the compiled
         reader's, ``_fastread.order``); False leaves them for ``finish``.
         """
-        if not isinstance(self.ts, array):  # widened (a damaged file): finish sorts
-            for column, typecode, data in ((self.ts, "q", ts), (self.dur, "q", dur)):
-                values = array(typecode)
+        times, lengths, kinds = self.ts, self.dur, self.kind
+        assert isinstance(kinds, array)  # (only ts and dur are ever widened)
+        kinds.frombytes(kind)
+        if not isinstance(times, array) or not isinstance(lengths, array):
+            # Widened (a damaged file): lists, which finish sorts.
+            for column, data in ((times, ts), (lengths, dur)):
+                values = array("q")
                 values.frombytes(data)
                 column.extend(values)
-            self.kind.frombytes(kind)  # type: ignore[attr-defined]
             self._sorted = False
             return
-        start = len(self.ts)
-        self.ts.frombytes(ts)
-        self.dur.frombytes(dur)
-        self.kind.frombytes(kind)  # type: ignore[attr-defined]
+        start = len(times)
+        times.frombytes(ts)
+        lengths.frombytes(dur)
         # Unsorted already (a long move back): finish sorts these with the rest.
-        if self._sorted and not order(self.ts, self.dur, self.kind, start):
+        if self._sorted and not order(times, lengths, kinds, start):
             self._sorted = False
 
     def _place(self, ts: int, d: int, kind: int) -> None:

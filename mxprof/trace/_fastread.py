@@ -88,14 +88,12 @@ class Reader:
         self._pair_ids: dict[tuple[str, str], int] = {}
         self._text = b""  # the block being read
 
-    def take(self, text: bytes, raw: bool) -> bool:
+    def take(self, text: bytes) -> bool:
         """Add a block's events (``_scan.blocks``' form) to the conversion;
         False, with nothing added, where the block is to be read the pure way.
 
-        Args:
-            text: the block.
-            raw: the pure path reads this block as dicts (``Converter.add``):
-                its runs are read so too (the rows come out the same either way).
+        Where the pure path reads the block as dicts (``_scan.ASYNC`` matches
+        it), the runs are read so too (the rows come out the same either way).
         """
         r = self._r
         if self._globals < r.n_keys:  # keys of a block read the pure way: in Keys already
@@ -105,6 +103,8 @@ class Reader:
             return False
         self._text = text
         runs = [self._run(text, i) for i in range(r.n_runs)]
+        # _scan.ASYNC of the whole block, searched only where it can match.
+        raw = bool(r.async_args) or any(_scan.ASYNC.search(run) for run in runs)
         decoded: list[Any] = []
         if not raw:
             try:
@@ -208,7 +208,8 @@ class Reader:
         """The args of rows first + j (j in at) of mxo_group's output, decoded
         as msgspec decodes an Event's (one dict each)."""
         r, text = self._r, self._text
-        pieces = [text[r.g_args[first + j] : r.g_args[first + j] + r.g_args_len[first + j]] for j in at]
+        starts = [r.g_args[first + j] for j in at]
+        pieces = [text[a : a + r.g_args_len[first + j]] for a, j in zip(starts, at)]
         return _DECODE_ARGS(b"[" + b",".join(pieces) + b"]")
 
     def _summary(self) -> bool:

@@ -9,7 +9,6 @@ ranges nested in the file stay nested after rounding.
 from __future__ import annotations
 
 import os
-import re
 from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, overload
@@ -32,7 +31,6 @@ __all__ = ["Event", "Trace", "base_time_ns", "load", "ns_ratio", "round_ratio"]
 _PERCENTILES = (50, 90, 99)
 # A run of the text holding an async begin or end: the fast decoding drops
 # their ids, so the run is read the general way.
-_ASYNC = re.compile(rb'"ph"\s*:\s*"[be]"')
 
 
 def load(path: PathArg) -> Trace:
@@ -685,13 +683,12 @@ def read_lines(
             except StopIteration as stop:
                 metadata: dict[str, Any] = stop.value
                 break
-            raw = _ASYNC.search(text) is not None
-            if fast is not None and fast.take(text, raw):
+            if fast is not None and fast.take(text):
                 if after_block is not None:
                     after_block()
                 continue
             decoded = False
-            if not raw:
+            if _scan.ASYNC.search(text) is None:
                 try:
                     converted.add_block(DECODE_EVENTS(text))
                     decoded = True

@@ -16,9 +16,7 @@ import os
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = sorted(
-    os.path.join("native", "offline", f) for f in os.listdir(HERE) if f.endswith(".c")
-)
+SOURCES = sorted(os.path.join("native", "offline", f) for f in os.listdir(HERE) if f.endswith(".c"))
 
 CDEF = """
 #define MXO_ERR_MEMORY ...
@@ -35,6 +33,7 @@ typedef struct mxo_reader {
     size_t *run_end;
     size_t *run_at;
     size_t n_runs;
+    int async_args;
     int32_t n_keys;
     int64_t *key_first;
     int32_t n_threads;

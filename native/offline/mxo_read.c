@@ -27,6 +27,7 @@ enum { F_NAME, F_CAT, F_PH, F_TS, F_DUR, F_PID, F_TID, F_ARGS };
 typedef struct {
     size_t name, name_len, cat, cat_len; /* offsets in the text */
     size_t args, args_len;               /* the args object's text (args_len 0: none) */
+    int async_args;                      /* its args hold "ph":"b" or "e" (see mxo_read.h) */
     char ph;
     int64_t ts, dur, pid, tid;
 } row;
@@ -339,9 +340,9 @@ static int plain_number(const char *t, size_t end, size_t *p)
 
 /* args as mxprof's counters and instants write them: one flat object of
  * plain strings to numbers or plain strings. */
-static int flat_args(const char *t, size_t end, size_t *p)
+static int flat_args(const char *t, size_t end, size_t *p, int *async_args)
 {
-    size_t q = *p, off, len;
+    size_t q = *p, off, len, voff, vlen;
     if (q >= end || t[q] != '{')
         return 0;
     q = skip_ws(t, end, q + 1);
@@ -357,8 +358,11 @@ static int flat_args(const char *t, size_t end, size_t *p)
             return 0;
         q = skip_ws(t, end, q + 1);
         if (q < end && t[q] == '"') {
-            if (!plain_string(t, end, &q, &off, &len))
+            if (!plain_string(t, end, &q, &voff, &vlen))
                 return 0;
+            if (len == 2 && memcmp(t + off, "ph", 2) == 0 && vlen == 1
+                && (t[voff] == 'b' || t[voff] == 'e'))
+                *async_args = 1;
         } else if (!plain_number(t, end, &q)) {
             return 0;
         }
@@ -395,6 +399,7 @@ static int simple(const char *t, size_t end, size_t *p, row *w)
         return 0;
     q = skip_ws(t, end, q + 1);
     w->name = w->cat = w->name_len = w->cat_len = w->args = w->args_len = 0;
+    w->async_args = 0;
     w->pid = w->tid = 0;
     w->ph = 0;
     for (;;) {
@@ -443,7 +448,7 @@ static int simple(const char *t, size_t end, size_t *p, row *w)
             break;
         default: /* F_ARGS */
             w->args = q;
-            if (!flat_args(t, end, &q))
+            if (!flat_args(t, end, &q, &w->async_args))
                 return 0;
             w->args_len = q - w->args;
             break;
@@ -510,6 +515,7 @@ static int add_row(mxo_reader *r, const char *text, const row *w)
     r->thread[r->n] = th;
     r->args[r->n] = w->args;
     r->args_len[r->n] = w->args_len;
+    r->async_args |= w->async_args;
     r->n++;
     return 0;
 }
@@ -539,6 +545,7 @@ int mxo_parse(mxo_reader *r, const char *text, size_t len)
         return MXO_ERR_ARG;
     r->n = 0;
     r->n_runs = 0;
+    r->async_args = 0;
     size_t end = len - 1, p = skip_ws(text, end, 1);
     row w;
     while (p < end) {

@@ -40,6 +40,10 @@ typedef struct mxo_reader {
      * after its first `at` events. */
     size_t *run_begin, *run_end, *run_at;
     size_t n_runs, runs_cap;
+    /* Whether a row's args hold "ph":"b" or "e": model.read_lines's test
+     * for async events (which sends a block to the raw dicts) would match
+     * there; elsewhere it can match only in a run (a row's strings hold no '"'). */
+    int async_args;
     /* Keys known so far; key_first[k]: the event index in the last block where
      * key k, new there, first appears (-1: known before). */
     int32_t n_keys, keys_cap;
