@@ -252,6 +252,10 @@ HOSTILE = [
     '{"name":"outer","cat":"c","ph":"X","ts":8,"dur":9,"pid":1,"tid":1,"args":{"l":[\n'
     '{"name":"inner","cat":"c","ph":"X","ts":8,"dur":1,"pid":1,"tid":1},\n'
     '{"name":"inner2","cat":"c","ph":"X","ts":8,"dur":1,"pid":1,"tid":1}]}}',
+    # ... and after a comma: the compiled way takes it for a row, then declines the block.
+    '{"name":"outer2","cat":"c","ph":"X","ts":8,"dur":9,"pid":1,"tid":1,"args":{"l":[1,\n'
+    '{"name":"inner3","cat":"c","ph":"X","ts":8,"dur":1,"pid":1,"tid":1},\n'
+    "2]}}",
 ]
 
 DAMAGE = [
@@ -409,3 +413,19 @@ def test_order_matches_thread_put():
             list(batch.dur),
             list(batch.kind),
         )
+
+
+def test_a_block_left_to_the_pure_path_then_rows_of_its_keys(tmp_path, monkeypatch, takes):
+    """A block the compiled way declines (a line like a row inside an event of
+    many lines) whose rows made keys, then blocks taken that use those keys
+    and new ones: every key keeps its index."""
+    nested = HOSTILE[-1]
+    assert "inner3" in nested
+    lines = [GOOD[0], GOOD[1], nested] + [GOOD[2], GOOD[1], GOOD[0], GOOD[7]] * 30
+    _write(tmp_path / "t.json", lines)
+    # Blocks of about 50 lines: the event of many lines whole in the first.
+    monkeypatch.setattr(_scan, "BLOCK", 4096)
+    got = _same(tmp_path / "t.json")
+    assert takes[0] is False and takes.count(True) >= 2
+    names = got["read_events"][0][1][0]
+    assert names.index("a") < names.index("b") < names.index("outer2") < names.index("p")

@@ -96,11 +96,16 @@ class Reader:
         it), the runs are read so too (the rows come out the same either way).
         """
         r = self._r
-        if self._globals < r.n_keys:  # keys of a block read the pure way: in Keys already
-            self._name_keys()
-            self._keys_for(1 << 62)
-        if lib.mxo_parse(r, ffi.from_buffer(text), len(text)) != 0:
-            return False
+        if lib.mxo_parse(r, ffi.from_buffer(text), len(text)) == 0 and self._decoded(text):
+            return True
+        # Declined: the keys its rows made go (the pure reading makes its own).
+        if lib.mxo_forget(r, self._globals) != 0:
+            raise MemoryError("mxprof: out of memory reading a trace")
+        return False
+
+    def _decoded(self, text: bytes) -> bool:
+        """take, the block parsed: its runs decoded, then everything added."""
+        r = self._r
         self._text = text
         runs = [self._run(text, i) for i in range(r.n_runs)]
         # _scan.ASYNC of the whole block, searched only where it can match.

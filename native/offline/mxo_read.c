@@ -583,6 +583,19 @@ int mxo_parse(mxo_reader *r, const char *text, size_t len)
     return 0;
 }
 
+/* Forget the keys from `keep` on (those of a block the caller reads another
+ * way: its events may hold no such key, and the keys' order is the file's). */
+int mxo_forget(mxo_reader *r, int32_t keep)
+{
+    if (r == NULL || keep < 0 || keep > r->n_keys)
+        return MXO_ERR_ARG;
+    if (keep == r->n_keys)
+        return 0;
+    r->n_keys = keep;
+    r->arena_len = keep ? r->key_cat[keep - 1] + r->key_cat_len[keep - 1] : 0;
+    return key_rehash(r, r->key_table_cap);
+}
+
 int mxo_key_text(const mxo_reader *r, int32_t key, const char **name, size_t *name_len,
                  const char **cat, size_t *cat_len, char *ph)
 {

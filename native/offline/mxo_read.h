@@ -105,6 +105,7 @@ void mxo_free(mxo_reader *r);
 int mxo_parse(mxo_reader *r, const char *text, size_t len);
 int mxo_key_text(const mxo_reader *r, int32_t key, const char **name, size_t *name_len,
                  const char **cat, size_t *cat_len, char *ph);
+int mxo_forget(mxo_reader *r, int32_t keep);
 int mxo_set_key(mxo_reader *r, int32_t key, int32_t global);
 int mxo_group(mxo_reader *r, size_t begin, size_t end);
 int mxo_globalize(mxo_reader *r);
