@@ -136,8 +136,8 @@ def decode(events: int, repeats: int, root: str, folder: str) -> dict[str, list[
             ("compiled", READ, "0"),
             ("pure", READ, "1"),
         ):
-            took, _, outcome = read(path, root, script, {"MXPROF_PURE_READER": pure})
-            print(f"  {way:<15} {took:7.2f} s  {outcome}")
+            took, peak, outcome = read(path, root, script, {"MXPROF_PURE_READER": pure})
+            print(f"  {way:<15} {took:7.2f} s  {peak / 1e6:6.0f} MB peak  {outcome}")
             sys.stdout.flush()
             times[way].append(took)
     print(f"({os.path.getsize(path) / 1e6:.0f} MB of JSON)")
