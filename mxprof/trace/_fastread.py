@@ -154,7 +154,7 @@ class Reader:
         if begin == end:
             return
         r = self._r
-        if lib.mxo_group(r, begin, end) != 0:
+        if lib.mxo_group(r, self._text, len(self._text), begin, end) != 0:
             raise MemoryError("mxprof: out of memory reading a trace")
         for t in range(len(self._sinks), r.n_threads):
             self._sinks.append(None)
@@ -193,11 +193,13 @@ class Reader:
                 continue
             first, count = r.g_begin[g], r.g_count[g]
             kinds: Any = ffi.buffer(r.g_kind + first, count * 4)
-            if r.g_with_args[g]:  # the args' dicts to extras, as Thread.put keeps them
+            with_args = r.g_with_args[g]
+            if with_args:  # the args' dicts to extras, as Thread.put keeps them
                 kinds = _array("i", kinds)
                 extras = sink.extras
-                at = [j for j, n in enumerate(ffi.unpack(r.g_args_len + first, count)) if n]
-                for j, args in zip(at, self._args(first, at)):
+                at = ffi.unpack(r.g_apos + r.g_abegin[g], with_args)
+                text = ffi.buffer(r.g_atext + r.g_atext_begin[g], r.g_atext_len[g])
+                for j, args in zip(at, _DECODE_ARGS(text)):
                     extras.append((kinds[j], args))
                     kinds[j] = -len(extras)
                 kinds = kinds.tobytes()
@@ -208,14 +210,6 @@ class Reader:
                 order,
             )
         return whole
-
-    def _args(self, first: int, at: list[int]) -> list[dict[str, Any]]:
-        """The args of rows first + j (j in at) of mxo_group's output, decoded
-        as msgspec decodes an Event's (one dict each)."""
-        r, text = self._r, self._text
-        starts = [r.g_args[first + j] for j in at]
-        pieces = [text[a : a + r.g_args_len[first + j]] for a, j in zip(starts, at)]
-        return _DECODE_ARGS(b"[" + b",".join(pieces) + b"]")
 
     def _summary(self) -> bool:
         """mxo_group's groups through their summary sinks' rule (``model._Running``),

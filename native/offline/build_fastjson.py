@@ -46,9 +46,12 @@ typedef struct mxo_reader {
     size_t *g_begin;
     size_t *g_count;
     size_t n_groups;
-    size_t *g_args;
-    size_t *g_args_len;
     size_t *g_with_args;
+    size_t *g_abegin;
+    size_t *g_apos;
+    char *g_atext;
+    size_t *g_atext_begin;
+    size_t *g_atext_len;
     int64_t *s_starts;
     int64_t *s_lengths;
     size_t s_n;
@@ -71,7 +74,7 @@ int mxo_key_text(const mxo_reader *r, int32_t key, const char **name, size_t *na
                  const char **cat, size_t *cat_len, char *ph);
 int mxo_forget(mxo_reader *r, int32_t keep);
 int mxo_set_key(mxo_reader *r, int32_t key, int32_t global);
-int mxo_group(mxo_reader *r, size_t begin, size_t end);
+int mxo_group(mxo_reader *r, const char *text, size_t len, size_t begin, size_t end);
 int mxo_globalize(mxo_reader *r);
 int mxo_running(mxo_reader *r, size_t g, const int64_t *old_starts, const int64_t *old_lengths,
                 size_t n_old, size_t *keep, int64_t *last_end, int broken);

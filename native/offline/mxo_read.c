@@ -63,7 +63,8 @@ void mxo_free(mxo_reader *r)
     if (r == NULL)
         return;
     free(r->ts), free(r->dur), free(r->key), free(r->thread), free(r->args), free(r->args_len);
-    free(r->g_args), free(r->g_args_len), free(r->g_with_args);
+    free(r->g_apos), free(r->g_abegin), free(r->g_atext), free(r->g_atext_begin);
+    free(r->g_atext_len), free(r->g_with_args);
     free(r->run_begin), free(r->run_end), free(r->run_at);
     free(r->key_first), free(r->key_global), free(r->key_name), free(r->key_name_len);
     free(r->key_cat), free(r->key_cat_len), free(r->key_ph), free(r->key_hash);
@@ -617,11 +618,14 @@ int mxo_set_key(mxo_reader *r, int32_t key, int32_t global)
     return 0;
 }
 
-/* The events [begin, end) of the last block grouped by thread (stably);
- * g_kind holds the reader's key ids until mxo_globalize. */
-int mxo_group(mxo_reader *r, size_t begin, size_t end)
+/* The events [begin, end) of the last block (text, len: that block) grouped
+ * by thread (stably); g_kind holds the reader's key ids until mxo_globalize.
+ * Per group, its rows with args: their positions in the group (g_apos from
+ * g_abegin) and their args' texts as one JSON array (g_atext from
+ * g_atext_begin, g_atext_len bytes). */
+int mxo_group(mxo_reader *r, const char *text, size_t len, size_t begin, size_t end)
 {
-    if (r == NULL || begin > end || end > r->n)
+    if (r == NULL || text == NULL || begin > end || end > r->n)
         return MXO_ERR_ARG;
     size_t n = end - begin;
     r->n_groups = 0;
@@ -634,22 +638,27 @@ int mxo_group(mxo_reader *r, size_t begin, size_t end)
         size_t cap = doubled(r->g_cap, n);
         if (grow((void **)&r->g_ts, cap, 8) || grow((void **)&r->g_dur, cap, 8)
             || grow((void **)&r->g_kind, cap, 4) || grow((void **)&r->g_key, cap, 4)
-            || grow((void **)&r->g_args, cap, sizeof(size_t))
-            || grow((void **)&r->g_args_len, cap, sizeof(size_t)))
+            || grow((void **)&r->g_apos, cap, sizeof(size_t)))
             return MXO_ERR_MEMORY;
         r->g_cap = cap;
     }
     for (int32_t t = 0; t < r->n_threads; t++)
         r->g_slot[t] = -1;
+    size_t text_bytes = 0;
     for (size_t i = begin; i < end; i++) { /* count, groups in order of first event */
         int32_t t = r->thread[i];
+        if (r->args_len[i] && (r->args[i] > len || r->args_len[i] > len - r->args[i]))
+            return MXO_ERR_ARG; /* not this block's */
         if (r->g_slot[t] < 0) {
             if (r->n_groups == r->groups_cap) {
                 size_t cap = doubled(r->groups_cap, r->n_groups + 1);
                 if (grow((void **)&r->g_thread, cap, 4)
                     || grow((void **)&r->g_begin, cap, sizeof(size_t))
                     || grow((void **)&r->g_count, cap, sizeof(size_t))
-                    || grow((void **)&r->g_with_args, cap, sizeof(size_t)))
+                    || grow((void **)&r->g_with_args, cap, sizeof(size_t))
+                    || grow((void **)&r->g_abegin, cap, sizeof(size_t))
+                    || grow((void **)&r->g_atext_begin, cap, sizeof(size_t))
+                    || grow((void **)&r->g_atext_len, cap, sizeof(size_t)))
                     return MXO_ERR_MEMORY;
                 r->groups_cap = cap;
             }
@@ -657,17 +666,34 @@ int mxo_group(mxo_reader *r, size_t begin, size_t end)
             r->g_thread[r->n_groups] = t;
             r->g_count[r->n_groups] = 0;
             r->g_with_args[r->n_groups] = 0;
+            r->g_atext_len[r->n_groups] = 0;
             r->n_groups++;
         }
-        r->g_count[r->g_slot[t]]++;
-        if (r->args_len[i])
-            r->g_with_args[r->g_slot[t]]++;
+        size_t g = (size_t)r->g_slot[t];
+        r->g_count[g]++;
+        if (r->args_len[i]) {
+            r->g_with_args[g]++;
+            r->g_atext_len[g] += r->args_len[i] + 1; /* and a comma or the "[" */
+        }
     }
-    size_t at = 0;
+    size_t at = 0, apos = 0;
     for (size_t g = 0; g < r->n_groups; g++) {
         r->g_begin[g] = at;
         at += r->g_count[g];
         r->g_count[g] = 0;
+        r->g_abegin[g] = apos;
+        apos += r->g_with_args[g];
+        r->g_with_args[g] = 0;
+        r->g_atext_begin[g] = text_bytes;
+        if (r->g_atext_len[g])
+            text_bytes += r->g_atext_len[g] + 1; /* and the "]" */
+        r->g_atext_len[g] = 0;
+    }
+    if (text_bytes > r->g_atext_cap) {
+        size_t cap = doubled(r->g_atext_cap, text_bytes);
+        if (grow((void **)&r->g_atext, cap, 1))
+            return MXO_ERR_MEMORY;
+        r->g_atext_cap = cap;
     }
     for (size_t i = begin; i < end; i++) {
         size_t g = (size_t)r->g_slot[r->thread[i]];
@@ -676,9 +702,17 @@ int mxo_group(mxo_reader *r, size_t begin, size_t end)
         r->g_dur[j] = r->dur[i];
         r->g_kind[j] = r->key[i];
         r->g_key[j] = r->key[i];
-        r->g_args[j] = r->args[i];
-        r->g_args_len[j] = r->args_len[i];
+        if (r->args_len[i]) {
+            r->g_apos[r->g_abegin[g] + r->g_with_args[g]++] = j - r->g_begin[g];
+            char *out = r->g_atext + r->g_atext_begin[g] + r->g_atext_len[g];
+            *out = r->g_atext_len[g] ? ',' : '[';
+            memcpy(out + 1, text + r->args[i], r->args_len[i]);
+            r->g_atext_len[g] += r->args_len[i] + 1;
+        }
     }
+    for (size_t g = 0; g < r->n_groups; g++)
+        if (r->g_atext_len[g])
+            r->g_atext[r->g_atext_begin[g] + r->g_atext_len[g]++] = ']';
     r->g_n = n;
     return 0;
 }

@@ -72,8 +72,11 @@ typedef struct mxo_reader {
     int32_t *g_slot; /* per thread: its group in this segment, -1 none */
     int32_t g_slot_cap;
     int32_t *g_key; /* per row of g_*: the reader's key id */
-    size_t *g_args, *g_args_len; /* per row of g_*: its args' text */
-    size_t *g_with_args;         /* per group: its rows with args */
+    size_t *g_with_args;         /* per group: its rows with args ... */
+    size_t *g_abegin, *g_apos;   /* ... their positions in it: g_apos[g_abegin[g] + k] ... */
+    char *g_atext;               /* ... and their args as one JSON array: */
+    size_t g_atext_cap;
+    size_t *g_atext_begin, *g_atext_len; /* g_atext[begin, begin + len) */
     /* The summary (mxo_running): a thread's ranges no range seen so far
      * contains, pushed by the last call (after the `keep` older ones)... */
     int64_t *s_starts, *s_lengths;
@@ -107,7 +110,7 @@ int mxo_key_text(const mxo_reader *r, int32_t key, const char **name, size_t *na
                  const char **cat, size_t *cat_len, char *ph);
 int mxo_forget(mxo_reader *r, int32_t keep);
 int mxo_set_key(mxo_reader *r, int32_t key, int32_t global);
-int mxo_group(mxo_reader *r, size_t begin, size_t end);
+int mxo_group(mxo_reader *r, const char *text, size_t len, size_t begin, size_t end);
 int mxo_globalize(mxo_reader *r);
 int mxo_running(mxo_reader *r, size_t g, const int64_t *old_starts, const int64_t *old_lengths,
                 size_t n_old, size_t *keep, int64_t *last_end, int broken);
