@@ -30,7 +30,8 @@ _HEAD_LIMIT = 1 << 20  # how far the opening of the events array may lie
 _OPENING = re.compile(rb'\A\s*(?:\[|\{(?P<members>.*?)"traceEvents"\s*:\s*\[)', re.DOTALL)
 # A line that begins with ']' closes the array: JSON strings hold no raw newline.
 _CLOSING = re.compile(rb"\n[ \t\r]*\]")
-# An async event (b/e) in a block: model.read_lines reads such a block as dicts.
+# A block holding an async begin or end (b/e): the fast decoding drops their
+# ids, so model.read_lines reads such a block the general way (as dicts).
 ASYNC = re.compile(rb'"ph"\s*:\s*"[be]"')
 # What bytes.strip() strips.
 _SPACE = frozenset(b" \t\n\r\x0b\x0c")

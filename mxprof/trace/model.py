@@ -29,8 +29,6 @@ from .tree import CallTree, build_tree, nest, nested
 __all__ = ["Event", "Trace", "base_time_ns", "load", "ns_ratio", "round_ratio"]
 
 _PERCENTILES = (50, 90, 99)
-# A run of the text holding an async begin or end: the fast decoding drops
-# their ids, so the run is read the general way.
 
 
 def load(path: PathArg) -> Trace:
