@@ -110,7 +110,11 @@ class checked_build_ext(build_ext):
 tag = limited_api_tag()
 setup(
     version=read_version(),
-    cffi_modules=["native/build_ffi.py:ffibuilder"],
+    cffi_modules=[
+        "native/build_ffi.py:ffibuilder",
+        # The offline reader's fast path: optional, a module of its own (mxprof.trace._fastjson).
+        "native/offline/build_fastjson.py:ffibuilder",
+    ],
     cmdclass={"build_ext": checked_build_ext},
     options={"bdist_wheel": {"py_limited_api": tag}} if tag else {},
 )

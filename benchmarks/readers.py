@@ -2,6 +2,7 @@
 
     python benchmarks/readers.py [--quick] [--sizes 16 64 256] [--events 2000000] [--member 16]
     python benchmarks/readers.py --formats 10000000 [--root DIR]
+    python benchmarks/readers.py --decode 10000000 [--repeats 3] [--root DIR]
 
 Each input is written twice, as plain ``.json`` and as ``.json.gz`` (the
 gzip one in members of ``--member`` MiB of text: the core writes a member per
@@ -26,6 +27,14 @@ issue 26's target is that the ``.pftrace`` costs no more to read than the
 mxprof tree at DIR (another checkout: its writer and its readers), for a
 before/after comparison in the same run.
 
+``--decode N`` records about N events with ``benchmarks/report.py``'s
+training-like loop (the live core) and times, each in a process of its
+own and alternating, ``--repeats`` times: a typed msgspec decode of the file
+into ``Event`` objects (the floor for any reading of the JSON), and
+``mxprof.load(path).key_averages()`` with the compiled reader
+(``mxprof.trace._fastjson``) and without it (``MXPROF_PURE_READER=1``).
+Issue 26's target: the compiled reading within 2 x the decode (medians).
+
 ``--quick`` is a small run that checks the script works, never how fast
 anything is. Files go to a temporary folder.
 """
@@ -36,6 +45,7 @@ import argparse
 import gzip
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -87,6 +97,52 @@ with _testing.fake_clock(1_000_000_000) as advance:
 
 
 READ_CPU = READ.replace("time.perf_counter()", "time.process_time()")
+
+# A typed decode of the whole file into Events: what any reading of the JSON costs at least.
+DECODE = """
+import resource, sys, time
+import msgspec
+from mxprof.trace._event import Event
+class Doc(msgspec.Struct):
+    traceEvents: list[Event]
+start = time.perf_counter()
+with open(sys.argv[1], "rb") as f:
+    n = len(msgspec.json.decode(f.read(), type=Doc).traceEvents)
+took = time.perf_counter() - start
+print(took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, f"{n} events", sep="\\t")
+"""
+
+RECORD_TRAINING = """
+import sys
+sys.path.insert(0, sys.argv[3])
+import report
+report.record(sys.argv[1], int(sys.argv[2]))
+"""
+
+
+def decode(events: int, repeats: int, root: str, folder: str) -> dict[str, list[float]]:
+    """Record about ``events`` events (report.py's loop), then time the typed
+    decode and load().key_averages() with and without the compiled reader,
+    alternating, ``repeats`` times each: the seconds of each, per way."""
+    path = os.path.join(folder, "training.json")
+    env = {**os.environ, "PYTHONPATH": root}
+    here = os.path.dirname(os.path.abspath(__file__))
+    cmd = [sys.executable, "-c", RECORD_TRAINING, path, str(events), here]
+    subprocess.run(cmd, check=True, timeout=3600, env=env, cwd=folder)
+    times: dict[str, list[float]] = {"msgspec decode": [], "compiled": [], "pure": []}
+    for _ in range(repeats):
+        for way, script, pure in (
+            ("msgspec decode", DECODE, ""),
+            ("compiled", READ, "0"),
+            ("pure", READ, "1"),
+        ):
+            took, peak, outcome = read(path, root, script, {"MXPROF_PURE_READER": pure})
+            print(f"  {way:<15} {took:7.2f} s  {peak / 1e6:6.0f} MB peak  {outcome}")
+            sys.stdout.flush()
+            times[way].append(took)
+    print(f"({os.path.getsize(path) / 1e6:.0f} MB of JSON)")
+    os.unlink(path)
+    return times
 
 
 def formats(ranges: int, root: str, folder: str) -> dict[str, tuple[float, float, int, str, int]]:
@@ -153,13 +209,15 @@ def real_trace(events: int) -> object:
     yield b'{"name":"end","ph":"i","s":"t","ts":0,"pid":1,"tid":1}\n],"otherData":{}}\n'
 
 
-def read(path: str, root: str = ROOT, script: str = READ) -> tuple[float, int, str]:
+def read(
+    path: str, root: str = ROOT, script: str = READ, env: dict[str, str] | None = None
+) -> tuple[float, int, str]:
     proc = subprocess.run(
         [sys.executable, "-c", script, path],
         capture_output=True,
         text=True,
         timeout=3600,
-        env={**os.environ, "PYTHONPATH": root},
+        env={**os.environ, "PYTHONPATH": root, **(env or {})},
         cwd=os.path.dirname(path),  # not a tree's root: python -c imports from its cwd first
     )
     if proc.returncode != 0:  # a raw traceback: what the targets rule out
@@ -177,10 +235,31 @@ def main() -> int:
     ap.add_argument("--member", type=int, default=16, help="MiB of text per gzip member")
     ap.add_argument("--formats", type=int, metavar="N", help="N ranges as .json and .pftrace")
     ap.add_argument("--root", default=ROOT, help="the mxprof tree to record and read with")
+    ap.add_argument("--decode", type=int, metavar="N", help="N events: load vs a msgspec decode")
+    ap.add_argument("--repeats", type=int, default=3, help="--decode: readings of each way")
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.events = [1, 2], 20_000
+        args.decode = args.decode and 20_000
     folder = tempfile.mkdtemp(prefix="mxprof-bench-readers-")
+    if args.decode:
+        before = os.getloadavg()
+        try:
+            times = decode(args.decode, args.repeats, os.path.abspath(args.root), folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        after = os.getloadavg()
+        median = {way: statistics.median(t) for way, t in times.items()}
+        base = median["msgspec decode"]
+        print(
+            f"{args.decode:,} events, medians of {args.repeats} (load average {before[0]:.1f} "
+            f"before, {after[0]:.1f} after, {os.cpu_count()} cpus):"
+        )
+        for way, m in median.items():
+            print(f"  {way:<15} {m:7.2f} s  {m / base:5.2f} x the decode")
+        fine = median["compiled"] <= 2 * base
+        print(f"target: compiled load().key_averages() <= 2 x decode {'ok' if fine else 'MISSED'}")
+        return 0 if fine or args.quick else 1
     if args.formats:
         try:
             got = formats(args.formats, os.path.abspath(args.root), folder)

@@ -121,7 +121,13 @@ def extension(wheel, into):
     """Extract the wheel's compiled module; return its path and the wheel's file names."""
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
-        (so,) = [n for n in names if n.endswith(".so") or ".so." in n]
+        sos = [n for n in names if n.endswith(".so") or ".so." in n]
+        # The core, and the offline reader's own module (native/offline), nothing else.
+        assert sorted(os.path.basename(n) for n in sos) == [
+            "_fastjson.abi3.so",
+            "_mxprof_native.abi3.so",
+        ]
+        (so,) = [n for n in sos if n.endswith("_mxprof_native.abi3.so")]
         z.extract(so, into)
     return os.path.join(into, so), names
 

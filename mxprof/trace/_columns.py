@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Iterator, MutableSequence, Sequence
+from collections.abc import Callable, Iterator, MutableSequence, Sequence
 from itertools import compress, count, repeat
 from operator import eq
 from typing import Any, overload
@@ -119,6 +119,39 @@ class Thread:
             self._widen()
             self.dur.append(d)
         self.kind.append(k)
+
+    def extend(
+        self,
+        ts: bytes | memoryview,
+        dur: bytes | memoryview,
+        kind: bytes | memoryview,
+        order: Callable[[Any, Any, Any, int], bool],
+    ) -> None:
+        """Add events given as columns, the next of this thread in file order,
+        as ``put`` would one by one: ``ts`` and ``dur`` int64 ns (``NO_DUR``
+        for a point), ``kind`` int32 indexes into ``keys``, no args.
+
+        ``order(ts, dur, kind, start)`` puts the columns' events from
+        ``start`` on in place, their order being ``put``'s (the compiled
+        reader's, ``_fastread.order``); False leaves them for ``finish``.
+        """
+        times, lengths, kinds = self.ts, self.dur, self.kind
+        assert isinstance(kinds, array)  # (only ts and dur are ever widened)
+        kinds.frombytes(kind)
+        if not isinstance(times, array) or not isinstance(lengths, array):
+            # Widened (a damaged file): lists, which finish sorts.
+            for column, data in ((times, ts), (lengths, dur)):
+                values = array("q")
+                values.frombytes(data)
+                column.extend(values)
+            self._sorted = False
+            return
+        start = len(times)
+        times.frombytes(ts)
+        lengths.frombytes(dur)
+        # Unsorted already (a long move back): finish sorts these with the rest.
+        if self._sorted and not order(times, lengths, kinds, start):
+            self._sorted = False
 
     def _place(self, ts: int, d: int, kind: int) -> None:
         """An event that goes before the last: back past the ones after it."""

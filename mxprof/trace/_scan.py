@@ -33,6 +33,11 @@ _HEAD_LIMIT = 1 << 20  # how far the opening of the events array may lie
 _OPENING = re.compile(rb'\A\s*(?:\[|\{(?P<members>.*?)"traceEvents"\s*:\s*\[)', re.DOTALL)
 # A line that begins with ']' closes the array: JSON strings hold no raw newline.
 _CLOSING = re.compile(rb"\n[ \t\r]*\]")
+# A block holding an async begin or end (b/e): the fast decoding drops their
+# ids, so model.read_lines reads such a block the general way (as dicts).
+ASYNC = re.compile(rb'"ph"\s*:\s*"[be]"')
+# What bytes.strip() strips.
+_SPACE = frozenset(b" \t\n\r\x0b\x0c")
 # Members kept apart from the events: a decoder that accepts anything.
 _DECODER = json.JSONDecoder(strict=False)
 
@@ -118,8 +123,9 @@ def blocks(f: IO[bytes], where: str | None = None) -> Generator[bytes, None, dic
         if closing is None:
             closing = _CLOSING.search(pending, max(scanned, last_nl + 1))
         if closing is not None:
-            if pending[: closing.start()].strip():
-                yield _array(pending[: closing.start()])
+            events = _array(pending, closing.start())
+            if events is not None:
+                yield events
             tail = bytearray(pending[closing.end() :])
             for rest in text:  # the members after the events: a trailer, bounded
                 tail += rest
@@ -133,8 +139,9 @@ def blocks(f: IO[bytes], where: str | None = None) -> Generator[bytes, None, dic
         if found >= 0:
             last_nl = found
         if last_nl > 0:
-            if pending[:last_nl].strip():
-                yield _array(pending[:last_nl])
+            events = _array(pending, last_nl)
+            if events is not None:
+                yield events
             del pending[:last_nl]
             offset += last_nl
             last_nl = 0
@@ -184,9 +191,22 @@ def metadata(f: IO[bytes]) -> dict[str, Any]:
             return stop.value  # type: ignore[no-any-return]
 
 
-def _array(body: bytes | bytearray) -> bytes:
-    """A run of events, with the commas between them, as one JSON array."""
-    return b"[" + body.strip().strip(b",") + b"]"
+def _array(body: bytes | bytearray, end: int | None = None) -> bytes | None:
+    """A run of events, body[:end] with the commas between them, as one JSON
+    array: stripped of whitespace, then of commas (None: only whitespace).
+    One copy of the text (a block is megabytes)."""
+    start, end = 0, len(body) if end is None else end
+    while start < end and body[start] in _SPACE:
+        start += 1
+    while end > start and body[end - 1] in _SPACE:
+        end -= 1
+    if start == end:
+        return None
+    while start < end and body[start] == 0x2C:  # ','
+        start += 1
+    while end > start and body[end - 1] == 0x2C:
+        end -= 1
+    return b"".join((b"[", memoryview(body)[start:end], b"]"))
 
 
 def members(members: bytes | None, tail: bytes) -> dict[str, Any]:
@@ -299,8 +319,9 @@ def indexed_blocks(
     # The core's tail begins with the process's name: where the index says.
     if closing is None or not tail.startswith(_TAIL_START):
         raise NotLines
-    if head[opening.end() :].strip():
-        yield _array(head[opening.end() :])
+    before = _array(head[opening.end() :])
+    if before is not None:
+        yield before
     for b in taken:
         f.seek(b.offset)
         left = b.size
@@ -312,11 +333,14 @@ def indexed_blocks(
             if cut <= 0:
                 carry = piece
                 continue
-            yield _array(piece[:cut])
+            events = _array(piece, cut)
+            if events is not None:
+                yield events
             carry = piece[cut:]
     events = tail[: max(closing.start() - 1, 0)]
-    if events.strip():
-        yield _array(events)
+    last = _array(events)
+    if last is not None:
+        yield last
 
 
 # ---- a window of time: only what may overlap it ----

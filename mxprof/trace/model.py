@@ -9,7 +9,6 @@ ranges nested in the file stay nested after rounding.
 from __future__ import annotations
 
 import os
-import re
 from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, overload
@@ -17,7 +16,7 @@ from typing import Any, overload
 import msgspec
 
 from ..averages import KeyAverages, Row
-from . import _scan
+from . import _fastread, _scan
 from ._columns import NO_DUR, Events, Keys, Thread, in_columns
 from ._convert import Converter, ThreadKey, ns_ratio, round_ratio
 from ._event import DECODE_EVENTS, Event, Id
@@ -30,9 +29,6 @@ from .tree import CallTree, build_tree, nest, nested
 __all__ = ["Event", "Trace", "base_time_ns", "load", "ns_ratio", "round_ratio"]
 
 _PERCENTILES = (50, 90, 99)
-# A run of the text holding an async begin or end: the fast decoding drops
-# their ids, so the run is read the general way.
-_ASYNC = re.compile(rb'"ph"\s*:\s*"[be]"')
 
 
 def load(path: PathArg, window: Sequence[float] | None = None) -> Trace:
@@ -578,6 +574,15 @@ class _Summary:
     def sink(self, key: ThreadKey) -> _Running:
         return _Running(self)
 
+    def take_lengths(self, key: tuple[str, str], lengths: Any, own: int) -> None:
+        """Ranges of (name, category) summed elsewhere (``trace/_fastread.py``
+        runs ``_Running``'s rule in C): their lengths (int64 bytes), own total."""
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = (array("q"), [0])
+        group[0].frombytes(lengths)
+        group[1][0] += own
+
 
 class _Running:
     """One thread's ranges that no range seen so far contains: (start, length)."""
@@ -589,6 +594,15 @@ class _Running:
         self.starts: array[int] = array("q")
         self.lengths: array[int] = array("q")
         self.last_end = -(1 << 63)
+
+    def take_ranges(self, keep: int, starts: Any, lengths: Any, last_end: int) -> None:
+        """The state ``append`` would leave, worked out elsewhere (``trace/_fastread.py``):
+        the first ``keep`` ranges stay, followed by ``starts``/``lengths`` (int64 bytes)."""
+        del self.starts[keep:]
+        del self.lengths[keep:]
+        self.starts.frombytes(starts)
+        self.lengths.frombytes(lengths)
+        self.last_end = last_end
 
     def append(self, event: Event) -> None:
         summary = self.summary
@@ -670,6 +684,8 @@ def read_lines(
     if is_database(path):  # read as the general way reads it: by name or content
         raise _scan.NotLines
     converted = Converter(sink)
+    # The compiled path (trace/_fastread.py) where built: the same result.
+    fast = _fastread.reader(converted)
     with open_trace(path) as f:
         blocks = _scan.blocks(f)
         while True:
@@ -678,8 +694,12 @@ def read_lines(
             except StopIteration as stop:
                 metadata: dict[str, Any] = stop.value
                 break
+            if fast is not None and fast.take(text):
+                if after_block is not None:
+                    after_block()
+                continue
             decoded = False
-            if _ASYNC.search(text) is None:
+            if _scan.ASYNC.search(text) is None:
                 try:
                     converted.add_block(DECODE_EVENTS(text))
                     decoded = True
