@@ -16,7 +16,9 @@ downstream (``Trace.from_raw``, ``merge``) treats both formats alike:
   category ``""`` (a Perfetto counter track carries no category);
 - thread and process descriptors become ``thread_name`` / ``process_name``
   metadata events; the clock snapshot's REALTIME clock at the trace's
-  MONOTONIC base gives ``baseTimeNanoseconds``, and ``ts`` counts from that base.
+  MONOTONIC base gives ``baseTimeNanoseconds``, and ``ts`` counts from that base;
+- a ChromeEventBundle's metadata (``merge`` writes ``distributedInfo`` and
+  ``otherData`` there, as JSON values) become the metadata's keys.
 
 Fields the core never writes (inline names, other clocks, extra tracks) are
 read where cheap and otherwise skipped.  No protobuf library is needed.
@@ -25,6 +27,7 @@ read where cheap and otherwise skipped.  No protobuf library is needed.
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -34,8 +37,14 @@ from ._event import NO_ARGS, Event
 from ._protobuf import (
     BEGIN,
     BYTES,
+    CE_METADATA,
     CLOCK_MONOTONIC,
     CLOCK_REALTIME,
+    CM_BOOL,
+    CM_INT,
+    CM_JSON,
+    CM_NAME,
+    CM_STRING,
     COUNTER,
     DA_BOOL,
     DA_DOUBLE,
@@ -55,6 +64,7 @@ from ._protobuf import (
     INTERNED_IID,
     INTERNED_NAME,
     PD_PROCESS_NAME,
+    PK_CHROME_EVENTS,
     PK_CLOCK_ID,
     PK_CLOCK_SNAPSHOT,
     PK_DEFAULTS,
@@ -659,6 +669,8 @@ class _Decoder:
                 self.interned(value, state, seq)
             elif field == PK_TRACK_DESCRIPTOR:
                 self.track(value)
+            elif field == PK_CHROME_EVENTS:
+                self.chrome_metadata(value)
             elif field == PK_DEFAULTS:
                 for f, _, v in _fields(value):
                     if f == DEF_TIMESTAMP_CLOCK_ID:
@@ -688,6 +700,26 @@ class _Decoder:
                 state.deltas[number] = value  # the next timestamp counts from here
             if 64 <= number < 128 and mono is not None:
                 state.offsets[number] = mono - value
+
+    def chrome_metadata(self, data: bytes) -> None:
+        """A ChromeEventBundle's metadata (what ``writer.PerfettoWriter.metadata``
+        writes: Chrome JSON's top-level keys) into the trace's metadata."""
+        for field, _, value in _fields(data):
+            if field != CE_METADATA:
+                continue
+            entry = {f: v for f, _, v in _fields(value)}
+            name = _text(entry.get(CM_NAME, b""))
+            if CM_JSON in entry:
+                try:
+                    self.metadata[name] = json.loads(_text(entry[CM_JSON]))
+                except ValueError:
+                    raise _Damaged(f"metadata {name!r}: not JSON") from None
+            elif CM_STRING in entry:
+                self.metadata[name] = _text(entry[CM_STRING])
+            elif CM_INT in entry:
+                self.metadata[name] = _signed(entry[CM_INT])
+            elif CM_BOOL in entry:
+                self.metadata[name] = bool(_uint(entry[CM_BOOL]))
 
     def interned(self, data: bytes, state: _Sequence, seq: int) -> None:
         for field, _, value in _fields(data):
@@ -733,7 +765,15 @@ class _Decoder:
 
 # Fields whose wire type is fixed: one written otherwise breaks the format.
 _PACKET_MESSAGES = frozenset(
-    (PK_CLOCK_SNAPSHOT, PK_TRACK_EVENT, PK_INTERNED_DATA, PK_DEFAULTS, PK_TRACK_DESCRIPTOR, 66)
+    (
+        PK_CLOCK_SNAPSHOT,
+        PK_TRACK_EVENT,
+        PK_INTERNED_DATA,
+        PK_DEFAULTS,
+        PK_TRACK_DESCRIPTOR,
+        PK_CHROME_EVENTS,
+        66,
+    )
 )
 _PACKET_NUMBERS = frozenset((PK_TIMESTAMP, PK_SEQUENCE_ID, PK_SEQUENCE_FLAGS, PK_CLOCK_ID))
 _EVENT_MESSAGES = frozenset((TE_DEBUG_ANNOTATIONS, TE_NAME, TE_CATEGORIES))
