@@ -77,6 +77,7 @@ from ._protobuf import (
     SEQ_INCREMENTAL_STATE_CLEARED,
     TD_COUNTER,
     TD_NAME,
+    TD_PARENT_UUID,
     TD_PROCESS,
     TD_THREAD,
     TD_UUID,
@@ -737,9 +738,12 @@ class _Decoder:
 
     def track(self, data: bytes) -> None:
         uuid, name, kind, pid, tid = 0, "", "track", self.pid, 0
+        parent = None
         for field, _, value in _fields(data):
             if field == TD_UUID:
                 uuid = _uint(value)
+            elif field == TD_PARENT_UUID:
+                parent = self.tracks.get(_uint(value))
             elif field == TD_NAME:
                 name = _text(value)
             elif field == TD_COUNTER:
@@ -753,6 +757,8 @@ class _Decoder:
                         tid = _signed(v)
                     elif (f, kind) in ((THD_THREAD_NAME, "thread"), (PD_PROCESS_NAME, "process")):
                         name = _text(v)
+        if kind in ("track", "counter") and parent is not None:
+            pid = parent[1]  # a named track belongs to its parent's process
         if kind == "process":
             self.pid = pid
             meta = {"name": "process_name", "ph": "M", "pid": pid, "tid": 0}

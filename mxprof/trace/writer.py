@@ -177,7 +177,7 @@ class PerfettoWriter:
             clock is MONOTONIC, as in the core's files).
         folder: where the runs of a part too big for one are kept (default:
             the system's temporary folder).
-        run: events sorted in memory at a time.
+        run: events sorted in memory at a time (default ``RUN``).
     """
 
     def __init__(
@@ -187,12 +187,12 @@ class PerfettoWriter:
         base: int,
         *,
         folder: str | None = None,
-        run: int = RUN,
+        run: int | None = None,
     ) -> None:
         self.out = out
         self.base = base
         self.folder = folder
-        self.run = run
+        self.run = RUN if run is None else max(1, run)
         self.next_uuid = 1
         self.sequences = 0
         body = bytearray()
