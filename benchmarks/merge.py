@@ -98,11 +98,21 @@ print(sum(r.count for r in rows))
 """
 
 
+# The child's own peak: VmHWM of its address space. (ru_maxrss would not do:
+# Linux carries the high-water mark of the image a process was exec'd from,
+# here this script's, over into it.)
 OWN_PEAK = """
-import resource, sys
+import sys
 from mxprof.trace.merge import merge
 out = merge(sys.argv[2:], sys.argv[1])
-print(out["events"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+with open("/proc/self/status") as f:
+    peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+print(out["events"], peak)
+"""
+RECORD = """
+import sys
+import report
+report.record(sys.argv[1], int(sys.argv[2]))
 """
 
 
@@ -115,7 +125,8 @@ def pftrace(inputs: int, events: int, trees: list[str], repeats: int) -> dict[st
     merged = {}
     try:
         one = os.path.join(folder, "one.json")
-        report.record(one, events)
+        # Recorded in a child, so that this process stays small.
+        subprocess.run([sys.executable, "-c", RECORD, one, str(events)], cwd=HERE, check=True)
         paths = copies(one, folder, inputs)
         os.unlink(one)
         out = os.path.join(folder, "merged.pftrace")
