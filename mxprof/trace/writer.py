@@ -147,6 +147,7 @@ def write_perfetto(events: list[RawEvent], base_time_ns: int | None) -> bytes:
 # (about 250 bytes each), and how many a run is read back by in the merge.
 RUN = 1 << 19
 CHUNK = 1 << 12
+SHARED_NAMES = 1 << 16  # names and categories shared as one str each, at most
 FLUSH = 1 << 20  # bytes of packets gathered before a write
 SEQUENCE_IDS = 100  # sequences take ids 2 to 101 in turn (one byte: the readers' fast path)
 CLOCK_DELTA = 64  # a sequence's own clock, incremental (ids 64 to 127 are per sequence)
@@ -250,6 +251,7 @@ class Part:
         self.spill: IO[bytes] | None = None  # the sorted runs: (offset, chunks) each
         self.runs: list[tuple[int, int]] = []
         self.order = 0
+        self.strings: dict[str, str] = {}
 
     def put(
         self, pid: Any, tid: Any, ts: int, dur: int | None, name: str, cat: str, ph: str, args: Any
@@ -261,6 +263,10 @@ class Part:
             k = self.keys[key] = len(self.keys)
         n = self.order
         self.order = n + 1
+        strings = self.strings
+        if len(strings) < SHARED_NAMES:  # one str per name: smaller runs, in memory and on disk
+            name = strings.setdefault(name, name)
+            cat = strings.setdefault(cat, cat)
         held = self.held
         if dur is not None:
             held.append((k, ts, 2, -dur, n, ph, name, cat, dur, args or None))
