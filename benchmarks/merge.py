@@ -111,6 +111,7 @@ print(out["events"], peak)
 """
 RECORD = """
 import sys
+sys.path.insert(0, sys.argv[3])
 import report
 report.record(sys.argv[1], int(sys.argv[2]))
 """
@@ -126,7 +127,9 @@ def pftrace(inputs: int, events: int, trees: list[str], repeats: int) -> dict[st
     try:
         one = os.path.join(folder, "one.json")
         # Recorded in a child, so that this process stays small.
-        subprocess.run([sys.executable, "-c", RECORD, one, str(events)], cwd=HERE, check=True)
+        # (In the temporary folder: the core writes its memory profile there.)
+        record = [sys.executable, "-c", RECORD, one, str(events), HERE]
+        subprocess.run(record, cwd=folder, check=True)
         paths = copies(one, folder, inputs)
         os.unlink(one)
         out = os.path.join(folder, "merged.pftrace")
