@@ -18,6 +18,15 @@ RSS is that process's own:
 ``--quick`` is a small run that checks the script works (the test suite runs
 it), never how fast anything is. Files go to a temporary folder (about
 90 MB per million events).
+
+``--pftrace NxM`` measures only ``merge`` of N copies of an M-event trace to
+``.pftrace`` (issue 26: within 1 GB whatever the input sizes), once with
+each tree of ``--trees`` (default: this one; give the tree before a change
+and the one after to compare them in one run), ``--repeats`` times each,
+alternating, each in a process of its own that reports its own peak RSS:
+the median wall time and peak RSS per tree, and the output's size::
+
+    python benchmarks/merge.py --pftrace 2x10000000 --trees /work/main . --repeats 1
 """
 
 from __future__ import annotations
@@ -28,10 +37,12 @@ import os
 import platform
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -87,6 +98,71 @@ print(sum(r.count for r in rows))
 """
 
 
+# The child's own peak: VmHWM of its address space. (ru_maxrss would not do:
+# Linux carries the high-water mark of the image a process was exec'd from,
+# here this script's, over into it.)
+OWN_PEAK = """
+import sys
+from mxprof.trace.merge import merge
+out = merge(sys.argv[2:], sys.argv[1])
+with open("/proc/self/status") as f:
+    peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+print(out["events"], peak)
+"""
+RECORD = """
+import sys
+sys.path.insert(0, sys.argv[3])
+import report
+report.record(sys.argv[1], int(sys.argv[2]))
+"""
+
+
+def pftrace(inputs: int, events: int, trees: list[str], repeats: int) -> dict[str, object]:
+    """merge of inputs copies of an events-event trace to .pftrace with each tree:
+    by tree, the median seconds and peak RSS bytes, and the output's bytes."""
+    folder = tempfile.mkdtemp(prefix="mxprof-bench-pfmerge-")
+    runs: dict[str, list[tuple[float, int]]] = {tree: [] for tree in trees}
+    sizes: dict[str, int] = {}
+    merged = {}
+    try:
+        one = os.path.join(folder, "one.json")
+        # Recorded in a child, so that this process stays small.
+        # (In the temporary folder: the core writes its memory profile there.)
+        record = [sys.executable, "-c", RECORD, one, str(events), HERE]
+        subprocess.run(record, cwd=folder, check=True)
+        paths = copies(one, folder, inputs)
+        os.unlink(one)
+        out = os.path.join(folder, "merged.pftrace")
+        for _ in range(repeats):
+            for tree in trees:  # alternating, so that a change of load hits both
+                env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
+                t0 = time.perf_counter()
+                done = subprocess.run(
+                    [sys.executable, "-c", OWN_PEAK, out, *paths],
+                    capture_output=True, text=True, check=False, env=env, cwd=folder,
+                )  # fmt: skip
+                seconds = time.perf_counter() - t0
+                if done.returncode:
+                    raise SystemExit(f"failed with {tree}: {done.stderr}")
+                count, peak = done.stdout.split()
+                runs[tree].append((seconds, int(peak)))
+                merged[tree] = int(count)
+                sizes[tree] = os.path.getsize(out)
+                os.unlink(out)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    result: dict[str, object] = {"inputs": inputs, "events_per_input": events}
+    for tree in trees:
+        result[tree] = {
+            "merge_s": statistics.median(s for s, _ in runs[tree]),
+            "peak_rss": statistics.median(r for _, r in runs[tree]),
+            "runs": runs[tree],
+            "events": merged[tree],
+            "bytes": sizes[tree],
+        }
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small run: checks the script")
@@ -94,7 +170,24 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--load-events", type=int, default=10_000_000)
     parser.add_argument("--json", help="also write the numbers to this file")
+    parser.add_argument("--pftrace", metavar="NxM", help="only merge N x M events to .pftrace")
+    parser.add_argument("--trees", nargs="+", default=[os.path.dirname(HERE)])
+    parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
+    if args.pftrace:
+        n, m = (int(x) for x in args.pftrace.lower().split("x"))
+        found = pftrace(n, m, args.trees, args.repeats)
+        print(f"python {platform.python_version()}, {os.cpu_count()} cores, "
+              f"load {os.getloadavg()[0]:.2f}")  # fmt: skip
+        print(f"merge {n} x {m:,} events -> .pftrace (median of {args.repeats}):")
+        for tree in args.trees:
+            row: Any = found[tree]
+            print(f"  {tree}: {row['merge_s']:.1f} s, peak RSS {row['peak_rss'] / 1e6:.0f} MB, "
+                  f"{row['bytes'] / 1e6:.0f} MB written, {row['events']:,} events")  # fmt: skip
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(found, f, indent=2)
+        return
     if args.quick:
         args.ranks, args.events, args.load_events = 2, 20_000, 20_000
     folder = tempfile.mkdtemp(prefix="mxprof-bench-merge-")

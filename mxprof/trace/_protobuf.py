@@ -23,6 +23,11 @@ BEGIN, END, INSTANT, COUNTER = 1, 2, 3, 4
 DA_BOOL, DA_UINT, DA_INT, DA_DOUBLE, DA_STRING, DA_NAME = 2, 3, 4, 5, 6, 10
 # InternedData.
 ID_EVENT_CATEGORIES, ID_EVENT_NAMES, INTERNED_IID, INTERNED_NAME = 1, 2, 1, 2
+# TracePacket.chrome_events: a ChromeEventBundle, whose metadata (field 2) are
+# ChromeMetadata {name = 1; string_value = 2, bool_value = 3, int_value = 4
+# or json_value = 5}: Chrome JSON's top-level keys (merge's distributedInfo).
+PK_CHROME_EVENTS, CE_METADATA = 5, 2
+CM_NAME, CM_STRING, CM_BOOL, CM_INT, CM_JSON = 1, 2, 3, 4, 5
 
 GLOBAL_TRACK = 0
 

@@ -26,9 +26,13 @@ and flow events keep their order and stay inside the ranges they fell in.
 Inputs stream through: one block of events at a time for inputs in mxprof's
 own one-event-per-line shape (others are read whole, one input at a time),
 so memory grows with the largest block and the processes, not the events.
-JSON output is written event by event; Perfetto output one input at a time
-(its events sorted by time within it). ``window`` and ``ranks`` cut a
-viewer-sized timeline out of a big job.
+JSON output is written event by event; Perfetto output one input at a time,
+in the core's compact encoding (``writer.PerfettoWriter``: a sequence per
+thread in time order, sorted in runs kept on disk, so memory holds a run,
+not an input), with inputs in mxprof's shape and Perfetto traces streamed
+from their files, and the merged metadata (``distributedInfo``,
+``otherData``) as Chrome metadata that ``mxprof.load`` reads back.
+``window`` and ``ranks`` cut a viewer-sized timeline out of a big job.
 """
 
 from __future__ import annotations
@@ -42,8 +46,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import IO, Any, NamedTuple, Union
 
-from msgspec.structs import force_setattr
-
 from .._tallies import TALLIES
 from .._tracejson import dumps as trace_json
 from .._version import __version__
@@ -54,11 +56,11 @@ from .clock import IDENTITY, ClockModel
 from .dataloader import FlowCollector
 from .engine import Executor
 from .gpu import align_inputs, is_nvidia
-from .model import Event, Trace, base_time_ns, ns_ratio, read_lines, round_ratio
+from .model import Event, base_time_ns, ns_ratio, read_lines, read_protobuf, round_ratio
 from .processes import display_name, from_info
 from .reader import GZIP_MAGIC, RawEvent, open_trace, read_raw
 from .steps import is_frame, is_profiler_step, number
-from .writer import JSON_GZ, PERFETTO, PerfettoWriter, file_format
+from .writer import JSON_GZ, PERFETTO, Part, PerfettoWriter, file_format
 
 _ROLE_ORDER = {"worker": 0, "server": 1}
 
@@ -172,6 +174,20 @@ def timeline(
     return [(d[0] if d is not None else None, m) for d, m in zip(dist, moves)]
 
 
+class _Discarded:
+    """A thread's events, not kept (an input's metadata is read first)."""
+
+    def put(self, *event: Any) -> None:
+        pass
+
+    def append(self, event: Any) -> None:
+        pass
+
+
+def _discard(key: Any) -> _Discarded:
+    return _Discarded()
+
+
 def _fresh_pid(pid: Any, used: set[Any]) -> Any:
     """pid itself, or the next integer no input uses yet."""
     if pid not in used:
@@ -281,9 +297,17 @@ class _Input:
                 if plain:
                     self.index = _scan.index(self.metadata, f.seek(0, 2))
             self.lines = True
+            self.protobuf = False
         except _scan.NotLines:  # another shape: read whole, here and again later
             self.lines = False
-            _, self.metadata, self.truncated = read_raw(path)
+            # A Perfetto trace: its metadata from a streaming read that keeps no
+            # events (the raw dicts of a big one would not fit in memory).
+            read = read_protobuf(path, _discard)
+            self.protobuf = read is not None
+            if read is not None:
+                _, self.metadata, self.truncated = read
+            else:
+                _, self.metadata, self.truncated = read_raw(path)
 
     def blocks(self, near: tuple[float, float] | None = None) -> Iterator[list[RawEvent]]:
         """The events as dicts, block by block.
@@ -415,55 +439,98 @@ class _JsonOut:
 
 
 class _PerfettoOut:
-    """Perfetto protobuf, one input (converted and sorted) at a time."""
+    """Perfetto protobuf, one input at a time, in bounded memory (``PerfettoWriter``).
 
-    def __init__(self, f: IO[bytes], base_time: int | None) -> None:
+    An input comes either as dicts already moved and renumbered (``add``,
+    then ``end_input``) or whole from its file (``add_input``); either way
+    its events go through a ``Converter`` into a writer's ``Part``, which
+    sorts them in runs kept on disk, so memory holds a run, not an input.
+    """
+
+    def __init__(self, f: IO[bytes], base_time: int | None, folder: str) -> None:
         # Merged times are seldom negative (an input's ts below 0): room for a day of them.
-        self.writer = PerfettoWriter(f, base_time, 86_400 * 10**9)
-        self.converter = Converter()
+        self.writer = PerfettoWriter(f, base_time, 86_400 * 10**9, folder=folder)
+        self.converter: Converter | None = None
+        self.part: Part | None = None
 
     def add(self, events: list[RawEvent]) -> None:
+        if self.converter is None:
+            part = self.part = self.writer.part()
+            self.converter = Converter(lambda key: _Sink(part, key[0], key[1], None, None))
         for e in events:
             self.converter.add(e)
 
-    def end_input(self) -> None:
-        self.writer.add(Trace._of(self.converter, None, False, None))
-        self.converter = Converter()
+    def end_input(self) -> int:
+        """Write the input given to ``add``; how many events it had."""
+        converter, part = self.converter, self.part
+        self.converter = self.part = None
+        if converter is None or part is None:
+            return 0
+        converter.finish()
+        return part.finish(converter.process_names, converter.thread_names)
 
     def add_input(
         self, inp: _Input, move: _Move, d: Any, used: set[Any]
     ) -> tuple[int, dict[Any, Any]]:
-        """An input in mxprof's shape, read straight into Events (no dicts):
-        (events written, its pids renumbered)."""
-        converted, _ = read_lines(inp.path, None)
+        """An input in mxprof's shape or a Perfetto trace, streamed from its
+        file straight to the writer (no dicts): (events written, its pids
+        renumbered)."""
+        part = self.writer.part()
         shift = move(0) if move.clock.constant else None
-        events: list[Event] = []
         pids: dict[Any, Any] = {}
-        for thread in converted.finish().values():
-            assert isinstance(thread, list)  # read_lines(..., None) fills lists
-            for e in thread:
-                pid = e.pid
-                if pid not in pids:
-                    pids[pid] = _fresh_pid(pid, used)
-                    used.add(pids[pid])
-                start = e.ts + shift if shift is not None else move(e.ts)
-                if e.dur is not None:
-                    end = e.end + shift if shift is not None else move(e.end)
-                    force_setattr(e, "dur", end - start)
-                force_setattr(e, "ts", start)
-                force_setattr(e, "pid", pids[pid])
-                events.append(e)
+
+        def renumbered(pid: Any) -> Any:
+            if pid not in pids:
+                pids[pid] = _fresh_pid(pid, used)
+                used.add(pids[pid])
+            return pids[pid]
+
+        def sink(key: tuple[Any, Any]) -> _Sink:
+            return _Sink(part, renumbered(key[0]), key[1], shift, move)
+
+        if inp.protobuf:
+            read = read_protobuf(inp.path, sink)
+            assert read is not None  # told a Perfetto trace when it was opened
+            converted = read[0]
+        else:
+            converted, _ = read_lines(inp.path, sink)
+        converted.finish()
+        for pid in [*converted.process_names, *(pid for pid, _ in converted.thread_names)]:
+            renumbered(pid)  # processes with names and no events keep them
         names = {
             new: _process_name(inp.path, d, pid, converted.process_names.get(pid))
             for pid, new in pids.items()
         }
-        threads = {
-            (pids[pid], tid): name
-            for (pid, tid), name in converted.thread_names.items()
-            if pid in pids
-        }
-        self.writer.add(Trace(events, process_names=names, thread_names=threads))
-        return len(events), pids
+        threads = {(pids[pid], tid): name for (pid, tid), name in converted.thread_names.items()}
+        return part.finish(names, threads), pids
+
+    def close(self, doc: dict[str, Any]) -> None:
+        """The merged file's metadata (``distributedInfo``, ``otherData``)."""
+        self.writer.metadata(doc)
+
+
+class _Sink:
+    """A thread's events from a ``Converter`` to a ``Part``: moved onto the
+    merged axis (shift: a constant one; else move) under the merged pid."""
+
+    __slots__ = ("part", "pid", "tid", "shift", "move")
+
+    def __init__(self, part: Part, pid: Any, tid: Any, shift: int | None, move: Any) -> None:
+        self.part, self.pid, self.tid, self.shift, self.move = part, pid, tid, shift, move
+
+    def put(self, ts: int, dur: int | None, name: str, cat: str, ph: str, args: Any) -> None:
+        shift = self.shift
+        if shift is not None:
+            ts += shift
+        elif self.move is not None:
+            start = self.move(ts)
+            if dur is not None:
+                dur = self.move(ts + dur) - start
+            ts = start
+        self.part.put(self.pid, self.tid, ts, dur, name, cat, ph, args)
+
+    def append(self, event: Event) -> None:
+        self.put(event.ts, event.dur, event.name, event.category, event.ph, event.args)
 
 
 Output = Union[_JsonOut, _PerfettoOut]
@@ -497,7 +564,9 @@ def merge(
             ``set_config(filename=...)``): ``.json`` (object form, like
             mxprof's own), ``.json.gz`` (gzip-compressed), ``.pftrace`` or
             ``.perfetto-trace`` (Perfetto protobuf: ranges, instants,
-            counters and names; the JSON metadata has no place there).
+            counters and names, and ``distributedInfo`` and ``otherData``
+            as Chrome metadata; counters sit on their process's tracks,
+            tid 0, and DataLoader flows are not written).
         sources: what the merged file's ``otherData.merged_from`` names for
             each input, in order (default: the paths as given).
             ``distributed.collect`` merges temporary copies and passes each
@@ -574,7 +643,8 @@ def merge(
             f: IO[bytes] = raw_file
             if fmt == JSON_GZ:
                 f = gzip.GzipFile(fileobj=raw_file, mode="wb", compresslevel=6, mtime=0)  # type: ignore[assignment]
-            out: Output = _PerfettoOut(f, ref) if fmt == PERFETTO else _JsonOut(f, head)
+            folder = os.path.dirname(os.path.abspath(target))  # runs of big inputs go beside it
+            out: Output = _PerfettoOut(f, ref, folder) if fmt == PERFETTO else _JsonOut(f, head)
             flows = FlowCollector()
             count, summary, ranks_info = _write_inputs(inputs, dist, moves, span, out, flows, near)
             if isinstance(out, _JsonOut):
@@ -606,8 +676,7 @@ def merge(
                 doc["otherData"]["window_ns"] = list(span)
             if other is not None:
                 doc["otherData"].update(other(ref))
-            if isinstance(out, _JsonOut):
-                out.close(doc)
+            out.close(doc)
             if f is not raw_file:
                 f.close()
         os.replace(temporary, target)
@@ -658,9 +727,15 @@ def _write_inputs(
         pids: dict[Any, Any] = {}
         active: set[Any] = set()  # its pids with events (not only metadata)
         named: set[Any] = set()
-        # Perfetto output of a file in mxprof's shape: straight into Events. A
-        # window: only what may lie in it is decoded as dicts.
-        whole = isinstance(out, _PerfettoOut) and inp.lines and span is None
+        # Perfetto output of a file in mxprof's shape or a Perfetto trace:
+        # streamed from the file, no dicts. A window: only what may lie in it
+        # is decoded as dicts.
+        whole = (
+            isinstance(out, _PerfettoOut)
+            and (inp.lines or inp.protobuf)
+            and inp.held is None
+            and span is None
+        )
         if whole and isinstance(out, _PerfettoOut):
             written, pids = out.add_input(inp, move, d, used)
             active = set(pids)
@@ -730,7 +805,7 @@ def _write_inputs(
         if not whole:
             out.add(extra)
             count += len(extra)
-        if isinstance(out, _PerfettoOut):
+        if isinstance(out, _PerfettoOut) and not whole:
             out.end_input()
         summary.append(
             {

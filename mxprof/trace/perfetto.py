@@ -16,7 +16,9 @@ downstream (``Trace.from_raw``, ``merge``) treats both formats alike:
   category ``""`` (a Perfetto counter track carries no category);
 - thread and process descriptors become ``thread_name`` / ``process_name``
   metadata events; the clock snapshot's REALTIME clock at the trace's
-  MONOTONIC base gives ``baseTimeNanoseconds``, and ``ts`` counts from that base.
+  MONOTONIC base gives ``baseTimeNanoseconds``, and ``ts`` counts from that base;
+- a ChromeEventBundle's metadata (``merge`` writes ``distributedInfo`` and
+  ``otherData`` there, as JSON values) become the metadata's keys.
 
 Fields the core never writes (inline names, other clocks, extra tracks) are
 read where cheap and otherwise skipped.  No protobuf library is needed.
@@ -25,6 +27,7 @@ read where cheap and otherwise skipped.  No protobuf library is needed.
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -34,8 +37,14 @@ from ._event import NO_ARGS, Event
 from ._protobuf import (
     BEGIN,
     BYTES,
+    CE_METADATA,
     CLOCK_MONOTONIC,
     CLOCK_REALTIME,
+    CM_BOOL,
+    CM_INT,
+    CM_JSON,
+    CM_NAME,
+    CM_STRING,
     COUNTER,
     DA_BOOL,
     DA_DOUBLE,
@@ -55,6 +64,7 @@ from ._protobuf import (
     INTERNED_IID,
     INTERNED_NAME,
     PD_PROCESS_NAME,
+    PK_CHROME_EVENTS,
     PK_CLOCK_ID,
     PK_CLOCK_SNAPSHOT,
     PK_DEFAULTS,
@@ -67,6 +77,7 @@ from ._protobuf import (
     SEQ_INCREMENTAL_STATE_CLEARED,
     TD_COUNTER,
     TD_NAME,
+    TD_PARENT_UUID,
     TD_PROCESS,
     TD_THREAD,
     TD_UUID,
@@ -659,6 +670,8 @@ class _Decoder:
                 self.interned(value, state, seq)
             elif field == PK_TRACK_DESCRIPTOR:
                 self.track(value)
+            elif field == PK_CHROME_EVENTS:
+                self.chrome_metadata(value)
             elif field == PK_DEFAULTS:
                 for f, _, v in _fields(value):
                     if f == DEF_TIMESTAMP_CLOCK_ID:
@@ -689,6 +702,26 @@ class _Decoder:
             if 64 <= number < 128 and mono is not None:
                 state.offsets[number] = mono - value
 
+    def chrome_metadata(self, data: bytes) -> None:
+        """A ChromeEventBundle's metadata (what ``writer.PerfettoWriter.metadata``
+        writes: Chrome JSON's top-level keys) into the trace's metadata."""
+        for field, _, value in _fields(data):
+            if field != CE_METADATA:
+                continue
+            entry = {f: v for f, _, v in _fields(value)}
+            name = _text(entry.get(CM_NAME, b""))
+            if CM_JSON in entry:
+                try:
+                    self.metadata[name] = json.loads(_text(entry[CM_JSON]))
+                except ValueError:
+                    raise _Damaged(f"metadata {name!r}: not JSON") from None
+            elif CM_STRING in entry:
+                self.metadata[name] = _text(entry[CM_STRING])
+            elif CM_INT in entry:
+                self.metadata[name] = _signed(entry[CM_INT])
+            elif CM_BOOL in entry:
+                self.metadata[name] = bool(_uint(entry[CM_BOOL]))
+
     def interned(self, data: bytes, state: _Sequence, seq: int) -> None:
         for field, _, value in _fields(data):
             table = {ID_EVENT_NAMES: state.names, ID_EVENT_CATEGORIES: state.categories}.get(field)
@@ -705,9 +738,12 @@ class _Decoder:
 
     def track(self, data: bytes) -> None:
         uuid, name, kind, pid, tid = 0, "", "track", self.pid, 0
+        parent = None
         for field, _, value in _fields(data):
             if field == TD_UUID:
                 uuid = _uint(value)
+            elif field == TD_PARENT_UUID:
+                parent = self.tracks.get(_uint(value))
             elif field == TD_NAME:
                 name = _text(value)
             elif field == TD_COUNTER:
@@ -721,6 +757,8 @@ class _Decoder:
                         tid = _signed(v)
                     elif (f, kind) in ((THD_THREAD_NAME, "thread"), (PD_PROCESS_NAME, "process")):
                         name = _text(v)
+        if kind in ("track", "counter") and parent is not None:
+            pid = parent[1]  # a named track belongs to its parent's process
         if kind == "process":
             self.pid = pid
             meta = {"name": "process_name", "ph": "M", "pid": pid, "tid": 0}
@@ -733,7 +771,15 @@ class _Decoder:
 
 # Fields whose wire type is fixed: one written otherwise breaks the format.
 _PACKET_MESSAGES = frozenset(
-    (PK_CLOCK_SNAPSHOT, PK_TRACK_EVENT, PK_INTERNED_DATA, PK_DEFAULTS, PK_TRACK_DESCRIPTOR, 66)
+    (
+        PK_CLOCK_SNAPSHOT,
+        PK_TRACK_EVENT,
+        PK_INTERNED_DATA,
+        PK_DEFAULTS,
+        PK_TRACK_DESCRIPTOR,
+        PK_CHROME_EVENTS,
+        66,
+    )
 )
 _PACKET_NUMBERS = frozenset((PK_TIMESTAMP, PK_SEQUENCE_ID, PK_SEQUENCE_FLAGS, PK_CLOCK_ID))
 _EVENT_MESSAGES = frozenset((TE_DEBUG_ANNOTATIONS, TE_NAME, TE_CATEGORIES))
