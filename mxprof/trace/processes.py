@@ -56,7 +56,7 @@ from operator import add, eq
 from typing import Any
 
 from .._render import is_own
-from ._columns import NO_DUR, Events, Ranges
+from ._columns import NO_DUR, Events, Ranges, Thread
 from ._event import Event, Id
 from .model import Trace
 from .steps import is_frame, is_profiler_step, step_number
@@ -625,28 +625,92 @@ def _steps(p: Process, groups: dict[tuple[Id, str, str], list[int]]) -> Steps | 
     covered_gap = [0] * len(between)
     starts = steps._starts()
     ends = [e.end for e in ranges]
-    child_end = list(starts)
-    gap_end = [ends[k] for k in range(len(between))]
     names = thread.keys.names
-    for k, in_step, ts, end, key in _fitting(p, steps):
-        length = end - ts
+    for k, in_step, length, key in _direct(thread, steps):
         if in_step:
-            if ts >= child_end[k] or length == 0:  # a direct child of step k
-                column = children.get(names[key])
-                if column is None:
-                    column = children[names[key]] = array("q", bytes(8 * len(ranges)))
-                column[k] += length
-                inside[k] += length
-                child_end[k] = max(child_end[k], end)
-        elif 0 <= k < len(between) and ts >= gap_end[k]:
-            covered_gap[k] += length  # a top-level range between steps k and k + 1
-            gap_end[k] = end
+            column = children.get(names[key])
+            if column is None:
+                column = children[names[key]] = array("q", bytes(8 * len(ranges)))
+            column[k] += length
+            inside[k] += length
+        else:
+            covered_gap[k] += length
     steps.in_no_range = array("q", (max(d - i, 0) for d, i in zip(durations, inside)))
     for k in range(len(between)):
         between[k] = max(starts[k + 1] - ends[k] - covered_gap[k], 0)
     steps.between = array("q", between)
     steps.median, steps.threshold, steps.outliers = outliers(durations)
     return steps
+
+
+def _direct(thread: Thread, steps: Steps) -> Iterator[tuple[int, bool, int, int]]:
+    """The ranges on the steps' thread that count in ``Steps``: (k, whether a
+    direct child of step k, its length, its key index); not a child, a
+    top-level range in the gap between steps k and k + 1. In ts order.
+
+    A direct child of a step starts at or after the end of the step's
+    previous direct child (a range that starts inside that one is below it,
+    or overlaps it and is counted in neither), and fits in the step; a
+    zero-length range inside the step counts wherever it starts (a child of
+    length 0: its name gets a column).  Between steps k and k + 1, a range
+    counts when it fits in the gap and starts at or after the end of the
+    last one counted there.  The same rules as ``_fitting``'s walk applied
+    range by range, but the ranges that start inside a counted range are
+    stepped over by bisection on the sorted ``ts`` column (the zero-length
+    ones among them looked up in a list of their own): the walk visits a
+    step's direct children, not every range below them.
+    """
+    starts = steps._starts()
+    ends = [e.end for e in steps.ranges]
+    is_step = set(steps.positions)
+    ts_col, dur_col, kind_col = thread.ts, thread.dur, thread.kind
+    extras = thread.extras
+    last = len(starts) - 1
+    n = len(ts_col)
+    # Before the first step nothing counts; after the last one ends, nothing.
+    i = bisect.bisect_left(ts_col, starts[0])
+    k = -1
+    zeros: list[int] | None = None  # positions of the zero-length ranges, when first needed
+    while i < n:
+        d = dur_col[i]
+        if d == NO_DUR or i in is_step:
+            i += 1
+            continue
+        t = ts_col[i]
+        while k < last and starts[k + 1] <= t:
+            k += 1  # the last step that starts at or before t
+        if k == last and t >= ends[k]:
+            break
+        end = t + d
+        # No range that starts at or after `stop` is skipped: the next step is there.
+        stop = starts[k + 1] if k < last else ends[k]
+        if t < ends[k]:  # starts inside step k
+            if end > ends[k]:
+                i += 1
+                continue
+            kk = kind_col[i]
+            yield k, True, d, (kk if kk >= 0 else extras[-kk - 1][0])
+            if d == 0:
+                i += 1
+                continue
+            # Past the ranges that start inside this child: none is a direct
+            # child, but a zero-length one (above).
+            j = bisect.bisect_left(ts_col, min(end, stop), i + 1)
+            if zeros is None:
+                zeros = list(compress(count(), map(eq, dur_col, repeat(0))))
+            z = bisect.bisect_right(zeros, i)
+            while z < len(zeros) and zeros[z] < j:
+                if zeros[z] not in is_step:
+                    kk = kind_col[zeros[z]]
+                    yield k, True, 0, (kk if kk >= 0 else extras[-kk - 1][0])
+                z += 1
+            i = j
+        elif end <= stop:  # within the gap after step k (k < last here)
+            kk = kind_col[i]
+            yield k, False, d, (kk if kk >= 0 else extras[-kk - 1][0])
+            i = bisect.bisect_left(ts_col, end, i + 1) if d > 0 else i + 1
+        else:
+            i += 1
 
 
 def _fitting(p: Process, steps: Steps) -> Iterator[tuple[int, bool, int, int, int]]:
