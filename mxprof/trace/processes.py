@@ -51,7 +51,7 @@ import weakref
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, count, repeat
+from itertools import chain, compress, count, repeat
 from operator import add, eq
 from typing import Any
 
@@ -60,6 +60,7 @@ from ._columns import NO_DUR, Events, Ranges, Thread
 from ._event import Event, Id
 from .model import Trace
 from .steps import is_frame, is_profiler_step, step_number
+from .tree import by_key
 
 __all__ = [
     "DEVICE_STORAGE",
@@ -233,6 +234,9 @@ class Process:
     steps: Steps | None = None
     memory: list[MemoryPeak] = field(default_factory=list)
     _durations: dict[tuple[str, str], array[int]] | None = field(default=None, repr=False)
+    # The trace whose events these are: its per-thread walk (Trace.per_thread)
+    # gives durations() and totals() without another pass over the ranges.
+    _trace: Trace | None = field(default=None, repr=False, compare=False)
 
     @property
     def pid(self) -> Id:
@@ -295,52 +299,40 @@ class Process:
         if self._durations is None:
             # Past int64 ns (a damaged file: its columns are lists): lists hold them.
             wide = any(isinstance(r.thread.dur, list) for r in self.threads.values())
-            make: Any = list if wide else (lambda values=(): array("q", values))
-            by_key = self._by_key(make, list.append if wide else array.append)
-            found: dict[tuple[str, str], array[int]] = {}
-            for (name, category, _), lengths in by_key.items():
-                got = found.get((name, category))
-                if got is None:
-                    found[(name, category)] = lengths
-                else:
-                    got.extend(lengths)
+            make: Any = list if wide else (lambda values: array("q", values))
+            found: dict[tuple[str, str], list[Sequence[int]]] = {}
+            for (name, category, _), runs in self._runs().items():
+                found.setdefault((name, category), []).extend(runs)
             # Sorted one name at a time: a list of ints per range (40 bytes
             # each) is held for one name only.
-            self._durations = {key: make(sorted(v)) for key, v in found.items()}
+            self._durations = {
+                key: make(sorted(runs[0] if len(runs) == 1 else chain.from_iterable(runs)))
+                for key, runs in found.items()
+            }
         return self._durations
 
     def totals(self) -> dict[str, int]:
         """Total ns in ranges by name, the profiler's own ranges left out."""
         out: dict[str, int] = {}
-        for (name, category, _), total in self._by_key(int, int.__add__).items():
+        for (name, category, _), runs in self._runs().items():
             if not is_own(category, name):
-                out[name] = out.get(name, 0) + total
+                out[name] = out.get(name, 0) + sum(map(sum, runs))
         return out
 
-    def _by_key(self, new: Any, add: Any) -> dict[tuple[str, str, str], Any]:
-        """Per (name, category, phase) of ranges, ``add(got, dur)`` over them from
-        ``new()``; add returns the new value or None (it changed got in place)."""
-        out: dict[tuple[str, str, str], Any] = {}
+    def _runs(self) -> dict[tuple[str, str, str], list[Sequence[int]]]:
+        """Per (name, category, phase) of ranges, their durations: one run per
+        thread, in ts order, from the trace's walk of each thread
+        (``Trace.per_thread``, shared with its statistics: read, never changed)."""
+        walked = self._trace.per_thread() if self._trace is not None else {}
+        out: dict[tuple[str, str, str], list[Sequence[int]]] = {}
         for ranges in self.threads.values():
-            thread = ranges.thread
-            extras = thread.extras
-            got: dict[int, Any] = {}
-            for d, k in zip(thread.dur, thread.kind):
-                if d == NO_DUR:
-                    continue
-                if k < 0:
-                    k = extras[-k - 1][0]
-                value = got.get(k)
-                if value is None:
-                    value = got[k] = new()
-                changed = add(value, d)
-                if changed is not None:
-                    got[k] = changed
-            keys = thread.keys
-            for k, value in got.items():
-                key = (keys.names[k], keys.categories[k], keys.phases[k])
-                before = out.get(key)
-                out[key] = value if before is None else _joined(before, value)
+            t = ranges.thread
+            mine = walked.get(id(t))
+            if mine is None:  # a process made without its trace
+                mine = by_key(t.ts, t.dur, t.kind, t.extras, NO_DUR)
+            names, categories, phases = t.keys.names, t.keys.categories, t.keys.phases
+            for k, (lengths, _) in mine.items():
+                out.setdefault((names[k], categories[k], phases[k]), []).append(lengths)
         return out
 
     def devices(self) -> Iterator[tuple[str, list[Event]]]:
@@ -354,13 +346,6 @@ class Process:
         for (category, name), samples in sorted(self.counters.items()):
             if category == SCOPE_STORAGE:
                 yield name, samples
-
-
-def _joined(a: Any, b: Any) -> Any:
-    if isinstance(a, int):
-        return a + b
-    a.extend(b)
-    return a
 
 
 def counter_value(event: Event) -> float | None:
@@ -490,6 +475,7 @@ def _build(trace: Trace, events: Events) -> list[Process]:
             p = mine[thread.pid] = Process(
                 Identity(thread.pid, thread.pid), "", None, file, 0, thread.ts[0], thread.ts[0], 0
             )
+            p._trace = trace
             groups[thread.pid] = {}
         p.events += len(thread)
         p.tids.add(thread.tid)
