@@ -212,3 +212,76 @@ def test_process_durations_and_totals_over_threads():
     assert {k: list(v) for k, v in p.durations().items()}[("a", "c")] == [1, 3, 5]
     again = {r.name: (r.count, r.total, r.self) for r in trace.key_averages()}
     assert again == rows
+
+
+def _reference_gaps(thread, least):
+    """The range-by-range walk of idle gaps (what hints.steps.idle_gaps did)."""
+    out, end, last = [], None, -1
+    for _, ts, d, k in thread.range_columns():
+        if end is not None and ts > end and ts - end >= least:
+            out.append((ts - end, end, ts, last, k))
+        if end is None or ts + d > end:
+            end, last = ts + d, k
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_long_gaps_match_the_range_by_range_walk(seed):
+    from mxprof.report.hints.steps import _long_gaps
+
+    rnd = random.Random(seed)
+    events = []
+    for _ in range(rnd.randint(1, 60)):
+        ts = rnd.randint(0, 400)
+        if rnd.random() < 0.2:  # a counter sample: neither ends nor starts a gap
+            events.append(Event("q", "c", "C", ts, None, 1, 1, {"q": 1}))
+        else:
+            events.append(X(f"r{rnd.randint(0, 3)}", ts, rnd.choice([0, 1, 5, 20, 40])))
+    trace = Trace(events)
+    for thread in trace.events.threads:
+        for least in (1, 3, 25):
+            assert _long_gaps(thread, least) == _reference_gaps(thread, least)
+
+
+def test_long_gaps_name_the_range_whose_end_starts_the_gap():
+    from mxprof.report.hints.steps import _long_gaps
+
+    # a [0, 10) and b [2, 10) end together: the gap after them starts at a's
+    # end (the first to reach it); the counter sample at 20 starts nothing.
+    events = [X("a", 0, 10), X("b", 2, 8), Event("q", "c", "C", 20, None, 1, 1, {"q": 1})]
+    events += [X("c", 30, 5), X("d", 31, 1), X("e", 50, 1)]
+    (thread,) = Trace(events).events.threads
+    names = thread.keys.names
+    got = [(n, a, b, names[x], names[y]) for n, a, b, x, y in _long_gaps(thread, 5)]
+    assert got == [(20, 10, 30, "a", "c"), (15, 35, 50, "c", "e")]
+
+
+def _reference_other(thread, loads, floor):
+    open_end = floor
+    for i, ts, d, _ in thread.range_columns():
+        if thread.key(thread.kind[i]) not in loads and ts >= open_end:
+            return True
+        open_end = max(open_end, ts + d)
+    return False
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_other_top_level_matches_the_range_by_range_walk(seed):
+    from mxprof.report.hints.loading import _other_top_level
+
+    rnd = random.Random(seed)
+    events = []
+    for _ in range(rnd.randint(1, 30)):
+        ts = rnd.randint(0, 100)
+        if rnd.random() < 0.2:
+            events.append(Event("load", "c", "C", ts, None, 1, 1, {"load": 1}))
+        else:
+            name = rnd.choice(["load", "load", "work"])
+            events.append(X(name, ts, rnd.choice([0, 2, 10, 50])))
+    trace = Trace(events)
+    (thread,) = trace.events.threads
+    keys = thread.keys
+    loads = {k for k, n in enumerate(keys.names) if n == "load" and keys.phases[k] == "X"}
+    kinds = loads | {-(j + 1) for j, (k, _) in enumerate(thread.extras) if k in loads}
+    for floor in (-1, 30):
+        assert _other_top_level(thread, kinds, floor) == _reference_other(thread, loads, floor)

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import bisect
 import statistics
+from array import array
 from collections.abc import Sequence
+from itertools import accumulate, compress, count, islice, repeat
+from operator import add, ge, ne, sub
 
 from ..._render import format_ns
+from ...trace._columns import NO_DUR, Thread
 from ...trace.processes import MAD_SCALE, OUTLIER_MADS, OUTLIER_MIN_EXCESS, Id, Process
 from ._common import (
     MAX_LINES,
@@ -147,17 +151,11 @@ def idle_gaps(job: Job) -> Hint | None:
     for p in job.procs:
         floor = max(GAP_MIN_NS, GAP_WALL_SHARE * p.wall)
         for tid, ranges in p.threads.items():
-            names = ranges.thread.keys.names
-            end, last = None, -1
-            for ts, d, k in ranges.columns():  # no Event made
-                if end is not None and ts > end:
-                    length = ts - end
-                    if length >= floor or length >= GAP_ABS_NS:
-                        gaps.append((length, p, tid, end, ts, names[last], names[k]))
-                        idle[(id(p), tid)] = idle.get((id(p), tid), 0) + length
-                stop = ts + d
-                if end is None or stop > end:
-                    end, last = stop, k
+            thread = ranges.thread
+            names = thread.keys.names
+            for length, end, ts, last, k in _long_gaps(thread, min(floor, GAP_ABS_NS)):
+                gaps.append((length, p, tid, end, ts, names[last], names[k]))
+                idle[(id(p), tid)] = idle.get((id(p), tid), 0) + length
     if not gaps:
         return None
     gaps.sort(key=lambda g: -g[0])
@@ -183,6 +181,46 @@ def idle_gaps(job: Job) -> Hint | None:
         "queue, sleep, another process); a range around the waiting call shows which.",
         subjects,
     )
+
+
+def _long_gaps(thread: Thread, least: float) -> list[tuple[int, int, int, int, int]]:
+    """A thread's stretches of at least ``least`` ns (> 0) with no range open:
+    (length, start, end, key index of the range whose end starts it, key
+    index of the range that ends it), in time order.
+
+    A stretch starts at the latest end of the ranges before a range (the
+    first range reaching it, on a tie) and ends at that range's start.  Found
+    over the columns by the C loops of ``map``/``accumulate`` (a point's
+    ``NO_DUR`` puts its end and start far below any time: it neither ends a
+    stretch nor starts one); Python runs once per stretch found, not per range.
+    """
+    ts, dur = thread.ts, thread.dur
+    first = next(compress(count(), map(ne, dur, repeat(NO_DUR))), None)
+    if first is None:
+        return []
+    # Pairs (start of range i, latest end of the ranges before it), i > first.
+    ends = accumulate(map(add, islice(ts, first, None), islice(dur, first, None)), max)
+    after = first + 1
+    starts = map(add, islice(ts, after, None), map(min, islice(dur, after, None), repeat(0)))
+    wide = map(ge, map(sub, starts, ends), repeat(least))
+    out = []
+    best, at = None, first  # the latest end so far and the position of its range
+    lo = first
+    for i in compress(count(after), wide):
+        segment = _ends(ts[lo:i], dur[lo:i])
+        top = max(segment)
+        if best is None or top > best:
+            best, at = top, lo + segment.index(top)
+        lo = i
+        key = thread.key
+        out.append((ts[i] - best, best, ts[i], key(thread.kind[at]), key(thread.kind[i])))
+    return out
+
+
+def _ends(ts: Sequence[int], dur: Sequence[int]) -> Sequence[int]:
+    """ts + dur of each event of a stretch of columns (int64, or a list past it)."""
+    values = map(add, ts, dur)
+    return array("q", values) if isinstance(ts, array) and isinstance(dur, array) else list(values)
 
 
 def _between(p: Process, tid: Id, a: int, b: int) -> str:
