@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from array import array
 from collections.abc import Sequence
-from itertools import accumulate, compress, count, islice, repeat
-from operator import add, ge, ne, sub
+from itertools import count
 
 from ..._render import format_ns
 from ...trace._columns import NO_DUR, Thread
@@ -189,38 +187,23 @@ def _long_gaps(thread: Thread, least: float) -> list[tuple[int, int, int, int, i
     index of the range that ends it), in time order.
 
     A stretch starts at the latest end of the ranges before a range (the
-    first range reaching it, on a tie) and ends at that range's start.  Found
-    over the columns by the C loops of ``map``/``accumulate`` (a point's
-    ``NO_DUR`` puts its end and start far below any time: it neither ends a
-    stretch nor starts one); Python runs once per stretch found, not per range.
+    first range reaching it, on a tie) and ends at that range's start.  The
+    walk reads the ts and dur columns alone (positions, not keys, are kept:
+    a key is looked up per stretch found), the rule's inner loop.
     """
-    ts, dur = thread.ts, thread.dur
-    first = next(compress(count(), map(ne, dur, repeat(NO_DUR))), None)
-    if first is None:
-        return []
-    # Pairs (start of range i, latest end of the ranges before it), i > first.
-    ends = accumulate(map(add, islice(ts, first, None), islice(dur, first, None)), max)
-    after = first + 1
-    starts = map(add, islice(ts, after, None), map(min, islice(dur, after, None), repeat(0)))
-    wide = map(ge, map(sub, starts, ends), repeat(least))
-    out = []
-    best, at = None, first  # the latest end so far and the position of its range
-    lo = first
-    for i in compress(count(after), wide):
-        segment = _ends(ts[lo:i], dur[lo:i])
-        top = max(segment)
-        if best is None or top > best:
-            best, at = top, lo + segment.index(top)
-        lo = i
-        key = thread.key
-        out.append((ts[i] - best, best, ts[i], key(thread.kind[at]), key(thread.kind[i])))
-    return out
-
-
-def _ends(ts: Sequence[int], dur: Sequence[int]) -> Sequence[int]:
-    """ts + dur of each event of a stretch of columns (int64, or a list past it)."""
-    values = map(add, ts, dur)
-    return array("q", values) if isinstance(ts, array) and isinstance(dur, array) else list(values)
+    out: list[tuple[int, int, int, int, int]] = []
+    best: int | None = None  # the latest end so far, and the position of its range
+    at = 0
+    for i, start, length in zip(count(), thread.ts, thread.dur):
+        if length == NO_DUR:
+            continue
+        if best is not None and start - best >= least:
+            out.append((start - best, best, start, at, i))
+        end = start + length
+        if best is None or end > best:
+            best, at = end, i
+    key, kind = thread.key, thread.kind
+    return [(n, a, b, key(kind[x]), key(kind[y])) for n, a, b, x, y in out]
 
 
 def _between(p: Process, tid: Id, a: int, b: int) -> str:
