@@ -140,49 +140,44 @@ def by_key(
     """
     wide = isinstance(dur, list)
     groups: dict[int, tuple[array[int], list[int]]] = {}
-    adders: dict[int, Any] = {}  # kind value -> its group's durations' append
-    selfs: dict[int, int] = {}  # kind value -> self total of its ranges
+    # kind value -> (its group's durations' append, its group's self total cell)
+    entries: dict[int, tuple[Any, list[int]]] = {}
     # The innermost open range: its end, duration less its direct children's
-    # so far, kind value; at the bottom a root that contains everything.
-    top_end, top_left, top_kind = _NO_END, 0, 0
-    ends: list[int] = []  # the open ranges below it, outermost first
-    lefts: list[int] = []
-    kinds: list[int] = []
+    # so far, and self total cell; at the bottom a root that contains
+    # everything (its cell is a spare).
+    top_end, top_left, top_cell = _NO_END, 0, [0]
+    below: list[tuple[int, int, list[int]]] = []  # the open ranges under it, outermost first
     for start, length, value in zip(ts, dur, kind):
         if length == no_dur:
             continue
-        add = adders.get(value)
-        if add is None:
+        entry = entries.get(value)
+        if entry is None:
             k = value if value >= 0 else extras[-value - 1][0]
             if k not in groups:
                 groups[k] = ([] if wide else array("q"), [0])  # type: ignore[assignment]
-            add = adders[value] = groups[k][0].append
-        add(length)
+            entry = entries[value] = (groups[k][0].append, groups[k][1])
+        entry[0](length)
         end = start + length
         # Ranges that ended before this one starts can parent nothing after
         # it (every open range starts at or before this one: ts order).
         while start >= top_end and end > top_end:
             if top_left > 0:
-                selfs[top_kind] = selfs.get(top_kind, 0) + top_left
-            top_end, top_left, top_kind = ends.pop(), lefts.pop(), kinds.pop()
+                top_cell[0] += top_left
+            top_end, top_left, top_cell = below.pop()
         if end <= top_end:  # the usual case: inside the innermost open range
             top_left -= length
         else:  # overlaps it without fitting: the innermost open range that contains it
-            for j in range(len(ends) - 1, -1, -1):
-                if end <= ends[j]:
-                    lefts[j] -= length
+            for j in range(len(below) - 1, -1, -1):
+                if end <= below[j][0]:
+                    below[j] = (below[j][0], below[j][1] - length, below[j][2])
                     break
         if length > 0:  # zero-length ranges are never parents (and have no self time)
-            ends.append(top_end)
-            lefts.append(top_left)
-            kinds.append(top_kind)
-            top_end, top_left, top_kind = end, length, value
-    while ends:  # the root is never closed
+            below.append((top_end, top_left, top_cell))
+            top_end, top_left, top_cell = end, length, entry[1]
+    while below:  # the root is never closed
         if top_left > 0:
-            selfs[top_kind] = selfs.get(top_kind, 0) + top_left
-        top_end, top_left, top_kind = ends.pop(), lefts.pop(), kinds.pop()
-    for value, own in selfs.items():
-        groups[value if value >= 0 else extras[-value - 1][0]][1][0] += own
+            top_cell[0] += top_left
+        top_end, top_left, top_cell = below.pop()
     return groups
 
 
