@@ -484,12 +484,14 @@ def _build(trace: Trace, events: Events) -> list[Process]:
         # The last end: of the ranges, ts + dur; points end where they start.
         last = max(map(add, thread.ts, thread.dur))  # a point's is far below its ts
         if thread.ranges < len(thread):
+            phases, counters = p.phases, p.counters
             for i in compress(count(), map(eq, thread.dur, repeat(NO_DUR))):
                 e = thread.event(i)
-                last = max(last, e.ts)
-                p.phases[e.ph] = p.phases.get(e.ph, 0) + 1
+                phases[e.ph] = phases.get(e.ph, 0) + 1
                 if e.ph == "C":
-                    p.counters.setdefault((e.category, e.name), []).append(e)
+                    counters.setdefault((e.category, e.name), []).append(e)
+            # The points' latest start is the last one's (ts order).
+            last = max(last, e.ts)
         if last > p.end:
             p.end = last
         if not thread.ranges:
@@ -653,6 +655,9 @@ def _direct(thread: Thread, steps: Steps) -> Iterator[tuple[int, bool, int, int]
     extras = thread.extras
     last = len(starts) - 1
     n = len(ts_col)
+    # Where a skip past ranges inside step k (or the gap after it) ends at the
+    # latest: the next step's position (its ts is where the skip stops).
+    bound = [*steps.positions[1:], n]
     # Before the first step nothing counts; after the last one ends, nothing.
     i = bisect.bisect_left(ts_col, starts[0])
     k = -1
@@ -681,7 +686,7 @@ def _direct(thread: Thread, steps: Steps) -> Iterator[tuple[int, bool, int, int]
                 continue
             # Past the ranges that start inside this child: none is a direct
             # child, but a zero-length one (above).
-            j = bisect.bisect_left(ts_col, min(end, stop), i + 1)
+            j = bisect.bisect_left(ts_col, min(end, stop), i + 1, bound[k])
             if zeros is None:
                 zeros = list(compress(count(), map(eq, dur_col, repeat(0))))
             z = bisect.bisect_right(zeros, i)
@@ -694,7 +699,7 @@ def _direct(thread: Thread, steps: Steps) -> Iterator[tuple[int, bool, int, int]
         elif end <= stop:  # within the gap after step k (k < last here)
             kk = kind_col[i]
             yield k, False, d, (kk if kk >= 0 else extras[-kk - 1][0])
-            i = bisect.bisect_left(ts_col, end, i + 1) if d > 0 else i + 1
+            i = bisect.bisect_left(ts_col, end, i + 1, bound[k]) if d > 0 else i + 1
         else:
             i += 1
 
