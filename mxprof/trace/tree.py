@@ -128,8 +128,8 @@ def by_key(
     a range; ``kind`` a key index, or ``-(j + 1)`` for ``extras[j]``'s).
     Self times follow ``nest``'s rule exactly (a range's duration less its
     direct children's, summed where above 0); this is that walk written for
-    the columns, as the statistics' inner loop: no tuple per range and no
-    generator step, the innermost open range in local variables and the ones
+    the columns, as the statistics' inner loop: no Event and no generator
+    step per range, the innermost open range in local variables and the ones
     below it in three parallel lists.  Durations are in ts order, in arrays
     of int64 (lists where the columns are: past int64, a damaged file).
 
