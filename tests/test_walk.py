@@ -285,3 +285,20 @@ def test_other_top_level_matches_the_range_by_range_walk(seed):
     kinds = loads | {-(j + 1) for j, (k, _) in enumerate(thread.extras) if k in loads}
     for floor in (-1, 30):
         assert _other_top_level(thread, kinds, floor) == _reference_other(thread, loads, floor)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_counter_series_from_the_processes_match_a_pass_over_the_events(seed):
+    from mxprof.report._series import raw_series
+
+    rnd = random.Random(seed)
+    events = [X("r", 0, 50)]
+    numbers = [1, 2, 3] if seed < 20 else [1, 2, 3, "not a number"]
+    for _ in range(rnd.randint(1, 40)):  # one counter on several threads and pids, ties in time
+        name = rnd.choice(["q", "loss"])
+        value = rnd.choice(numbers)
+        tid, pid = rnd.choice([1, 2, "3"]), rnd.choice([1, 7])
+        events.append(Event(name, "c", "C", rnd.randint(0, 20), None, pid, tid, {name: value}))
+    trace = Trace(events)
+    got, want = raw_series(trace, 5, processes(trace)), raw_series(trace, 5)
+    assert list(got.items()) == list(want.items())  # the order of the counters too
