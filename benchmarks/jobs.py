@@ -1,6 +1,7 @@
 """stats and ranks of many rank files on 1 process, 2 processes and a Dask LocalCluster(2).
 
     python benchmarks/jobs.py [--quick] [--ranks 64] [--events 1000000] [--repeats 3]
+                              [--commands stats,ranks]
 
 One trace of ``--events`` events is recorded with the live core (the
 training-like loop of benchmarks/report.py) and copied ``--ranks`` times
@@ -98,7 +99,16 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", help="also write the numbers to this file")
+    parser.add_argument(
+        "--commands",
+        default="stats,ranks",
+        help="which commands to time, comma-separated (stats,ranks): ranks of 64 M "
+        "events takes about 15 min a pass on one core",
+    )
     args = parser.parse_args()
+    commands = [c for c in args.commands.split(",") if c]
+    if not commands or any(c not in ("stats", "ranks") for c in commands):
+        parser.error(f"--commands {args.commands!r}: give stats, ranks or stats,ranks")
     if args.quick:
         args.ranks, args.events, args.repeats = 3, 5_000, 1
     folder = tempfile.mkdtemp(prefix="mxprof-bench-jobs-")
@@ -111,7 +121,7 @@ def main() -> None:
         paths = merge.copies(one, folder, args.ranks)
         os.unlink(one)
         for _ in range(args.repeats):
-            for command in ("stats", "ranks"):
+            for command in commands:
                 digests = set()
                 for name, how in ENGINES.items():
                     seconds, used, digest = run(command, how, paths)
@@ -146,7 +156,7 @@ def main() -> None:
         "(identical output on every engine: checked)"
     )
     rows = []
-    for command in ("stats", "ranks"):
+    for command in commands:
         j1, j2, dk = (median[f"{command} {e}"] for e in ENGINES)
         speedup, dask = j1 / j2, dk / j2
         result[f"{command}_speedup"] = speedup

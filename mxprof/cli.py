@@ -43,7 +43,7 @@ from .report.hints import to_json as hints_json
 from .report.ranks import analyze, rank_part
 from .report.ranks import reduce as reduce_ranks
 from .report.sql import SqlError
-from .trace import Trace, dataloader, engine, export, load, samples
+from .trace import Trace, dataloader, engine, export, load, manifest, samples
 from .trace.gpu import gpu_json, gpu_rows, gpu_table
 from .trace.leak import PROCESS_MEMORY, render_memory
 from .trace.leak import summary as memory_summary
@@ -213,11 +213,23 @@ def _print_table(rows: KeyAverages, sort_by: str, top: int | None) -> None:
     print(rows.table(sort_by=sort_by, row_limit=top), end="", file=sys.stderr)
 
 
+def _inputs(paths: Sequence[str], command: str) -> list[str]:
+    """The traces a command reads: a job's manifest (``distributed.collect(...,
+    shared=True)``) stands for its files, each of which must still be there
+    and whole (else exit 2 naming them); the processes it lists as missing
+    from the job are named on stderr."""
+    listed = manifest.expand(list(paths), None, every=True)
+    for gap in listed.missing:
+        print(f"mxprof {command}: missing {gap.get('process')}: {gap.get('why')}", file=sys.stderr)
+    return listed.paths
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     """Print per-name statistics of any loadable trace, and the top functions of
     its stack samples when it has any; the profiler's own ranges are left out.
     Several traces: their ranges' statistics together, a file per task on the
     executor ``--jobs``/``--engine`` name."""
+    args.traces = _inputs(args.traces, "stats")
     if len(args.traces) > 1:
         return _stats_of_many(args)
     args.trace = args.traces[0]
@@ -389,6 +401,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_ranks(args: argparse.Namespace) -> int:
     """Cross-rank analysis of one merged trace or one trace per rank."""
+    args.traces = _inputs(args.traces, "ranks")
     if len(args.traces) == 1:  # one file: read here, its DataLoader too
         result = analyze([load(args.traces[0])])
     else:  # a file a task; the parts carry no DataLoader (its ranges stay in the workers)
@@ -422,22 +435,38 @@ def cmd_export(args: argparse.Namespace) -> int:
     bad input (status 2) like any failure."""
     if args.threads and args.format != "collapsed":
         raise CommandError("--threads is for --format collapsed")
+    args.traces = _inputs(args.traces, "export")
     if args.format == "parquet":
+        if args.window is not None:
+            raise CommandError(
+                "--window is for speedscope and collapsed; for parquet, cut the window "
+                "with merge --window first and export that"
+            )
         return _export_parquet(args)
     if len(args.traces) != 1:
         raise CommandError(f"--format {args.format} exports one trace; got {len(args.traces)}")
     args.trace = args.traces[0]
-    trace = load(args.trace)
+    if args.window is None:
+        trace = load(args.trace)
+    else:  # only the blocks that may hold the window are read (trace/window.py)
+        try:
+            kind, lo, hi = parse_window(args.window)
+        except ValueError as e:
+            raise CommandError(str(e)) from None
+        if kind != "seconds":
+            raise CommandError("export --window takes START:END in seconds, not steps")
+        trace = load(args.trace, window=(lo * 1e9, hi * 1e9))
     if args.output == "-":
         sys.stdout.write(export.render(trace, args.format, threads=args.threads))
     else:
         export.export(trace, args.output, args.format, threads=args.threads)
     cut = " (cut short: the samples before the cut)" if trace.truncated else ""
+    within = f" in the window {args.window}" if args.window is not None else ""
     threads = len({(s.pid, s.tid) for s in trace.samples.samples})
     where = "stdout" if args.output == "-" else args.output
     print(
         f"mxprof export: {len(trace.samples)} samples of {threads} thread(s) from "
-        f"{args.trace}{cut} written to {where} ({args.format})",
+        f"{args.trace}{cut}{within} written to {where} ({args.format})",
         file=sys.stderr,
     )
     return 0
@@ -458,7 +487,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     """One SQL query over traces or Parquet folders (mxprof.report.sql)."""
     from .report import sql
 
-    table = sql.run(args.query, args.inputs)
+    table = sql.run(args.query, _inputs(args.inputs, "sql"))
     sql.write(table, args.format, sys.stdout)
     return 0
 
@@ -620,7 +649,9 @@ def parser() -> argparse.ArgumentParser:
         "stats",
         help="statistics of a trace (mxprof, PyTorch, viztracer, nvprof/Nsight SQLite, ...)",
     )
-    st.add_argument("traces", nargs="+", metavar="TRACE", help="a trace; several: together")
+    st.add_argument(
+        "traces", nargs="+", metavar="TRACE", help="a trace or a job's manifest; several: together"
+    )
     st.add_argument("--sort", default="total", choices=sorted(ROW_SORT_KEYS), help="order")
     st.add_argument("--format", default="table", choices=("table", "json"))
     st.add_argument("--top", type=_count, default=None, help="show only the first N rows")
@@ -716,7 +747,9 @@ def parser() -> argparse.ArgumentParser:
     rk = sub.add_parser(
         "ranks", help="per step and rank compute/communication/waiting/idle, and the straggler"
     )
-    rk.add_argument("traces", nargs="+", help="one merged trace, or one trace per rank")
+    rk.add_argument(
+        "traces", nargs="+", help="one merged trace, one trace per rank, or a job's manifest"
+    )
     rk.add_argument("--format", default="table", choices=("table", "json"), help="output (table)")
     rk.add_argument("--top", type=_count, default=10, help="rows of the spread table (10)")
     rk.add_argument("--steps", type=_count, default=None, help="rows of the last N steps only")
@@ -766,6 +799,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="collapsed: start each stack with a frame naming its thread",
     )
+    ex.add_argument(
+        "--window",
+        metavar="START:END",
+        help="only the samples taken in this span, seconds on the trace's clock (10:12); "
+        "reads only the blocks of an indexed trace that may hold them",
+    )
     ex.set_defaults(func=cmd_export)
 
     sq = sub.add_parser(
@@ -780,7 +819,12 @@ def parser() -> argparse.ArgumentParser:
         "an input cannot be read, or duckdb/pyarrow is missing.",
     )
     sq.add_argument("query", help="one SELECT statement")
-    sq.add_argument("inputs", nargs="+", metavar="TRACE_OR_DIR", help="traces or Parquet folders")
+    sq.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="TRACE_OR_DIR",
+        help="traces, a job's manifest, or Parquet folders",
+    )
     sq.add_argument(
         "--format", choices=("table", "csv", "json"), default="table", help="output (table)"
     )

@@ -4,6 +4,7 @@ bad engines, bad inputs and inputs of two jobs refused with the reason."""
 
 import concurrent.futures
 import json
+import os
 import random
 import sys
 from bisect import bisect_right
@@ -161,6 +162,17 @@ def test_the_command_line_gives_the_same_output_whatever_the_engine(ranks3, clus
 
 
 @in_child
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_local_cluster_forks_its_workers_from_one_fork_server(cluster):
+    """Not a spawned interpreter each (Dask imported once, not per worker)."""
+    parents = set(cluster.client.run(os.getppid).values())
+    assert len(parents) == 1 and os.getpid() not in parents
+    with open(f"/proc/{parents.pop()}/stat", encoding="ascii") as f:
+        server_parent = int(f.read().rsplit(")", 1)[1].split()[1])
+    assert server_parent == os.getpid()  # the fork server is this process's child
+
+
+@in_child
 @pytest.mark.slow
 def test_engine_dask_starts_a_local_cluster_of_jobs_workers(ranks3, capsys):
     assert cli.main(["stats", "--engine", "dask", "--jobs", "2", *ranks3]) == 0
@@ -230,10 +242,13 @@ def test_without_dask_one_line_names_the_extra(monkeypatch):
 
 
 def test_the_default_reads_small_inputs_here_and_jobs_asked_for_spawn(ranks3, monkeypatch):
-    """--jobs not given: inputs under SPAWN_MIN_BYTES in this process; given: processes."""
+    """--jobs not given: inputs under SPAWN_MIN_BYTES in this process; given: this
+    process and jobs - 1 spawned ones, the largest file first."""
     pools = []
+    where = []  # the files handed to the child
+    read = []
 
-    class Pool:  # a stand-in that records how it was started and maps here
+    class Pool:  # a stand-in that records how it was started and runs its tasks here
         def __init__(self, max_workers, mp_context):
             pools.append((max_workers, mp_context.get_start_method()))
 
@@ -243,18 +258,32 @@ def test_the_default_reads_small_inputs_here_and_jobs_asked_for_spawn(ranks3, mo
         def __exit__(self, *exc):
             return False
 
-        def map(self, fn, items):
-            return map(fn, items)
+        def submit(self, fn, item):
+            where.append(item)
+            future = concurrent.futures.Future()
+            future.set_result(fn(item))
+            return future
+
+    def size(path):
+        read.append(path)
+        return os.path.getsize(path)
 
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Pool)
     assert engine.Local().map(len, ranks3) == [len(p) for p in ranks3]
     assert pools == []
     assert engine.Local(2).map(len, ranks3) == [len(p) for p in ranks3]
     assert engine.Local(8).map(len, ranks3[:2]) == [len(p) for p in ranks3[:2]]
-    assert pools == [(2, "spawn"), (2, "spawn")]  # never more processes than files
+    assert pools == [(1, "spawn"), (1, "spawn")]  # this process is one; never more than files
     monkeypatch.setattr(engine, "SPAWN_MIN_BYTES", 1)
     engine.Local().map(len, ranks3)
-    assert pools[-1] == (min(engine.default_jobs(), 3), "spawn")
+    assert pools[-1] == (min(engine.default_jobs(), 3) - 1, "spawn")
+    # Two jobs over 3 files: the child is handed two (the largest first), this
+    # process reads the smallest; results still in the inputs' order.
+    sizes = [os.path.getsize(p) for p in ranks3]
+    by_size = sorted(ranks3, key=lambda p: -os.path.getsize(p))
+    where.clear()
+    assert engine.Local(2).map(size, ranks3) == sizes
+    assert where == by_size[:2] and sorted(read) == sorted(ranks3)
 
 
 @pytest.mark.slow

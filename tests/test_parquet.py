@@ -8,9 +8,11 @@ import pytest
 pytest.importorskip("pyarrow")
 duckdb = pytest.importorskip("duckdb")
 
+import mxprof  # noqa: E402
 from mxprof import cli  # noqa: E402
 from mxprof.errors import OutputError, TraceFormatError  # noqa: E402
 from mxprof.trace import _scan, parquet  # noqa: E402
+from mxprof.trace.processes import processes  # noqa: E402
 
 from ._sql_traces import rank, steps, write  # noqa: E402
 
@@ -122,6 +124,65 @@ def test_ranks_on_the_merged_clock_partitioned_by_rank(tmp_path):
         {"upid": 0, "rank": 0, "host": "host0"},
         {"upid": 1, "rank": 1, "host": "host1"},
     ]
+
+
+def test_steps_and_identity_are_the_process_models(tmp_path):
+    """A main thread's 5 steps and a loader thread's 3 batch frames inside
+    them: the process model's steps are the main thread's (most ranges), so
+    a range in step k is in step k for SQL too, not in no step because a
+    batch frame began later; the host the trace names is the process's."""
+    x = {"ph": "X", "pid": 7}
+    events = []
+    for k in range(5):
+        events.append({**x, "tid": 1, "name": "fwd", "cat": "train", "ts": 100 * k + 30, "dur": 5})
+        events.append({**x, "tid": 1, "name": "step", "cat": "train,frame", "ts": 100 * k,
+                       "dur": 80, "args": {"frame": k}})  # fmt: skip
+        if k < 3:
+            events.append({**x, "tid": 2, "name": "batch", "cat": "load,frame",
+                           "ts": 100 * k + 10, "dur": 10, "args": {"frame": 50 + k}})  # fmt: skip
+    trace = write(tmp_path / "t.json", events)
+    text = trace.read_text().replace('"otherData": {}', '"otherData": {"host": "hostA"}')
+    trace.write_text(text)
+    p = processes(mxprof.load(trace))[0]
+    assert p.steps is not None and (p.steps.name, p.steps.index) == ("step", [0, 1, 2, 3, 4])
+    assert p.identity.host == "hostA"
+    parquet.write_parquet([trace], tmp_path / "out")
+    rows = table(
+        tmp_path / "out", "slice",
+        "SELECT ts, step, step_number, host FROM t WHERE name = 'fwd' OR name = 'batch' "
+        "ORDER BY ts",
+    )  # fmt: skip
+    assert [(r["ts"], r["step"], r["step_number"]) for r in rows] == [
+        (10_000, 0, 50), (30_000, 0, None), (110_000, 1, 51), (130_000, 1, None),
+        (210_000, 2, 52), (230_000, 2, None), (330_000, 3, None), (430_000, 4, None),
+    ]  # fmt: skip
+    assert {r["host"] for r in rows} == {"hostA"}
+    assert [p.step_at(r["ts"]) for r in rows] == [r["step"] for r in rows]
+
+
+@pytest.mark.parametrize("command", ["merge", "export", "sql"])
+def test_inputs_that_are_not_one_job_are_refused_by_every_command(tmp_path, command, capsys):
+    """The same rank in two inputs, or two world sizes: merge.one_job, the
+    check ``mxprof ranks`` makes, refuses them in merge, export and sql too,
+    with exit 2 and nothing written."""
+    e0, i0 = rank(0, 100, [(10, 5)])
+    e1, i1 = rank(0, 200, [(10, 5)])
+    a, b = write(tmp_path / "a.json", e0, info=i0), write(tmp_path / "b.json", e1, info=i1)
+    other = write(tmp_path / "c.json", e1, info={**i1, "rank": 1, "world_size": 4})
+    run = {
+        "merge": lambda *ins: ["merge", *ins, "-o", str(tmp_path / "m.json")],
+        "export": lambda *ins: ["export", "--format", "parquet", *ins, "-o", str(tmp_path / "o")],
+        "sql": lambda *ins: ["sql", "select count(*) from slice", *ins],
+    }[command]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert cli.main(run(str(a), str(b))) == 2
+    err = capsys.readouterr().err
+    assert f"worker 0 is in two inputs, {a} and {b}: give each rank once" in err
+    assert cli.main(run(str(a), str(other))) == 2
+    assert "inputs of different jobs: a.json says world_size 2, c.json says 4" in (
+        capsys.readouterr().err
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_an_existing_folder_of_tables_is_replaced_anything_else_refused(tmp_path, capsys):

@@ -80,8 +80,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Union
 
 from .._render import format_ns
-from ..errors import TraceFormatError
 from ..trace import Event, Trace, dataloader, load
+from ..trace.merge import JOB_KEYS, JobInput, one_job
 from ..trace.processes import Process, in_job, job, processes
 from ..trace.steps import is_frame, is_profiler_step
 from ._collective import GPU_CATEGORY, Collective, Span, cut, parse, union
@@ -306,9 +306,6 @@ class RanksPart:
     ranks: list[_Rank]
 
 
-_JOB_KEYS = ("world_size", "num_workers", "num_servers", "backend")
-
-
 def rank_part(path: str) -> RanksPart:
     """The map of ``mxprof ranks``: one input loaded and reduced to a part.
 
@@ -320,7 +317,7 @@ def rank_part(path: str) -> RanksPart:
 
 def _part(trace: Trace, i: int) -> RanksPart:
     info = trace.metadata.get("distributedInfo")
-    job_info = {k: info[k] for k in _JOB_KEYS if k in info} if isinstance(info, dict) else {}
+    job_info = {k: info[k] for k in JOB_KEYS if k in info} if isinstance(info, dict) else {}
     file = os.path.basename(trace.path) if trace.path else f"trace {i + 1}"
     return RanksPart(trace.path or file, file, job_info, _reduced(processes(trace)))
 
@@ -370,31 +367,23 @@ def _reduced(procs: Sequence[Process]) -> list[_Rank]:
 
 
 def _one_job(parts: Sequence[RanksPart]) -> None:
-    """Refuse inputs that are not one job: two inputs that say different
-    world sizes (or worker or server counts, or backends), or the same rank
-    (role and rank) in two inputs."""
-    for key in _JOB_KEYS:
-        said: dict[Any, str] = {}
-        for part in parts:
-            if key in part.job:
-                said.setdefault(part.job[key], part.file)  # the first input to say it
-        if len(said) > 1:
-            (a, fa), (b, fb) = list(said.items())[:2]
-            raise TraceFormatError(
-                f"inputs of different jobs: {fa} says {key} {a!r}, {fb} says {b!r}"
+    """Refuse inputs that are not one job (``merge.one_job``), each input's
+    ranks as the process model identified them."""
+    one_job(
+        [
+            JobInput(
+                part.path,
+                part.file,
+                part.job,
+                [
+                    (r.process.role, r.process.rank)
+                    for r in part.ranks
+                    if r.process.rank is not None and r.process.role
+                ],
             )
-    seen: dict[tuple[str, int], int] = {}
-    for k, part in enumerate(parts):
-        for r in part.ranks:
-            p = r.process
-            if p.rank is None or not p.role:
-                continue
-            first = seen.setdefault((p.role, p.rank), k)
-            if first != k:  # the same file twice too
-                raise TraceFormatError(
-                    f"{p.role} {p.rank} is in two inputs, {parts[first].path} and {part.path}: "
-                    "give each rank once"
-                )
+            for part in parts
+        ]
+    )
 
 
 def _index(p: _Rank) -> Callable[[int], int | None]:

@@ -21,8 +21,11 @@ import re
 from collections.abc import Callable, Generator, Iterator
 from typing import IO, Any, NamedTuple
 
+import msgspec
+
 from ..errors import TraceFormatError
-from .reader import GZIP_MAGIC, MAX_LINE, LineCheck, gunzip, shown
+from ._event import DECODE_EVENTS
+from .reader import GZIP_MAGIC, MAX_LINE, LineCheck, PathArg, gunzip, open_trace, shown
 
 BLOCK = 8 << 20  # bytes of text decoded at a time
 _ENDS = 1 << 20  # bytes of each end read first for the members around the events
@@ -314,3 +317,75 @@ def indexed_blocks(
     events = tail[: max(closing.start() - 1, 0)]
     if events.strip():
         yield _array(events)
+
+
+# ---- a window of time: only what may overlap it ----
+
+# A run holding B/E or b/e halves is kept whole: a half outside the window may
+# pair with one inside, and the pairs are made after the cut.
+_HALVES = re.compile(rb'"ph"\s*:\s*"[BEbe]"')
+
+
+def near(text: bytes, first: float, last: float) -> bytes:
+    """A run of events (one per line, ``blocks``' form) cut to those that may
+    overlap [first, last] (µs on the file's own axis) and those without a time.
+
+    Decoded typed first (fast), so only the lines kept are decoded again as
+    dicts; the run comes back whole where it does not decode that way or is
+    not one event per line.
+    """
+    try:
+        events = DECODE_EVENTS(text)
+    except msgspec.ValidationError:
+        return text  # a value the fast decoding does not take: every event, as dicts
+    keep = [
+        k
+        for k, e in enumerate(events)
+        if e.ts is None or (e.ts <= last and e.ts + (e.dur or 0) >= first)
+    ]
+    if len(keep) == len(events):
+        return text
+    lines = text[1:-1].split(b"\n")
+    if len(lines) != len(events):
+        return text  # not one event per line after all
+    return b"[" + b",".join(lines[k].rstrip().rstrip(b",") for k in keep) + b"]"
+
+
+def window_events(
+    path: PathArg, start_ns: float, end_ns: float
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The events of a file in mxprof's shape that may overlap [start_ns,
+    end_ns] (its own ts axis; the caller cuts exactly), as dicts, and its
+    top-level members.
+
+    A plain file with an index (``index``) is read at its head, its tail and
+    the blocks whose span overlaps the window (and those that define sample
+    ids); one without (gzip, another writer, an index that no longer fits the
+    file) is read whole, block by block, decoding as dicts only the events
+    that may overlap.
+
+    Raises:
+        NotLines: not in the one-event-per-line shape, cut short or damaged:
+            read it whole the general way.
+    """
+    lo, hi = start_ns / 1000 - 1, end_ns / 1000 + 1  # µs, a rounding's margin
+
+    def cut(text: bytes) -> list[dict[str, Any]]:
+        return raw_events(text if _HALVES.search(text) else near(text, lo, hi))
+
+    with open_trace(path) as f:
+        members_ = metadata(f)
+        plain = f.seek(0) == 0 and f.read(2) != GZIP_MAGIC
+        blocks_ = index(members_, f.seek(0, 2)) if plain else None
+    if blocks_ is not None:
+
+        def keep(b: Block) -> bool:
+            return b.defines or (b.first_ns <= hi * 1000 and b.last_ns >= lo * 1000)
+
+        with open(path, "rb") as f:
+            try:
+                return [e for text in indexed_blocks(f, blocks_, keep) for e in cut(text)], members_
+            except NotLines:
+                pass  # changed since its index was written: read it all (below)
+    with open_trace(path) as f:
+        return [e for text in blocks(f) for e in cut(text)], members_

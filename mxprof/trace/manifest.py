@@ -105,13 +105,27 @@ def where(manifest: str, entry: dict[str, Any]) -> str:
     return path if os.path.isabs(path) else os.path.join(os.path.dirname(manifest), path)
 
 
-def expand(paths: Sequence[str], sources: Sequence[str] | None) -> Expanded:
+def expand(paths: Sequence[str], sources: Sequence[str] | None, *, every: bool = False) -> Expanded:
     """paths with every manifest replaced by the files it names that are
-    still there and whole; those that are not join ``missing``.
+    still there and whole; those that are not join ``missing`` (or, with
+    ``every``, are an error).
+
+    Args:
+        paths: traces and manifests, in order.
+        sources: a name for each path (None: the path).
+        every: each of a manifest's files must be there and whole: for the
+            analyses (``stats``, ``ranks``, ``export``, ``sql``), whose
+            results would otherwise describe part of the job without saying
+            so in them; ``merge`` names the missing in its output instead.
 
     Raises:
-        TraceFormatError: a manifest is damaged (see ``read``), or none of
-            its files can be merged (each named, with why).
+        TraceFormatError: a manifest is damaged (see ``read``), none of its
+            files can be merged, or (``every``) one cannot; each file named,
+            with why.
+
+    Example:
+        >>> expand(["rank0.json", "rank1.json"], None).paths
+        ['rank0.json', 'rank1.json']
     """
     out = Expanded()
     for k, path in enumerate(paths):
@@ -123,9 +137,13 @@ def expand(paths: Sequence[str], sources: Sequence[str] | None) -> Expanded:
         doc = read(path)
         out.missing.extend(doc.get("missing", []))
         kept = 0
+        unusable = []
         for entry in doc["inputs"]:
             file = where(path, entry)
             why = _unusable(file, entry["size"])
+            if why is not None and every:
+                unusable.append(f"{entry['process']}: {why}")
+                continue
             if why is not None:
                 out.missing.append(
                     {
@@ -141,6 +159,11 @@ def expand(paths: Sequence[str], sources: Sequence[str] | None) -> Expanded:
             out.paths.append(file)
             out.sources.append(f"{entry['process']}: {os.path.basename(file)}")
             kept += 1
+        if unusable:
+            raise TraceFormatError(
+                f"{path}: {len(unusable)} of the manifest's {len(doc['inputs'])} traces "
+                f"cannot be read: {'; '.join(unusable)}"
+            )
         if not kept:
             gone = "; ".join(f"{m['process']}: {m['why']}" for m in out.missing)
             raise TraceFormatError(f"{path}: none of the manifest's traces can be merged: {gone}")

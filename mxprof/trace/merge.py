@@ -40,9 +40,8 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import IO, Any, Union
+from typing import IO, Any, NamedTuple, Union
 
-import msgspec
 from msgspec.structs import force_setattr
 
 from .._tallies import TALLIES
@@ -51,7 +50,6 @@ from .._version import __version__
 from ..errors import TraceFormatError
 from . import _scan, manifest
 from ._convert import Converter, ident, span_ns, whole_ns
-from ._event import DECODE_EVENTS
 from .clock import IDENTITY, ClockModel
 from .dataloader import FlowCollector
 from .engine import Executor
@@ -77,6 +75,68 @@ def _distributed(path: str, meta: dict[str, Any]) -> tuple[dict[str, Any], Clock
     return info, clock
 
 
+# What each rank of one job says alike of the job (distributedInfo's keys).
+JOB_KEYS = ("world_size", "num_workers", "num_servers", "backend")
+
+
+class JobInput(NamedTuple):
+    """What an input says of its job: its path, its file name, the job's keys
+    (``JOB_KEYS``) and the (role, rank) of each of its ranks."""
+
+    path: str
+    file: str
+    job: dict[str, Any]
+    ranks: list[tuple[str, int]]
+
+
+def job_input(path: str, info: Any) -> JobInput:
+    """An input's :class:`JobInput` from its ``distributedInfo`` (a rank's own,
+    or a merged file's with its ``ranks`` list; anything else: no job)."""
+    file = os.path.basename(path)
+    if not isinstance(info, dict):
+        return JobInput(path, file, {}, [])
+    job = {k: info[k] for k in JOB_KEYS if k in info}
+    listed = info.get("ranks")
+    entries = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else [info]
+    ranks = []
+    for r in entries:
+        role, rank = r.get("role"), r.get("rank")
+        if type(rank) is int:
+            ranks.append((role if isinstance(role, str) and role else "worker", rank))
+    return JobInput(path, file, job, ranks)
+
+
+def one_job(inputs: Sequence[JobInput]) -> None:
+    """Refuse inputs that are not one job: two that say different world sizes
+    (or worker or server counts, or backends), or the same rank (role and
+    rank) in two inputs (the same file given twice too).  ``merge``, the
+    readers that place inputs on its clock (``timeline``) and ``mxprof
+    ranks`` all check this way.
+
+    Raises:
+        TraceFormatError: naming the two inputs and what they say.
+    """
+    for key in JOB_KEYS:
+        said: dict[Any, str] = {}
+        for one in inputs:
+            if key in one.job:
+                said.setdefault(one.job[key], one.file)  # the first input to say it
+        if len(said) > 1:
+            (a, fa), (b, fb) = list(said.items())[:2]
+            raise TraceFormatError(
+                f"inputs of different jobs: {fa} says {key} {a!r}, {fb} says {b!r}"
+            )
+    seen: dict[tuple[str, int], int] = {}
+    for k, one in enumerate(inputs):
+        for role, rank in one.ranks:
+            first = seen.setdefault((role, rank), k)
+            if first != k:
+                raise TraceFormatError(
+                    f"{role} {rank} is in two inputs, {inputs[first].path} and {one.path}: "
+                    "give each rank once"
+                )
+
+
 def _moves(metadata: Sequence[dict[str, Any]], dist: Sequence[Any]) -> list[_Move]:
     """Each input's mapping onto the merged axis (its ts 0: the earliest base,
     on the reference clock)."""
@@ -99,13 +159,15 @@ def timeline(
     (``mxprof export --format parquet``).
 
     Raises:
-        TraceFormatError: a ``distributedInfo.clock`` that is not one.
+        TraceFormatError: a ``distributedInfo.clock`` that is not one, or
+            inputs that are not one job (:func:`one_job`).
 
     Example:
         >>> [(info, move(5)) for info, move in timeline([("a.json", {})])]
         [(None, 5)]
     """
     dist = [_distributed(path, meta) for path, meta in inputs]
+    one_job([job_input(path, meta.get("distributedInfo")) for path, meta in inputs])
     moves = _moves([meta for _, meta in inputs], dist)
     return [(d[0] if d is not None else None, m) for d, m in zip(dist, moves)]
 
@@ -255,7 +317,7 @@ class _Input:
                 else:
                     try:
                         for text in itertools.chain(() if first is None else (first,), texts):
-                            yield _scan.raw_events(_near(text, near))
+                            yield _scan.raw_events(_scan.near(text, *near))
                     except _scan.NotLines:
                         raise self._damaged() from None
                     return
@@ -264,7 +326,7 @@ class _Input:
             try:
                 while True:
                     text = next(blocks)
-                    yield _scan.raw_events(text if near is None else _near(text, near))
+                    yield _scan.raw_events(text if near is None else _scan.near(text, *near))
             except StopIteration:
                 return
             except _scan.NotLines:
@@ -275,26 +337,6 @@ class _Input:
             f"{self.path}: damaged (or changed while it was merged): read it with "
             "mxprof.load for where"
         )
-
-
-def _near(text: bytes, near: tuple[float, float]) -> bytes:
-    """A run of events (one per line) cut to those that may overlap near (µs)."""
-    try:
-        events = DECODE_EVENTS(text)
-    except msgspec.ValidationError:
-        return text  # a value the fast decoding does not take: every event, as dicts
-    first, last = near
-    keep = [
-        k
-        for k, e in enumerate(events)
-        if e.ts is None or (e.ts <= last and e.ts + (e.dur or 0) >= first)
-    ]
-    if len(keep) == len(events):
-        return text
-    lines = text[1:-1].split(b"\n")
-    if len(lines) != len(events):
-        return text  # not one event per line after all
-    return b"[" + b",".join(lines[k].rstrip().rstrip(b",") for k in keep) + b"]"
 
 
 def _align_databases(inputs: list[_Input]) -> None:
@@ -508,6 +550,7 @@ def merge(
     inputs = [_Input(os.fspath(p)) for p in paths]
     _align_databases(inputs)
     dist = [_distributed(inp.path, inp.metadata) for inp in inputs]
+    one_job([job_input(inp.path, inp.metadata.get("distributedInfo")) for inp in inputs])
     names = list(sources) if sources is not None else [inp.path for inp in inputs]
     if ranks is not None:
         keep = _selected(inputs, dist, ranks)

@@ -35,9 +35,16 @@ _PERCENTILES = (50, 90, 99)
 _ASYNC = re.compile(rb'"ph"\s*:\s*"[be]"')
 
 
-def load(path: PathArg) -> Trace:
+def load(path: PathArg, window: Sequence[float] | None = None) -> Trace:
     """Load a trace file: Chrome JSON (mxprof's, torch.profiler's, viztracer's, ...),
     gzip-compressed or not, or the Perfetto protobuf mxprof writes.
+
+    ``window=(start, end)``, ns on the trace's ts axis (as ``Trace.filter``
+    takes them): only the events that overlap it, ranges whole, and the
+    stack samples inside it; of a file with an index (mxprof writes one in
+    its trailer) only the blocks that may hold them are read, of one
+    without only those events are decoded (``trace/window.py``, which says
+    what differs from a whole load).
 
     The file is read once here, and checked whole; its events are read again
     only when something needs them one by one (iteration, ``filter``,
@@ -57,11 +64,17 @@ def load(path: PathArg) -> Trace:
         TraceFormatError: empty, not JSON, or JSON that is not a trace; a
             damaged gzip stream; cut short by another writer than the core
             (``mxprof repair`` keeps what is before the cut or the damage).
+        ValueError: a window that is not two numbers, end >= start.
 
     Example:
         >>> trace = mxprof.load("trace.json")  # doctest: +SKIP
         >>> print(trace.filter(category="train").table(sort_by="self"))  # doctest: +SKIP
+        >>> first_second = mxprof.load("trace.json", window=(0, 1e9))  # doctest: +SKIP
     """
+    if window is not None:
+        from .window import load_window  # it builds on this module
+
+        return load_window(path, window)
     return Trace._read(path, keep_events=False)
 
 

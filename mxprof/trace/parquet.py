@@ -31,8 +31,15 @@ Columns:
 - ``thread``: ``utid``, ``upid``, ``tid``, ``name``, ``pid``, job columns;
 - ``process``: ``upid``, ``pid``, ``name``, ``rank``, ``role``, ``host``, ``file``.
 
-``rank`` is the process's rank (``distributedInfo``), else the input's place
-among the inputs from 0, as ``merge --ranks`` counts it.
+``rank``, ``role`` and ``host`` are the process's identity as the process
+model reads it (``processes.identities_of``, the one reading of
+``distributedInfo`` and ``otherData.host``); a process with no rank of its
+own takes its input's (a rank's own file), else the input's place among the
+inputs from 0, as ``merge --ranks`` counts it.  ``step`` is the process's
+steps as the process model picks them (``steps.chosen``: one group of
+frames or ``ProfilerStep#N`` on one thread, the one with the most ranges);
+``step_number`` is set on every frame and ``ProfilerStep#N``, whether or
+not it is of that group.
 
 Memory stays bounded: events are read block by block (files in mxprof's
 one-event-per-line shape; others are read whole, one input at a time) and
@@ -66,9 +73,10 @@ from ._convert import Converter
 from ._event import Event
 from .merge import timeline
 from .model import read_lines
-from .processes import SCOPE_STORAGE, from_info
+from .processes import SCOPE_STORAGE, identities_of
 from .reader import PathArg, open_trace, read_raw, shown
-from .steps import is_frame, is_profiler_step, number
+from .steps import chosen, number
+from .steps import group as steps_group
 
 SCHEMA_VERSION = 1  # of the tables; a cache made with another is converted again
 MANIFEST = "manifest.json"
@@ -185,8 +193,8 @@ def _convert(paths: Sequence[PathArg], work: str, pa: Any, pq: Any, duckdb: Any)
     os.mkdir(raw)
     rows = _Rows(pa, pq, raw)
     try:
-        for k, (name, (info, move)) in enumerate(zip(names, mapping)):
-            rows.add_input(k, name, info, move)
+        for k, (name, meta, (info, move)) in enumerate(zip(names, metadata, mapping)):
+            rows.add_input(k, name, meta, info, move)
     finally:
         rows.close()
     counts = _finish(pa, pq, duckdb, work, raw, rows)
@@ -234,10 +242,13 @@ class _Rows:
         self.threads: list[dict[str, Any]] = []
         self.processes: list[dict[str, Any]] = []
         self.order: dict[tuple[int, Any, Any, str], int] = {}
-        # Each process's steps as they come: (starts, ends, numbers) on the merged axis.
-        self.step_ranges: dict[int, tuple[array[int], array[int], array[int]]] = {}
+        # Each process's groups of steps as they come, by (upid, tid, group
+        # name, group category): (starts, ends, numbers) on the merged axis.
+        self.step_ranges: dict[tuple[int, Any, str, str], tuple[array[int], ...]] = {}
+        # Each process's (rank, role, host), by upid, known once its input is read.
+        self.who: dict[int, tuple[int, str | None, str | None]] = {}
         string, i64, f64 = pa.string(), pa.int64(), pa.float64()
-        job = [("rank", i64), ("role", string), ("host", string), ("file", string)]
+        job = [("file", string)]  # rank, role and host are added at the end (_Extra)
         common = [(n, getattr(pa, t)()) for n, t in _COMMON]
         self.schemas = {
             "slice": pa.schema(
@@ -263,11 +274,12 @@ class _Rows:
         }
         self.counts = dict.fromkeys(self.schemas, 0)
 
-    def add_input(self, k: int, path: str, info: dict[str, Any] | None, move: Any) -> None:
+    def add_input(
+        self, k: int, path: str, meta: dict[str, Any], info: dict[str, Any] | None, move: Any
+    ) -> None:
         """One input's events, moved onto the merged axis, into the tables."""
-        self.k, self.path, self.info, self.move = k, path, info, move
+        self.k, self.path, self.move = k, path, move
         self.shift = move(0) if getattr(getattr(move, "clock", None), "constant", True) else None
-        self.ident: dict[Any, tuple[int, str | None, str | None]] = {}
         self.file = os.path.basename(path)
         sink = _Sink(self.buffer)
         before = dict(self.counts)
@@ -290,10 +302,11 @@ class _Rows:
                 converted.add(raw)
         converted.finish()
         self._flush()
-        pids = {pid for (kk, pid) in self.upids if kk == k}
-        pids |= set(converted.process_names)
-        for pid in sorted(pids, key=str):
-            rank, role, host = self._identity(pid)
+        active = [pid for (kk, pid) in self.upids if kk == k]
+        pids = sorted({*active, *converted.process_names}, key=str)
+        self._identify(k, meta, info, pids, active)
+        for pid in pids:
+            rank, role, host = self.who[self._upid(pid)]
             name = converted.process_names.get(pid)
             self.processes.append(
                 {"upid": self._upid(pid), "pid": _int(pid), "name": name,
@@ -302,35 +315,31 @@ class _Rows:
         keys = {(pid, tid) for (kk, pid, tid) in self.utids if kk == k}
         keys |= set(converted.thread_names)
         for pid, tid in sorted(keys, key=lambda t: (str(t[0]), str(t[1]))):
-            rank, role, host = self._identity(pid)
+            rank, role, host = self.who[self._upid(pid)]
             self.threads.append(
                 {"utid": self._utid(pid, tid), "upid": self._upid(pid), "tid": _int(tid),
                  "pid": _int(pid), "name": converted.thread_names.get((pid, tid)),
                  "rank": rank, "role": role, "host": host, "file": self.file}
             )  # fmt: skip
 
-    def _identity(self, pid: Any) -> tuple[int, str | None, str | None]:
-        """(rank, role, host) of a process of the current input."""
-        got = self.ident.get(pid)
-        if got is not None:
-            return got
-        info = self.info
-        entry: dict[str, Any] | None = None
-        if info is not None:
-            listed = info.get("ranks")
-            if isinstance(listed, list):  # a merged file: each process its own rank
-                entry = next(
-                    (r for r in listed if isinstance(r, dict) and r.get("merged_pid") == pid), None
-                )
-            else:
-                entry = info
-        if entry is None:
-            got = (self.k, None, None)
-        else:
-            who = from_info(entry, pid)
-            got = (who.rank if who.rank is not None else self.k, who.role, who.host)
-        self.ident[pid] = got
-        return got
+    def _identify(
+        self,
+        k: int,
+        meta: dict[str, Any],
+        info: dict[str, Any] | None,
+        pids: list[Any],
+        active: list[Any],
+    ) -> None:
+        """(rank, role, host) of input k's processes, into ``who``: the
+        process model's identities (see the module docstring)."""
+        found = identities_of(meta, pids, active)
+        own = info.get("rank") if isinstance(info, dict) and "ranks" not in info else None
+        fallback = own if type(own) is int else k
+        for pid in pids:
+            who = found.get(pid)
+            rank = who.rank if who is not None and who.rank is not None else fallback
+            role = (who.role or None) if who is not None else None
+            self.who[self._upid(pid)] = (rank, role, who.host if who is not None else None)
 
     def _upid(self, pid: Any) -> int:
         key = (self.k, pid)
@@ -383,15 +392,11 @@ class _Rows:
         index: dict[tuple[Any, Any], int] = {}
         rows = [index.setdefault((e.pid, e.tid), len(index)) for e in events]
         keys = list(index)
-        who = [self._identity(p) for p, _ in keys]
         per_thread = {
             "utid": pa.array([self._utid(p, t) for p, t in keys], pa.int64()),
             "upid": pa.array([self._upid(p) for p, _ in keys], pa.int64()),
             "pid": pa.array([_int(p) for p, _ in keys], pa.int64()),
             "tid": pa.array([_int(t) for _, t in keys], pa.int64()),
-            "rank": pa.array([w[0] for w in who], pa.int64()),
-            "role": pa.array([w[1] for w in who], pa.string()),
-            "host": pa.array([w[2] for w in who], pa.string()),
             "file": pa.array([self.file] * len(keys), pa.string()),
         }
         take = pa.array(rows, pa.int32())
@@ -423,17 +428,16 @@ class _Rows:
         columns["category"] = [e.category for e in events]
         columns["args"] = [_ENCODE(e.args).decode() if e.args else None for e in events]
         columns["scope"] = [_scope(e.args) if e.args else None for e in events]
-        # Steps by their kind, looked at once per distinct category and name.
-        frames = {c for c in {e.category for e in events} if is_frame(c)}
-        named = {n for n in {e.name for e in events} if is_profiler_step(n)}
-        numbers = [
-            self._step(e) if e.category in frames or e.name in named else None for e in events
-        ]
+        # Steps by their group, looked at once per distinct name and category.
+        groups = {key: steps_group(*key) for key in {(e.name, e.category) for e in events}}
+        numbers = [None if groups[e.name, e.category] is None else self._step(e) for e in events]
         columns["step_number"] = numbers
         for i in [i for i, n in enumerate(numbers) if n is not None]:
             e = events[i]
+            group = groups[e.name, e.category]
+            assert group is not None
             found = self.step_ranges.setdefault(
-                self._upid(e.pid), (array("q"), array("q"), array("q"))
+                (self._upid(e.pid), e.tid, *group), (array("q"), array("q"), array("q"))
             )
             found[0].append(starts[i])
             found[1].append(ends[i])
@@ -558,15 +562,18 @@ def _finish(pa: Any, pq: Any, duckdb: Any, work: str, raw: str, rows: _Rows) -> 
     """
     import numpy as np
 
-    steps = {
-        upid: _sorted_steps(np, starts, ends, numbers)
-        for upid, (starts, ends, numbers) in rows.step_ranges.items()
-    }
+    steps = {upid: _sorted_steps(np, *rows.step_ranges[key]) for upid, key in _chosen(rows).items()}
     names: list[str | None] = [None] * len(rows.utids)
     for t in rows.threads:
         names[t["utid"]] = t["name"]
     thread_names = pa.array(names, pa.string())
-    extra = _Extra(pa, np, steps, thread_names)
+    who = [rows.who[upid] for upid in range(len(rows.upids))]
+    job = (
+        pa.array([w[0] for w in who], pa.int64()),
+        pa.array([w[1] for w in who], pa.string()),
+        pa.array([w[2] for w in who], pa.string()),
+    )
+    extra = _Extra(pa, np, steps, thread_names, job)
     try:
         _write_slices(pa, pq, work, raw, extra, depths=None)
     except _Unordered:
@@ -586,6 +593,23 @@ def _finish(pa: Any, pq: Any, duckdb: Any, work: str, raw: str, rows: _Rows) -> 
     return counts
 
 
+def _chosen(rows: _Rows) -> dict[int, tuple[int, Any, str, str]]:
+    """Each process's steps: the group ``steps.chosen`` picks, given the
+    groups in the order it expects (thread order, then first start)."""
+    by_process: dict[int, list[tuple[int, Any, str, str]]] = {}
+    for key in rows.step_ranges:
+        by_process.setdefault(key[0], []).append(key)
+    out = {}
+    for upid, keys in by_process.items():
+        keys.sort(key=lambda key: (str(key[1]), min(rows.step_ranges[key][0])))
+        measures = {}
+        for key in keys:
+            starts, ends, _ = rows.step_ranges[key]
+            measures[key] = (len(starts), sum(ends) - sum(starts))
+        out[upid] = chosen(measures)
+    return out
+
+
 def _sorted_steps(np: Any, starts: Any, ends: Any, numbers: Any) -> tuple[Any, Any, Any]:
     a, b, n = (np.frombuffer(x, dtype=np.int64) for x in (starts, ends, numbers))
     order = np.argsort(a, kind="stable")
@@ -593,10 +617,14 @@ def _sorted_steps(np: Any, starts: Any, ends: Any, numbers: Any) -> tuple[Any, A
 
 
 class _Extra:
-    """The columns added to every table: the thread's name and the step."""
+    """The columns added to every table: the thread's name, the step, and the
+    process's rank, role and host (``job``: three arrays by upid)."""
 
-    def __init__(self, pa: Any, np: Any, steps: dict[int, Any], thread_names: Any) -> None:
+    def __init__(
+        self, pa: Any, np: Any, steps: dict[int, Any], thread_names: Any, job: tuple[Any, ...]
+    ) -> None:
         self.pa, self.np, self.steps, self.thread_names = pa, np, steps, thread_names
+        self.job = job
 
     def step(self, upids: Any, ts: Any) -> Any:
         """The step of each (process, instant): the latest of the process's steps
@@ -632,6 +660,9 @@ class _Extra:
         if depth is not None:
             table = table.append_column("depth", pa.array(depth, pa.int32()))
         table = table.append_column("thread", thread).append_column("step", step)
+        at = pa.array(upids, pa.int64())
+        for name, column in zip(("rank", "role", "host"), self.job):
+            table = table.append_column(name, column.take(at))
         order = [n for n in _ORDER if n in table.column_names or n == "rank"]
         assert set(order) >= set(names)
         return table.select([n for n in order if n in table.column_names])

@@ -59,7 +59,8 @@ from .._render import is_own
 from ._columns import NO_DUR, Events, Ranges, Thread
 from ._event import Event, Id
 from .model import Trace
-from .steps import is_frame, is_profiler_step, step_number
+from .steps import chosen, step_number
+from .steps import group as steps_group
 from .tree import by_key
 
 __all__ = [
@@ -87,7 +88,6 @@ OUTLIER_MIN_EXCESS = 0.2  # of the median: an outlier step is longer than 1.2 x 
 DEVICE_STORAGE = "Device Storage"  # mxprof's memory counters by device ...
 SCOPE_STORAGE = "Scope Storage"  # ... and by scope (README, "The trace file")
 MEMORY_PREFIX = "Memory: "  # a device counter's name: "Memory: gpu/0"
-PROFILER_STEPS = "ProfilerStep#"  # the name of the group of torch's ProfilerStep#N
 
 
 @dataclass(frozen=True)
@@ -499,14 +499,7 @@ def _build(trace: Trace, events: Events) -> list[Process]:
         p.threads[thread.tid] = Ranges(thread)
         while len(step_group) < len(keys.names):
             k = len(step_group)
-            name, category = keys.names[k], keys.categories[k]
-            step_group.append(
-                (name, category)
-                if is_frame(category)
-                else (PROFILER_STEPS, category)
-                if is_profiler_step(name)
-                else None
-            )
+            step_group.append(steps_group(keys.names[k], keys.categories[k]))
         wanted = {k for k, g in enumerate(step_group) if g is not None}
         if not wanted:
             continue
@@ -523,7 +516,9 @@ def _build(trace: Trace, events: Events) -> list[Process]:
         if pid not in mine:  # named, but no event: a process that recorded nothing
             mine[pid] = Process(Identity(pid, pid), "", None, file, 0, 0, 0, 0)
             groups[pid] = {}
-    identities = _identities(trace, list(mine), [pid for pid, p in mine.items() if p.events])
+    identities = identities_of(
+        trace.metadata, list(mine), [pid for pid, p in mine.items() if p.events]
+    )
     for pid, p in mine.items():
         p.identity = identities.get(pid, p.identity)
         p.label = label(p.identity)
@@ -546,11 +541,17 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _identities(trace: Trace, pids: list[Id], active: list[Id]) -> dict[Id, Identity]:
-    """Identity of each pid the metadata names (see the module docstring);
-    active: the pids with events (a rank's info is its one process's)."""
+def identities_of(meta: dict[str, Any], pids: list[Id], active: list[Id]) -> dict[Id, Identity]:
+    """Identity of each pid a trace's metadata names (see the module
+    docstring): the one reading of ``distributedInfo`` and ``otherData.host``
+    for every consumer (the process model, the Parquet form's columns).
+
+    Args:
+        meta: the trace's metadata (``Trace.metadata``).
+        pids: the trace's processes.
+        active: those with events (a rank's info is its one process's).
+    """
     out: dict[Id, Identity] = {}
-    meta = trace.metadata
     info = meta.get("distributedInfo")
     other = meta.get("otherData")
     host = _text(other.get("host")) if isinstance(other, dict) else None
@@ -583,12 +584,13 @@ def _steps(p: Process, groups: dict[tuple[Id, str, str], list[int]]) -> Steps | 
     if not groups:
         return None
 
-    def measure(item: tuple[tuple[Id, str, str], list[int]]) -> tuple[int, int]:
-        (tid, _, _), positions = item
+    def measure(tid: Id, positions: list[int]) -> tuple[int, int]:
         lengths = p.threads[tid].thread.dur
         return len(positions), sum(lengths[i] for i in positions)
 
-    (tid, name, category), positions = max(groups.items(), key=measure)
+    # groups: in thread order, then by first start (the order chosen expects)
+    tid, name, category = chosen({key: measure(key[0], found) for key, found in groups.items()})
+    positions = groups[tid, name, category]
     thread = p.threads[tid].thread
     ranges = [thread.event(i) for i in positions]  # in ts order: positions ascend
     index = [step_number(e, k) for k, e in enumerate(ranges)]

@@ -442,6 +442,33 @@ static char *range_args(char *p, const mxpi_rec *r, const mxpi_object *obj) {
 /* A range that ended on another thread or task than it began: a pair of
  * async events ("b" and "e") with an id of their own, which viewers draw
  * on a track of their own instead of nesting them with the thread's ranges. */
+/* An instant, or a span t..end, into the flush's block of the index. */
+static void flush_span(chrome *c, int64_t t, int64_t end) {
+    index_block *k = &c->flush;
+    if (t < k->t0) k->t0 = t;
+    if (end > k->t1) k->t1 = end;
+}
+
+/* An object's record at t (ns from the file's base) into the flush's block:
+ * a range's whole span, and a step's index.  format_rec calls it with the
+ * object and the time it looked up and converted for the text. */
+static void flush_note(chrome *c, const mxpi_out *o, const mxpi_rec *r, const mxpi_object *obj,
+                       int64_t t) {
+    uint32_t kind = obj->kind;
+    int64_t end = t;
+    if (kind != MXP_KIND_COUNTER && kind != MXP_KIND_MARKER && kind != MXP_KIND_ALLOC &&
+        kind != MXP_KIND_FREE) {
+        end = t + mxpi_tb_span(&o->tb, r->val);
+        if (kind == MXP_KIND_FRAME && !(r->aux & MXPI_AUX_ASYNC)) {
+            index_block *k = &c->flush;
+            int64_t f = r->aux & MXPI_AUX_INDEX;
+            if (f < k->f0) k->f0 = f;
+            if (f > k->f1) k->f1 = f;
+        }
+    }
+    flush_span(c, t, end);
+}
+
 static char *async_range(chrome *c, const mxpi_out *o, const mxpi_rec *r, uint32_t tid,
                          const mxpi_object *obj, char *p) {
     uint64_t id = ++c->async_ids;
@@ -463,13 +490,15 @@ static char *async_range(chrome *c, const mxpi_out *o, const mxpi_rec *r, uint32
 static void format_rec(chrome *c, const mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
     mxpi_buf *b = &c->text;
     mxpi_object *obj = mxpi_obj(r->id);
+    int64_t t = mxpi_tb_span(&o->tb, r->ts - o->epoch_ticks);
+    flush_note(c, o, r, obj, t);
     if (!mxpi_buf_reserve(b, 2 * (obj->frag_len + REC_ROOM) + obj->key_len)) return;
     if ((r->aux & MXPI_AUX_ASYNC) && obj->kind != MXP_KIND_MARKER && obj->kind != MXP_KIND_COUNTER) {
         b->len = (size_t)(async_range(c, o, r, tid, obj, b->data + b->len) - b->data);
         return;
     }
     char *p = put(b->data + b->len, obj->frag, obj->frag_len);
-    p = mxpi_fmt_us(p, mxpi_tb_span(&o->tb, r->ts - o->epoch_ticks));
+    p = mxpi_fmt_us(p, t);
     switch (obj->kind) {
     case MXP_KIND_COUNTER:
     case MXP_KIND_ALLOC: /* the key holds "s" and the args up to the bytes */
@@ -614,27 +643,6 @@ static void flush_reset(index_block *k, int64_t off) {
     *k = (index_block){off, 0, INT64_MAX, INT64_MIN, INT64_MAX, -1, 0};
 }
 
-/* A record's times (and a step's index) into the flush's block. */
-static void flush_note(chrome *c, const mxpi_out *o, const mxpi_rec *r) {
-    index_block *k = &c->flush;
-    int64_t t = mxpi_tb_span(&o->tb, r->ts - o->epoch_ticks), end = t;
-    if (r->id != MXPI_SAMPLE_ID) {
-        const mxpi_object *obj = mxpi_obj(r->id);
-        uint32_t kind = obj->kind;
-        if (kind != MXP_KIND_COUNTER && kind != MXP_KIND_MARKER && kind != MXP_KIND_ALLOC &&
-            kind != MXP_KIND_FREE) {
-            end = t + mxpi_tb_span(&o->tb, r->val);
-            if (kind == MXP_KIND_FRAME && !(r->aux & MXPI_AUX_ASYNC)) {
-                int64_t f = r->aux & MXPI_AUX_INDEX;
-                if (f < k->f0) k->f0 = f;
-                if (f > k->f1) k->f1 = f;
-            }
-        }
-    }
-    if (t < k->t0) k->t0 = t;
-    if (end > k->t1) k->t1 = end;
-}
-
 static bool begin(mxpi_out *o) {
     chrome *c = o->state;
     c->off = c->tail_off;
@@ -652,8 +660,9 @@ static bool begin(mxpi_out *o) {
 
 static bool record(mxpi_out *o, const mxpi_rec *r, uint32_t tid) {
     chrome *c = o->state;
-    flush_note(c, o, r);
     if (r->id == MXPI_SAMPLE_ID) {
+        int64_t t = mxpi_tb_span(&o->tb, r->ts - o->epoch_ticks);
+        flush_span(c, t, t);
         if (!sample_rec(c, o, r)) {
             o->err = ENOMEM;
             return false;

@@ -64,9 +64,10 @@ overhead               range is <= 10 us, their count x 0.21 us      range of 10
                        10 %                                          is worth a change
 memory-peak            a device's memory counter (``Memory: gpu/0``  a peak is always worth
                        in ``Device Storage``) ever above 0; low      knowing, never alarming
-memory-growth          >= 5 steps, the device's bytes in use at      a leak grows in most
-                       step ends rise in >= 60 % of steps and end    steps; 10 % keeps small
-                       >= 10 % above where they began; medium        one-off caches out
+memory-growth          >= 6 steps, a device's bytes in use at step   one rule for a leak,
+                       ends grow by trace.leak's rule (as memory-    whatever counter shows
+                       leak; window leak_steps, or every step of a   it; a warm-up that stops
+                       shorter run); medium                          is not one
 memory-leak            ``memory_steps``' counters (``Process         trace.leak's rule, the
                        Memory``): rss / cuda:N allocated at step     one the live sampler runs:
                        ends (uss per sample without steps) grow      a slope robust to spikes,

@@ -13,6 +13,7 @@ from operator import eq
 from ..._render import format_bytes, format_ns
 from ...trace._columns import NO_DUR, Ranges
 from ...trace.leak import (
+    MIN_WINDOW,
     PROCESS_MEMORY,
     SITES,
     copy_on_read,
@@ -23,8 +24,6 @@ from ...trace.leak import (
 from ...trace.processes import Process, counter_value, value_at
 from ._common import MAX_LINES, MIN_STEPS, Hint, Job, capped, hint, pct, quoted
 
-GROWTH_RISING_SHARE = 0.6
-GROWTH_MIN_SHARE = 0.10
 HOLDERS = 5  # scopes named as in use at a peak
 SITES_SHOWN = 3  # tracemalloc's growing sites named per process
 
@@ -97,35 +96,37 @@ def memory_peak(job: Job) -> Hint | None:
 
 
 def memory_growth(job: Job) -> Hint | None:
-    """Bytes in use at step ends that keep rising."""
+    """Bytes in use on a device (mxprof.memory's counters) at step ends that
+    keep rising: ``trace.leak``'s rule, the one ``memory-leak`` and the live
+    sampler run, over the values at step ends.  Its window is the trace's
+    ``leak_steps``, or every step where the run has fewer (a whole run is
+    the evidence a report has); the least rate is ``leak_min_bytes``."""
     found = []
     for p in job.procs:
         s = p.steps
-        if s is None or len(s.ranges) < MIN_STEPS:
+        if s is None or len(s.ranges) < max(MIN_STEPS, MIN_WINDOW):
             continue
+        window, min_rate = settings(job.traces[p.source])
         ends = [e.end for e in s.ranges]
         for device, samples in p.devices():
             values = [value_at(samples, t) for t in ends]
+            leaked = first_leak(values, min(window, len(values)), min_rate)
+            if leaked is None:
+                continue
             rises = sum(b > a for a, b in zip(values, values[1:]))
-            growth = values[-1] - values[0]
-            if (
-                rises >= GROWTH_RISING_SHARE * (len(values) - 1)
-                and growth > 0
-                and growth >= GROWTH_MIN_SHARE * values[-1]
-            ):
-                found.append((growth, p, device, values, rises))
+            found.append((values[-1] - values[0], p, device, values, rises, leaked[1].rate))
     if not found:
         return None
     found.sort(key=lambda f: -f[0])
     evidence, subjects = [], []
-    for growth, p, device, values, rises in found:
+    for _, p, device, values, rises, rate in found:
         s = p.steps
         assert s is not None
         n = len(values)
         evidence.append(
             f"{job.where(p)}{device}: {format_bytes(values[0])} in use at the end of step "
             f"{s.index[0]}, {format_bytes(values[-1])} at the end of step {s.index[-1]} "
-            f"(+{format_bytes(growth / (n - 1))} per step); it rose in {rises} of {n - 1} steps"
+            f"(+{format_bytes(rate)} per step); it rose in {rises} of {n - 1} steps"
         )
         ends = [e.end for e in s.ranges]
         grown = []
@@ -141,7 +142,7 @@ def memory_growth(job: Job) -> Hint | None:
         subjects.append(device)
         if job.where(p):
             subjects.append(p.label)
-    growth, p, device, values, _ = found[0]
+    growth, p, device, values, _, _ = found[0]
     return hint(
         "memory-growth",
         "medium",
