@@ -302,3 +302,16 @@ def test_counter_series_from_the_processes_match_a_pass_over_the_events(seed):
     trace = Trace(events)
     got, want = raw_series(trace, 5, processes(trace)), raw_series(trace, 5)
     assert list(got.items()) == list(want.items())  # the order of the counters too
+
+
+def test_the_model_does_not_keep_its_trace_alive():
+    import gc
+    import weakref
+
+    trace = Trace([step(0, 0, 10), X("a", 1, 2)])
+    (p,) = processes(trace)
+    assert p.totals() == {"step": 10, "a": 2}
+    gone = weakref.ref(trace)
+    del trace, p
+    gc.collect()
+    assert gone() is None

@@ -234,9 +234,11 @@ class Process:
     steps: Steps | None = None
     memory: list[MemoryPeak] = field(default_factory=list)
     _durations: dict[tuple[str, str], array[int]] | None = field(default=None, repr=False)
-    # The trace whose events these are: its per-thread walk (Trace.per_thread)
-    # gives durations() and totals() without another pass over the ranges.
-    _trace: Trace | None = field(default=None, repr=False, compare=False)
+    # The trace whose events these are, weakly (the model is kept per trace in
+    # a WeakKeyDictionary: a strong reference would keep every trace alive):
+    # its per-thread walk (Trace.per_thread) gives durations() and totals()
+    # without another pass over the ranges.
+    _trace: weakref.ref[Trace] | None = field(default=None, repr=False, compare=False)
 
     @property
     def pid(self) -> Id:
@@ -323,7 +325,8 @@ class Process:
         """Per (name, category, phase) of ranges, their durations: one run per
         thread, in ts order, from the trace's walk of each thread
         (``Trace.per_thread``, shared with its statistics: read, never changed)."""
-        walked = self._trace.per_thread() if self._trace is not None else {}
+        trace = self._trace() if self._trace is not None else None
+        walked = trace.per_thread() if trace is not None else {}
         out: dict[tuple[str, str, str], list[Sequence[int]]] = {}
         for ranges in self.threads.values():
             t = ranges.thread
@@ -475,7 +478,7 @@ def _build(trace: Trace, events: Events) -> list[Process]:
             p = mine[thread.pid] = Process(
                 Identity(thread.pid, thread.pid), "", None, file, 0, thread.ts[0], thread.ts[0], 0
             )
-            p._trace = trace
+            p._trace = weakref.ref(trace)
             groups[thread.pid] = {}
         p.events += len(thread)
         p.tids.add(thread.tid)
