@@ -315,3 +315,16 @@ def test_the_model_does_not_keep_its_trace_alive():
     del trace, p
     gc.collect()
     assert gone() is None
+
+
+def test_a_pickled_process_gives_the_same_durations_and_totals():
+    import pickle
+
+    trace = Trace([step(0, 0, 10), X("a", 1, 2), X("a", 4, 3, tid=2)])
+    (p,) = processes(trace)
+    copy = pickle.loads(pickle.dumps(p))
+    assert copy.totals() == p.totals() == {"step": 10, "a": 5}
+    assert {k: list(v) for k, v in copy.durations().items()} == {
+        ("step", "train,frame"): [10],
+        ("a", "c"): [2, 3],
+    }

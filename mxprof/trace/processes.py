@@ -240,6 +240,11 @@ class Process:
     # without another pass over the ranges.
     _trace: weakref.ref[Trace] | None = field(default=None, repr=False, compare=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Sent to or from a worker (``mxprof.trace.engine``) without its trace:
+        # a weak reference does not pickle, and the copy's walk is its own.
+        return {**self.__dict__, "_trace": None}
+
     @property
     def pid(self) -> Id:
         return self.identity.pid
