@@ -146,9 +146,13 @@ def report(paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) ->
     _check_output(out)
     with _collector_paused():
         traces = [_load(p) for p in inputs]
-        # The model of the job's processes, once, before the fork: the hints
-        # (in the child) and the sections (here) both read it.
+        # The model of the job's processes and the statistics of every
+        # thread's ranges (one walk; durations sorted in place), once, before
+        # the fork: the hints (in the child) and the sections (here) both
+        # read them.
         job(traces)
+        for trace in traces:
+            trace.key_averages()
         # The hints need no nesting (self times): the sections work it out beside them.
         hints, sections = beside(lambda: find_hints(traces), lambda: build(inputs, traces))
         compared = diff_html(_diff(bases, traces), bases) if bases else ""

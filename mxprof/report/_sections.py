@@ -206,7 +206,8 @@ def build(paths: Sequence[str], traces: Sequence[Trace]) -> Sections:
         "processes": len(procs),
         "threads": sum(len(p.tids) for p in procs),
     }
-    raw = raw_series(combined, start)
+    # One input: its processes' counters (the model holds them); several: the combined trace's.
+    raw = raw_series(combined, start, procs if len(traces) == 1 else None)
     counters = series(labels, raw)
     tallies: dict[str, int] = {}
     config: dict[str, Any] = {}

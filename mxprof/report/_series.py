@@ -7,12 +7,12 @@ length; a histogram has ``HIST_BINS`` bins whatever the number of ranges.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..trace import Trace
-from ..trace.processes import counter_value
+from ..trace import Event, Trace
+from ..trace.processes import Process, counter_value
 
 POINTS = 2000  # most points of one plotted series
 HIST_BINS = 40  # bins of a range's duration histogram
@@ -135,26 +135,51 @@ class MemoryPeak:
     scope_bytes: float | None
 
 
-def raw_series(trace: Trace, start: int) -> RawSeries:
+def raw_series(trace: Trace, start: int, procs: Sequence[Process] | None = None) -> RawSeries:
     """Every counter's samples, (pid, category, name) -> (times, values), in time order.
 
-    Times are ns from ``start``.
+    Times are ns from ``start``.  ``procs``, the trace's own processes
+    (``trace.processes``, not a job's copies of several inputs), give the
+    samples they already hold instead of a pass over the trace's events.
     """
     found: RawSeries = {}
-    for e in trace.events.points():
-        if e.ph != "C":
-            continue
-        value = counter_value(e)
-        if value is None:
-            continue
-        times, values = found.setdefault((e.pid, e.category, e.name), ([], []))
-        times.append(float(e.ts - start))
-        values.append(value)
+    for pid, category, name, samples in _counter_samples(trace, procs):
+        for e in samples:
+            value = counter_value(e)
+            if value is None:
+                if procs is not None:
+                    # A sample without a value: the counters' order is that
+                    # of their first sample with one, which only the pass
+                    # over the events gives.
+                    return raw_series(trace, start)
+                continue
+            times, values = found.setdefault((pid, category, name), ([], []))
+            times.append(float(e.ts - start))
+            values.append(value)
     for times, values in found.values():
         if any(b < a for a, b in zip(times, times[1:])):  # several threads: put in time order
             ordered = sorted(zip(times, values))
             times[:], values[:] = [t for t, _ in ordered], [v for _, v in ordered]
     return found
+
+
+def _counter_samples(
+    trace: Trace, procs: Sequence[Process] | None
+) -> Iterator[tuple[Any, str, str, Sequence[Event]]]:
+    """(pid, category, name, samples) of each counter, samples in the order of
+    ``trace.events`` (thread by thread, each in time order)."""
+    if procs is None:
+        for e in trace.events.points():
+            if e.ph == "C":
+                yield e.pid, e.category, e.name, (e,)
+        return
+    for p in procs:
+        for (category, name), samples in p.counters.items():
+            if any(e.tid != samples[0].tid for e in samples):
+                # Several threads' samples, sorted by time: back to the
+                # events' order, thread by thread (each one's stays in order).
+                samples = sorted(samples, key=lambda e: str(e.tid))
+            yield p.pid, category, name, samples
 
 
 def series(labels: dict[Any, str], raw: RawSeries) -> list[Series]:

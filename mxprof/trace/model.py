@@ -24,7 +24,7 @@ from .nvidia import is_database
 from .perfetto import load_perfetto, looks_like_perfetto
 from .reader import PathArg, RawEvent, open_trace, read_raw, shown
 from .samples import Samples
-from .tree import CallTree, build_tree, nest, nested
+from .tree import CallTree, build_tree, by_key, nested
 
 __all__ = ["Event", "Trace", "base_time_ns", "load", "ns_ratio", "round_ratio"]
 
@@ -145,6 +145,11 @@ class Trace(Sequence[Event]):
         # _groups() and _lengths() of the events, once worked out.
         self._by_name: dict[tuple[str, str], tuple[array[int], list[int]]] | None = None
         self._by_length: dict[tuple[str, str], array[int]] | None = None
+        # Per thread (by id, of the Threads in _events): tree.by_key of its
+        # ranges, once worked out; _groups() and the processes' durations and
+        # totals (trace/processes.py) are made of these, so the ranges are
+        # walked once for all three.
+        self._per_thread: dict[int, dict[int, tuple[array[int], list[int]]]] | None = None
         # Stack samples (sample_rate; trace/samples.py).
         self.samples = Samples()
 
@@ -247,6 +252,7 @@ class Trace(Sequence[Event]):
         self._summary = None
         self._by_name = None
         self._by_length = None
+        self._per_thread = None
 
     @property
     def base_time_ns(self) -> int | None:
@@ -445,34 +451,69 @@ class Trace(Sequence[Event]):
             return summary.groups
         if self._by_name is not None:
             return self._by_name
-        # Self times from the nesting walk, per range as its children are
-        # seen: no array of parents or self times per event is kept.
-        # A subset keeps its source's self times (``_structure``).
-        by_key: dict[int, tuple[array[int], list[int]]] = {}
+        if self._structure is not None:
+            # A subset keeps its source's self times (``_structure``).
+            groups = _by_name(self._subset_groups(self._structure[1]), self.events.keys)
+        else:
+            # The per-thread walks' groups joined by (name, category) (keys
+            # that differ only by phase together); where several threads have
+            # one, a copy is extended: each thread's own stays as it was.
+            keys = self.events.keys
+            groups = {}
+            copied: set[tuple[str, str]] = set()
+            for walked in self.per_thread().values():
+                for k, (lengths, own) in walked.items():
+                    name = (keys.names[k], keys.categories[k])
+                    got = groups.get(name)
+                    if got is None:
+                        groups[name] = (lengths, [own[0]])
+                        continue
+                    if name not in copied:
+                        copied.add(name)
+                        got = groups[name] = (_copy(got[0]), got[1])
+                    try:
+                        got[0].extend(lengths)
+                    except OverflowError:  # past int64 ns (a damaged file): a list holds them
+                        got = groups[name] = ([*got[0], *lengths], got[1])
+                    got[1][0] += own[0]
+        self._by_name = groups
+        return groups
+
+    def per_thread(self) -> dict[int, dict[int, tuple[array[int], list[int]]]]:
+        """Per thread of ``events`` (by ``id``): its ranges by key index,
+        (durations, [self total]) each (``tree.by_key``), worked out once.
+
+        The durations' arrays are shared with whoever asked: a reader may
+        reorder one in place (sort it), never change its values.
+        """
+        if self._per_thread is None:
+            self._per_thread = {
+                id(t): by_key(t.ts, t.dur, t.kind, t.extras, NO_DUR) for t in self.events.threads
+            }
+        return self._per_thread
+
+    def _subset_groups(self, selfs: Sequence[int]) -> dict[int, tuple[array[int], list[int]]]:
+        """(durations, [self total]) per key index, the self times given per event."""
+        out: dict[int, tuple[array[int], list[int]]] = {}
         events = self.events
         for thread, base in zip(events.threads, events.offsets):
             kinds, lengths, extras = thread.kind, thread.dur, thread.extras
-            if self._structure is None:
-                done: Iterable[tuple[int, int]] = nest(thread.spans())
-            else:
-                selfs = self._structure[1]
-                done = ((i - base, selfs[i]) for i, _, _ in thread.spans(base))
-            for i, own in done:
+            for i, _, _ in thread.spans(base):
+                own = selfs[i]
+                i -= base
                 k = kinds[i]
                 if k < 0:
                     k = extras[-k - 1][0]
-                group = by_key.get(k)
+                group = out.get(k)
                 if group is None:
-                    group = by_key[k] = (array("q"), [0])
+                    group = out[k] = (array("q"), [0])
                 try:
                     group[0].append(lengths[i])
                 except OverflowError:  # past int64 ns (a damaged file): a list holds it
-                    group = by_key[k] = ([*group[0], lengths[i]], group[1])  # type: ignore[assignment]
+                    group = out[k] = ([*group[0], lengths[i]], group[1])  # type: ignore[assignment]
                 if own > 0:
                     group[1][0] += own
-        groups = _by_name(by_key, self.events.keys)
-        self._by_name = groups
-        return groups
+        return out
 
     def table(self, sort_by: str = "total", row_limit: int | None = 100) -> str:
         """``key_averages().table(...)``: the statistics as a text table.
@@ -527,6 +568,11 @@ def _columns_of(events: Iterable[Event]) -> Events:
     return in_columns(threads)
 
 
+def _copy(lengths: array[int]) -> array[int]:
+    """A copy of a group's durations (an array, or a list past int64)."""
+    return array("q", lengths) if isinstance(lengths, array) else list(lengths)
+
+
 def _by_name(by_key: dict[int, Any], keys: Keys) -> dict[tuple[str, str], Any]:
     """Per-key-index groups (durations[, self total]) as per (name, category):
     keys that differ only by phase are put together."""
@@ -549,6 +595,10 @@ def _rows(groups: dict[tuple[str, str], tuple[array[int], list[int]]]) -> KeyAve
     rows = []
     for (name, category), (durations, self_total) in sorted(groups.items()):
         ordered = sorted(durations)
+        # Kept sorted (the same values): a later sort of them (``durations``,
+        # the report's histograms, a process's durations sharing the array)
+        # is then one linear pass.
+        durations[:] = array("q", ordered) if isinstance(durations, array) else ordered
         count, total, least, most = len(ordered), sum(ordered), ordered[0], ordered[-1]
         p50, p90, p99 = (_nearest_rank(ordered, p) for p in _PERCENTILES)
         rows.append(Row(name, category, count, total, self_total[0], least, most, p50, p90, p99))

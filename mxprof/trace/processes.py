@@ -51,16 +51,17 @@ import weakref
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, count, repeat
+from itertools import chain, compress, count, repeat
 from operator import add, eq
 from typing import Any
 
 from .._render import is_own
-from ._columns import NO_DUR, Events, Ranges
+from ._columns import NO_DUR, Events, Ranges, Thread
 from ._event import Event, Id
 from .model import Trace
 from .steps import chosen, step_number
 from .steps import group as steps_group
+from .tree import by_key
 
 __all__ = [
     "DEVICE_STORAGE",
@@ -233,6 +234,16 @@ class Process:
     steps: Steps | None = None
     memory: list[MemoryPeak] = field(default_factory=list)
     _durations: dict[tuple[str, str], array[int]] | None = field(default=None, repr=False)
+    # The trace whose events these are, weakly (the model is kept per trace in
+    # a WeakKeyDictionary: a strong reference would keep every trace alive):
+    # its per-thread walk (Trace.per_thread) gives durations() and totals()
+    # without another pass over the ranges.
+    _trace: weakref.ref[Trace] | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Sent to or from a worker (``mxprof.trace.engine``) without its trace:
+        # a weak reference does not pickle, and the copy's walk is its own.
+        return {**self.__dict__, "_trace": None}
 
     @property
     def pid(self) -> Id:
@@ -295,52 +306,41 @@ class Process:
         if self._durations is None:
             # Past int64 ns (a damaged file: its columns are lists): lists hold them.
             wide = any(isinstance(r.thread.dur, list) for r in self.threads.values())
-            make: Any = list if wide else (lambda values=(): array("q", values))
-            by_key = self._by_key(make, list.append if wide else array.append)
-            found: dict[tuple[str, str], array[int]] = {}
-            for (name, category, _), lengths in by_key.items():
-                got = found.get((name, category))
-                if got is None:
-                    found[(name, category)] = lengths
-                else:
-                    got.extend(lengths)
+            make: Any = list if wide else (lambda values: array("q", values))
+            found: dict[tuple[str, str], list[Sequence[int]]] = {}
+            for (name, category, _), runs in self._runs().items():
+                found.setdefault((name, category), []).extend(runs)
             # Sorted one name at a time: a list of ints per range (40 bytes
             # each) is held for one name only.
-            self._durations = {key: make(sorted(v)) for key, v in found.items()}
+            self._durations = {
+                key: make(sorted(runs[0] if len(runs) == 1 else chain.from_iterable(runs)))
+                for key, runs in found.items()
+            }
         return self._durations
 
     def totals(self) -> dict[str, int]:
         """Total ns in ranges by name, the profiler's own ranges left out."""
         out: dict[str, int] = {}
-        for (name, category, _), total in self._by_key(int, int.__add__).items():
+        for (name, category, _), runs in self._runs().items():
             if not is_own(category, name):
-                out[name] = out.get(name, 0) + total
+                out[name] = out.get(name, 0) + sum(map(sum, runs))
         return out
 
-    def _by_key(self, new: Any, add: Any) -> dict[tuple[str, str, str], Any]:
-        """Per (name, category, phase) of ranges, ``add(got, dur)`` over them from
-        ``new()``; add returns the new value or None (it changed got in place)."""
-        out: dict[tuple[str, str, str], Any] = {}
+    def _runs(self) -> dict[tuple[str, str, str], list[Sequence[int]]]:
+        """Per (name, category, phase) of ranges, their durations: one run per
+        thread, in ts order, from the trace's walk of each thread
+        (``Trace.per_thread``, shared with its statistics: read, never changed)."""
+        trace = self._trace() if self._trace is not None else None
+        walked = trace.per_thread() if trace is not None else {}
+        out: dict[tuple[str, str, str], list[Sequence[int]]] = {}
         for ranges in self.threads.values():
-            thread = ranges.thread
-            extras = thread.extras
-            got: dict[int, Any] = {}
-            for d, k in zip(thread.dur, thread.kind):
-                if d == NO_DUR:
-                    continue
-                if k < 0:
-                    k = extras[-k - 1][0]
-                value = got.get(k)
-                if value is None:
-                    value = got[k] = new()
-                changed = add(value, d)
-                if changed is not None:
-                    got[k] = changed
-            keys = thread.keys
-            for k, value in got.items():
-                key = (keys.names[k], keys.categories[k], keys.phases[k])
-                before = out.get(key)
-                out[key] = value if before is None else _joined(before, value)
+            t = ranges.thread
+            mine = walked.get(id(t))
+            if mine is None:  # a process made without its trace
+                mine = by_key(t.ts, t.dur, t.kind, t.extras, NO_DUR)
+            names, categories, phases = t.keys.names, t.keys.categories, t.keys.phases
+            for k, (lengths, _) in mine.items():
+                out.setdefault((names[k], categories[k], phases[k]), []).append(lengths)
         return out
 
     def devices(self) -> Iterator[tuple[str, list[Event]]]:
@@ -354,13 +354,6 @@ class Process:
         for (category, name), samples in sorted(self.counters.items()):
             if category == SCOPE_STORAGE:
                 yield name, samples
-
-
-def _joined(a: Any, b: Any) -> Any:
-    if isinstance(a, int):
-        return a + b
-    a.extend(b)
-    return a
 
 
 def counter_value(event: Event) -> float | None:
@@ -490,6 +483,7 @@ def _build(trace: Trace, events: Events) -> list[Process]:
             p = mine[thread.pid] = Process(
                 Identity(thread.pid, thread.pid), "", None, file, 0, thread.ts[0], thread.ts[0], 0
             )
+            p._trace = weakref.ref(trace)
             groups[thread.pid] = {}
         p.events += len(thread)
         p.tids.add(thread.tid)
@@ -498,12 +492,14 @@ def _build(trace: Trace, events: Events) -> list[Process]:
         # The last end: of the ranges, ts + dur; points end where they start.
         last = max(map(add, thread.ts, thread.dur))  # a point's is far below its ts
         if thread.ranges < len(thread):
+            phases, counters = p.phases, p.counters
             for i in compress(count(), map(eq, thread.dur, repeat(NO_DUR))):
                 e = thread.event(i)
-                last = max(last, e.ts)
-                p.phases[e.ph] = p.phases.get(e.ph, 0) + 1
+                phases[e.ph] = phases.get(e.ph, 0) + 1
                 if e.ph == "C":
-                    p.counters.setdefault((e.category, e.name), []).append(e)
+                    counters.setdefault((e.category, e.name), []).append(e)
+            # The points' latest start is the last one's (ts order).
+            last = max(last, e.ts)
         if last > p.end:
             p.end = last
         if not thread.ranges:
@@ -627,28 +623,95 @@ def _steps(p: Process, groups: dict[tuple[Id, str, str], list[int]]) -> Steps | 
     covered_gap = [0] * len(between)
     starts = steps._starts()
     ends = [e.end for e in ranges]
-    child_end = list(starts)
-    gap_end = [ends[k] for k in range(len(between))]
     names = thread.keys.names
-    for k, in_step, ts, end, key in _fitting(p, steps):
-        length = end - ts
+    for k, in_step, length, key in _direct(thread, steps):
         if in_step:
-            if ts >= child_end[k] or length == 0:  # a direct child of step k
-                column = children.get(names[key])
-                if column is None:
-                    column = children[names[key]] = array("q", bytes(8 * len(ranges)))
-                column[k] += length
-                inside[k] += length
-                child_end[k] = max(child_end[k], end)
-        elif 0 <= k < len(between) and ts >= gap_end[k]:
-            covered_gap[k] += length  # a top-level range between steps k and k + 1
-            gap_end[k] = end
+            column = children.get(names[key])
+            if column is None:
+                column = children[names[key]] = array("q", bytes(8 * len(ranges)))
+            column[k] += length
+            inside[k] += length
+        else:
+            covered_gap[k] += length
     steps.in_no_range = array("q", (max(d - i, 0) for d, i in zip(durations, inside)))
     for k in range(len(between)):
         between[k] = max(starts[k + 1] - ends[k] - covered_gap[k], 0)
     steps.between = array("q", between)
     steps.median, steps.threshold, steps.outliers = outliers(durations)
     return steps
+
+
+def _direct(thread: Thread, steps: Steps) -> Iterator[tuple[int, bool, int, int]]:
+    """The ranges on the steps' thread that count in ``Steps``: (k, whether a
+    direct child of step k, its length, its key index); not a child, a
+    top-level range in the gap between steps k and k + 1. In ts order.
+
+    A direct child of a step starts at or after the end of the step's
+    previous direct child (a range that starts inside that one is below it,
+    or overlaps it and is counted in neither), and fits in the step; a
+    zero-length range inside the step counts wherever it starts (a child of
+    length 0: its name gets a column).  Between steps k and k + 1, a range
+    counts when it fits in the gap and starts at or after the end of the
+    last one counted there.  The same rules as ``_fitting``'s walk applied
+    range by range, but the ranges that start inside a counted range are
+    stepped over by bisection on the sorted ``ts`` column (the zero-length
+    ones among them looked up in a list of their own): the walk visits a
+    step's direct children, not every range below them.
+    """
+    starts = steps._starts()
+    ends = [e.end for e in steps.ranges]
+    is_step = set(steps.positions)
+    ts_col, dur_col, kind_col = thread.ts, thread.dur, thread.kind
+    extras = thread.extras
+    last = len(starts) - 1
+    n = len(ts_col)
+    # Where a skip past ranges inside step k (or the gap after it) ends at the
+    # latest: the next step's position (its ts is where the skip stops).
+    bound = [*steps.positions[1:], n]
+    # Before the first step nothing counts; after the last one ends, nothing.
+    i = bisect.bisect_left(ts_col, starts[0])
+    k = -1
+    zeros: list[int] | None = None  # positions of the zero-length ranges, when first needed
+    while i < n:
+        d = dur_col[i]
+        if d == NO_DUR or i in is_step:
+            i += 1
+            continue
+        t = ts_col[i]
+        while k < last and starts[k + 1] <= t:
+            k += 1  # the last step that starts at or before t
+        if k == last and t >= ends[k]:
+            break
+        end = t + d
+        # No range that starts at or after `stop` is skipped: the next step is there.
+        stop = starts[k + 1] if k < last else ends[k]
+        if t < ends[k]:  # starts inside step k
+            if end > ends[k]:
+                i += 1
+                continue
+            kk = kind_col[i]
+            yield k, True, d, (kk if kk >= 0 else extras[-kk - 1][0])
+            if d == 0:
+                i += 1
+                continue
+            # Past the ranges that start inside this child: none is a direct
+            # child, but a zero-length one (above).
+            j = bisect.bisect_left(ts_col, min(end, stop), i + 1, bound[k])
+            if zeros is None:
+                zeros = list(compress(count(), map(eq, dur_col, repeat(0))))
+            z = bisect.bisect_right(zeros, i)
+            while z < len(zeros) and zeros[z] < j:
+                if zeros[z] not in is_step:
+                    kk = kind_col[zeros[z]]
+                    yield k, True, 0, (kk if kk >= 0 else extras[-kk - 1][0])
+                z += 1
+            i = j
+        elif end <= stop:  # within the gap after step k (k < last here)
+            kk = kind_col[i]
+            yield k, False, d, (kk if kk >= 0 else extras[-kk - 1][0])
+            i = bisect.bisect_left(ts_col, end, i + 1, bound[k]) if d > 0 else i + 1
+        else:
+            i += 1
 
 
 def _fitting(p: Process, steps: Steps) -> Iterator[tuple[int, bool, int, int, int]]:

@@ -114,6 +114,76 @@ def nest(
         yield top[2], top[3]
 
 
+def by_key(
+    ts: Sequence[int],
+    dur: Sequence[int],
+    kind: Sequence[int],
+    extras: Sequence[tuple[int, Any]],
+    no_dur: int,
+) -> dict[int, tuple[array[int], list[int]]]:
+    """One thread's ranges grouped by key index: (durations, [self total]) each.
+
+    The thread is given as its columns (``trace/_columns.py``: ``ts`` sorted,
+    longest first at one ts; ``dur`` with ``no_dur`` for an event that is not
+    a range; ``kind`` a key index, or ``-(j + 1)`` for ``extras[j]``'s).
+    Self times follow ``nest``'s rule exactly (a range's duration less its
+    direct children's, summed where above 0); this is that walk written for
+    the columns, as the statistics' inner loop: no Event and no generator
+    step per range, the innermost open range in local variables and the ones
+    below it in three parallel lists.  Durations are in ts order, in arrays
+    of int64 (lists where the columns are: past int64, a damaged file).
+
+    Example:
+        >>> got = by_key([0, 2, 6], [10, 3, 0], [0, 1, 1], [], -1)
+        >>> {k: (list(d), s) for k, (d, s) in got.items()}
+        {0: ([10], [7]), 1: ([3, 0], [3])}
+    """
+    wide = isinstance(dur, list)
+    groups: dict[int, tuple[array[int], list[int]]] = {}
+    # kind value -> (its group's durations' append, its group's self total cell)
+    entries: dict[int, tuple[Any, list[int]]] = {}
+    # The innermost open range: its end, duration less its direct children's
+    # so far, and self total cell; at the bottom a root that contains
+    # everything (its cell is a spare).
+    top_end, top_left, top_cell = _NO_END, 0, [0]
+    below: list[tuple[int, int, list[int]]] = []  # the open ranges under it, outermost first
+    for start, length, value in zip(ts, dur, kind):
+        if length == no_dur:
+            continue
+        entry = entries.get(value)
+        if entry is None:
+            k = value if value >= 0 else extras[-value - 1][0]
+            if k not in groups:
+                groups[k] = ([] if wide else array("q"), [0])  # type: ignore[assignment]
+            entry = entries[value] = (groups[k][0].append, groups[k][1])
+        entry[0](length)
+        end = start + length
+        # Ranges that ended before this one starts can parent nothing after
+        # it (every open range starts at or before this one: ts order).
+        while start >= top_end and end > top_end:
+            if top_left > 0:
+                top_cell[0] += top_left
+            top_end, top_left, top_cell = below.pop()
+        if end <= top_end:  # the usual case: inside the innermost open range
+            top_left -= length
+        else:  # overlaps it without fitting: the innermost open range that contains it
+            for j in range(len(below) - 1, -1, -1):
+                if end <= below[j][0]:
+                    below[j] = (below[j][0], below[j][1] - length, below[j][2])
+                    break
+        if length > 0:  # zero-length ranges are never parents (and have no self time)
+            below.append((top_end, top_left, top_cell))
+            top_end, top_left, top_cell = end, length, entry[1]
+    while below:  # the root is never closed
+        if top_left > 0:
+            top_cell[0] += top_left
+        top_end, top_left, top_cell = below.pop()
+    return groups
+
+
+_NO_END = 1 << 256  # the root's end in by_key: after any time a trace can hold
+
+
 @dataclass
 class CallNode:
     """One call path on one thread: the ranges with this name under the same path.

@@ -25,12 +25,16 @@ least ``MIN_SAMPLES`` samples for the sampled way.
 from __future__ import annotations
 
 import bisect
+import operator
 import os
 from collections import Counter
+from itertools import accumulate, compress, repeat
+from itertools import count as counting
+from operator import add, and_, ge
 
 from ..._render import format_ns
 from ...trace import Event
-from ...trace._columns import Ranges
+from ...trace._columns import NO_DUR, Ranges, Thread
 from ...trace.processes import Id, Process
 from ...trace.samples import Frame, Sample
 from ...trace.steps import is_frame, is_profiler_step
@@ -192,29 +196,33 @@ def _by_ranges(job: Job, p: Process, cache: dict[tuple[str, str], bool]) -> _Fou
     best: tuple[int, Id, list[Event]] | None = None
     for tid in tids:
         ranges: list[Event] = []
-        other, open_end = False, lo - 1
         found = p.threads.get(tid)
         if found is None:
             continue
         thread = found.thread
         names, categories = thread.keys.names, thread.keys.categories
-        loads: dict[int, bool] = {}  # per key index: a loading range that is no step
-        for i, ts, d, k in thread.range_columns():  # an Event made only for loading ranges
-            end = ts + d
-            is_load = loads.get(k)
-            if is_load is None:
-                name, category = names[k], categories[k]
-                is_load = loads[k] = (
-                    is_loading(name, category, cache)
-                    and not is_frame(category)
-                    and not is_profiler_step(name)
-                )
-            if is_load and not _holds_a_step(ts, end, steps, starts):
+        # The kind values (trace/_columns.py) of loading ranges that are no step.
+        loads = {
+            k
+            for k in range(len(names))
+            if is_loading(names[k], categories[k], cache)
+            and not is_frame(categories[k])
+            and not is_profiler_step(names[k])
+        }
+        kinds = loads | {-(j + 1) for j, (k, _) in enumerate(thread.extras) if k in loads}
+        ts_col, dur_col = thread.ts, thread.dur
+        # An Event made only for loading ranges; the others are read by the
+        # C loops of map/compress, not one by one.
+        for i in compress(counting(), map(kinds.__contains__, thread.kind)):
+            d = dur_col[i]
+            if d == NO_DUR:
+                continue
+            ts = ts_col[i]
+            if not _holds_a_step(ts, ts + d, steps, starts):
                 ranges.append(thread.event(i))
-            elif ts >= open_end:
-                other = True  # a top-level range that is not loading
-            if end > open_end:
-                open_end = end
+        # Without steps (no range holds one): whether the thread does other
+        # work, a top-level range that is not loading.
+        other = not steps and _other_top_level(thread, kinds, lo - 1)
         if not steps and not other:
             continue  # a thread that only loads runs beside the work: not a stall
         covered = measure(union(clipped(ranges, lo, hi)))
@@ -249,6 +257,19 @@ def _by_ranges(job: Job, p: Process, cache: dict[tuple[str, str], bool]) -> _Fou
         f.subjects.append(name)
         f.names.append(name)
     return f
+
+
+def _other_top_level(thread: Thread, loads: set[int], floor: int) -> bool:
+    """Whether a range of the thread that is not loading (its kind value not
+    in loads) starts at or after the end of every range before it (and at or
+    after floor)."""
+    ts, dur, kind = thread.ts, thread.dur, thread.kind
+    # The latest end before each event, floor first; a point's NO_DUR puts
+    # its end below any time, and its start too (it is no range).
+    before = accumulate(map(add, ts, dur), max, initial=floor)
+    starts = map(add, ts, map(min, dur, repeat(0)))
+    top = map(ge, starts, before)
+    return any(map(and_, top, map(operator.not_, map(loads.__contains__, kind))))
 
 
 def _loading(ranges: Ranges, cache: dict[tuple[str, str], bool]) -> list[Event]:

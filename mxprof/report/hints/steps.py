@@ -7,8 +7,10 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections.abc import Sequence
+from itertools import count
 
 from ..._render import format_ns
+from ...trace._columns import NO_DUR, Thread
 from ...trace.processes import MAD_SCALE, OUTLIER_MADS, OUTLIER_MIN_EXCESS, Id, Process
 from ._common import (
     MAX_LINES,
@@ -147,17 +149,11 @@ def idle_gaps(job: Job) -> Hint | None:
     for p in job.procs:
         floor = max(GAP_MIN_NS, GAP_WALL_SHARE * p.wall)
         for tid, ranges in p.threads.items():
-            names = ranges.thread.keys.names
-            end, last = None, -1
-            for ts, d, k in ranges.columns():  # no Event made
-                if end is not None and ts > end:
-                    length = ts - end
-                    if length >= floor or length >= GAP_ABS_NS:
-                        gaps.append((length, p, tid, end, ts, names[last], names[k]))
-                        idle[(id(p), tid)] = idle.get((id(p), tid), 0) + length
-                stop = ts + d
-                if end is None or stop > end:
-                    end, last = stop, k
+            thread = ranges.thread
+            names = thread.keys.names
+            for length, end, ts, last, k in _long_gaps(thread, min(floor, GAP_ABS_NS)):
+                gaps.append((length, p, tid, end, ts, names[last], names[k]))
+                idle[(id(p), tid)] = idle.get((id(p), tid), 0) + length
     if not gaps:
         return None
     gaps.sort(key=lambda g: -g[0])
@@ -183,6 +179,31 @@ def idle_gaps(job: Job) -> Hint | None:
         "queue, sleep, another process); a range around the waiting call shows which.",
         subjects,
     )
+
+
+def _long_gaps(thread: Thread, least: float) -> list[tuple[int, int, int, int, int]]:
+    """A thread's stretches of at least ``least`` ns (> 0) with no range open:
+    (length, start, end, key index of the range whose end starts it, key
+    index of the range that ends it), in time order.
+
+    A stretch starts at the latest end of the ranges before a range (the
+    first range reaching it, on a tie) and ends at that range's start.  The
+    walk reads the ts and dur columns alone (positions, not keys, are kept:
+    a key is looked up per stretch found), the rule's inner loop.
+    """
+    out: list[tuple[int, int, int, int, int]] = []
+    best: int | None = None  # the latest end so far, and the position of its range
+    at = 0
+    for i, start, length in zip(count(), thread.ts, thread.dur):
+        if length == NO_DUR:
+            continue
+        if best is not None and start - best >= least:
+            out.append((start - best, best, start, at, i))
+        end = start + length
+        if best is None or end > best:
+            best, at = end, i
+    key, kind = thread.key, thread.kind
+    return [(n, a, b, key(kind[x]), key(kind[y])) for n, a, b, x, y in out]
 
 
 def _between(p: Process, tid: Id, a: int, b: int) -> str:
