@@ -248,7 +248,13 @@ def _forkserver() -> Iterator[None]:
         for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()
         if k != "MALLOC_TRIM_THRESHOLD_"
     }
-    settings: dict[str, Any] = {"distributed.nanny.pre-spawn-environ": environ}
+    settings: dict[str, Any] = {
+        "distributed.nanny.pre-spawn-environ": environ,
+        # Nor does a worker sample its own stacks every 10 ms (the dashboard's
+        # profile, which nobody sees here): each sample takes the GIL from the
+        # task.
+        "distributed.worker.profile.enabled": False,
+    }
     if "forkserver" in multiprocessing.get_all_start_methods():
         settings["distributed.worker.multiprocessing-method"] = "forkserver"
     with dask.config.set(settings):
