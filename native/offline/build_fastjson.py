@@ -3,7 +3,8 @@
 A module of its own, apart from the live core (mxprof._mxprof_native): the
 offline tier never imports the core (docs/architecture.md), and a trace is
 read the same way without this module (``mxprof/trace/_fastread.py``).
-Sources: native/offline/*.c.  The calls keep the GIL: they parse a block
+Sources: native/offline/*.c: mxo_read.c (JSON), mxo_pftrace.c (.pftrace,
+``mxprof/trace/perfetto.py``'s fast path).  The calls keep the GIL: they parse a block
 of at most a few MiB and never wait.
 
 MXPROF_SANITIZE (as for the core, native/build_ffi.py) builds it under a
@@ -80,6 +81,29 @@ int mxo_running(mxo_reader *r, size_t g, const int64_t *old_starts, const int64_
                 size_t n_old, size_t *keep, int64_t *last_end, int broken);
 int mxo_collect(mxo_reader *r);
 int mxo_order(int64_t *ts, int64_t *dur, int32_t *kind, size_t n, size_t from);
+typedef struct mxo_pf {
+    uint64_t seq;
+    int64_t now;
+    int64_t shift;
+    int32_t stack;
+    int32_t thread;
+    size_t count;
+    size_t row_limit;
+    uint64_t miss_name;
+    uint64_t miss_cat;
+    size_t open;
+    ...;
+} mxo_pf;
+mxo_pf *mxo_pf_new(void);
+void mxo_pf_free(mxo_pf *pf);
+int32_t mxo_pf_stack_new(mxo_pf *pf);
+int mxo_pf_push(mxo_pf *pf, int32_t stack, int64_t ts, int64_t ref);
+int mxo_pf_pop(mxo_pf *pf, int32_t stack, int64_t *ts, int64_t *ref);
+int32_t mxo_pf_proto(mxo_pf *pf, const char *name, size_t name_len, const char *cat, size_t cat_len);
+int mxo_pf_cache(mxo_pf *pf, uint64_t name_iid, uint64_t cat_iid, int32_t proto);
+void mxo_pf_uncache(mxo_pf *pf);
+int mxo_pf_thread(mxo_reader *r, mxo_pf *pf, int64_t pid, int64_t tid);
+int mxo_pf_run(mxo_reader *r, mxo_pf *pf, const char *data, size_t len, size_t *pos);
 """
 
 CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden"]
@@ -94,7 +118,7 @@ ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "mxprof.trace._fastjson",
-    '#include "mxo_read.h"\n',
+    '#include "mxo_read.h"\n#include "mxo_pftrace.h"\n',
     sources=SOURCES,
     include_dirs=[os.path.join("native", "offline")],
     extra_compile_args=CFLAGS,

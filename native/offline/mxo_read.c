@@ -53,6 +53,10 @@ static size_t doubled(size_t cap, size_t need)
     return c;
 }
 
+int mxo_grow(void **p, size_t need, size_t size) { return grow(p, need, size); }
+
+size_t mxo_doubled(size_t cap, size_t need) { return doubled(cap, need); }
+
 mxo_reader *mxo_new(void)
 {
     return calloc(1, sizeof(mxo_reader));
@@ -105,23 +109,23 @@ static int key_rehash(mxo_reader *r, size_t cap)
     return 0;
 }
 
-/* The key id of row w's (name, cat, ph), made if new (first seen at event `at`). */
-static int32_t key_of(mxo_reader *r, const char *text, const row *w, size_t at)
+/* The key id of (name, cat, ph), made if new (first seen at event `at`). */
+int32_t mxo_key_add(mxo_reader *r, const char *name, size_t name_len, const char *cat,
+                    size_t cat_len, char ph, size_t at)
 {
-    const char *name = text + w->name, *cat = text + w->cat;
-    uint64_t h = mix(0xcbf29ce484222325ull, name, w->name_len);
-    h = mix(h * 31 + 1, cat, w->cat_len);
-    h = mix(h * 31 + 2, &w->ph, 1);
+    uint64_t h = mix(0xcbf29ce484222325ull, name, name_len);
+    h = mix(h * 31 + 1, cat, cat_len);
+    h = mix(h * 31 + 2, &ph, 1);
     if ((size_t)r->n_keys * 2 + 2 > r->key_table_cap
         && key_rehash(r, doubled(r->key_table_cap * 2, (size_t)r->n_keys * 2 + 2)) < 0)
         return MXO_ERR_MEMORY;
     size_t mask = r->key_table_cap - 1, slot = (size_t)h & mask;
     for (; r->key_table[slot] != 0; slot = (slot + 1) & mask) {
         int32_t k = r->key_table[slot] - 1;
-        if (r->key_hash[k] == h && r->key_ph[k] == w->ph && r->key_name_len[k] == w->name_len
-            && r->key_cat_len[k] == w->cat_len
-            && memcmp(r->arena + r->key_name[k], name, w->name_len) == 0
-            && memcmp(r->arena + r->key_cat[k], cat, w->cat_len) == 0)
+        if (r->key_hash[k] == h && r->key_ph[k] == ph && r->key_name_len[k] == name_len
+            && r->key_cat_len[k] == cat_len
+            && memcmp(r->arena + r->key_name[k], name, name_len) == 0
+            && memcmp(r->arena + r->key_cat[k], cat, cat_len) == 0)
             return k;
     }
     if (r->n_keys == INT32_MAX)
@@ -139,7 +143,7 @@ static int32_t key_of(mxo_reader *r, const char *text, const row *w, size_t at)
             return MXO_ERR_MEMORY;
         r->keys_cap = (int32_t)cap;
     }
-    size_t need = r->arena_len + w->name_len + w->cat_len;
+    size_t need = r->arena_len + name_len + cat_len;
     if (need < r->arena_len)
         return MXO_ERR_MEMORY;
     if (need > r->arena_cap) {
@@ -149,22 +153,28 @@ static int32_t key_of(mxo_reader *r, const char *text, const row *w, size_t at)
         r->arena_cap = cap;
     }
     r->key_name[k] = r->arena_len;
-    r->key_name_len[k] = w->name_len;
-    if (w->name_len)
-        memcpy(r->arena + r->arena_len, name, w->name_len);
-    r->arena_len += w->name_len;
+    r->key_name_len[k] = name_len;
+    if (name_len)
+        memcpy(r->arena + r->arena_len, name, name_len);
+    r->arena_len += name_len;
     r->key_cat[k] = r->arena_len;
-    r->key_cat_len[k] = w->cat_len;
-    if (w->cat_len)
-        memcpy(r->arena + r->arena_len, cat, w->cat_len);
-    r->arena_len += w->cat_len;
-    r->key_ph[k] = w->ph;
+    r->key_cat_len[k] = cat_len;
+    if (cat_len)
+        memcpy(r->arena + r->arena_len, cat, cat_len);
+    r->arena_len += cat_len;
+    r->key_ph[k] = ph;
     r->key_hash[k] = h;
     r->key_first[k] = (int64_t)at;
     r->key_global[k] = -1;
     r->key_table[slot] = k + 1;
     r->n_keys++;
     return k;
+}
+
+/* The key id of row w's (name, cat, ph) in text (first seen at event `at`). */
+static int32_t key_of(mxo_reader *r, const char *text, const row *w, size_t at)
+{
+    return mxo_key_add(r, text + w->name, w->name_len, text + w->cat, w->cat_len, w->ph, at);
 }
 
 static uint64_t thread_hash(int64_t pid, int64_t tid)
@@ -190,7 +200,7 @@ static int thread_rehash(mxo_reader *r, size_t cap)
     return 0;
 }
 
-static int32_t thread_of(mxo_reader *r, int64_t pid, int64_t tid)
+int32_t mxo_thread_add(mxo_reader *r, int64_t pid, int64_t tid)
 {
     if ((size_t)r->n_threads * 2 + 2 > r->thread_table_cap
         && thread_rehash(r, doubled(r->thread_table_cap * 2, (size_t)r->n_threads * 2 + 2)) < 0)
@@ -495,7 +505,8 @@ static int separated(const char *t, size_t end, size_t *p)
     return 1;
 }
 
-static int add_row(mxo_reader *r, const char *text, const row *w)
+/* Room for one more row. */
+int mxo_row_room(mxo_reader *r)
 {
     if (r->n == r->cap) {
         size_t cap = doubled(r->cap, r->n + 1);
@@ -506,8 +517,15 @@ static int add_row(mxo_reader *r, const char *text, const row *w)
             return MXO_ERR_MEMORY;
         r->cap = cap;
     }
+    return 0;
+}
+
+static int add_row(mxo_reader *r, const char *text, const row *w)
+{
+    if (mxo_row_room(r) < 0)
+        return MXO_ERR_MEMORY;
     int32_t k = key_of(r, text, w, r->n);
-    int32_t th = thread_of(r, w->pid, w->tid);
+    int32_t th = mxo_thread_add(r, w->pid, w->tid);
     if (k < 0 || th < 0)
         return MXO_ERR_MEMORY;
     r->ts[r->n] = w->ts;

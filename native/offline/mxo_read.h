@@ -117,4 +117,16 @@ int mxo_running(mxo_reader *r, size_t g, const int64_t *old_starts, const int64_
 int mxo_collect(mxo_reader *r);
 int mxo_order(int64_t *ts, int64_t *dur, int32_t *kind, size_t n, size_t from);
 
+/* For the other readers of this module (mxo_pftrace.c), not Python's: a
+ * key's id (made if new, first seen at row `at`), a thread's id, room for
+ * one more row (r->n < r->cap after it), memory. */
+int32_t mxo_key_add(mxo_reader *r, const char *name, size_t name_len, const char *cat,
+                    size_t cat_len, char ph, size_t at);
+int32_t mxo_thread_add(mxo_reader *r, int64_t pid, int64_t tid);
+int mxo_row_room(mxo_reader *r);
+/* *p resized to need items of size bytes (0, or MXO_ERR_MEMORY with *p as it
+ * was); a capacity doubled from cap (1024 from 0) until it holds need. */
+int mxo_grow(void **p, size_t need, size_t size);
+size_t mxo_doubled(size_t cap, size_t need);
+
 #endif
