@@ -103,6 +103,20 @@ class Reader:
             raise MemoryError("mxprof: out of memory reading a trace")
         return False
 
+    @property
+    def state(self) -> Any:
+        """The C reader (``mxo_reader *``), for another parser that fills its
+        rows (``perfetto.py``'s compiled path, native/offline/mxo_pftrace.c)."""
+        return self._r
+
+    def take_rows(self) -> None:
+        """The rows another parser put in the C reader (in file order, without
+        args) to their threads' sinks, as a block's rows go; then none are left."""
+        n = self._r.n
+        if n:
+            self._rows(0, n)
+            self._r.n = 0
+
     def _decoded(self, text: bytes) -> bool:
         """take, the block parsed: its runs decoded, then everything added."""
         r = self._r
@@ -301,8 +315,9 @@ class Reader:
         ph_p = ffi.new("char *")
         for k in range(len(self._key_text), r.n_keys):
             lib.mxo_key_text(r, k, name_p, name_n, cat_p, cat_n, ph_p)
-            name = ffi.unpack(name_p[0], name_n[0]).decode("ascii")
-            category = ffi.unpack(cat_p[0], cat_n[0]).decode("ascii")
+            # (UTF-8: a .pftrace's names; the JSON rows' are ASCII)
+            name = ffi.unpack(name_p[0], name_n[0]).decode("utf-8")
+            category = ffi.unpack(cat_p[0], cat_n[0]).decode("utf-8")
             self._key_text.append((name, category, ph_p[0].decode("ascii")))
 
     def _keys_for(self, end: int) -> None:

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import TraceFormatError
+from . import _fastread
 from ._event import NO_ARGS, Event
 from ._protobuf import (
     BEGIN,
@@ -209,11 +210,12 @@ def packets(data: bytes) -> tuple[list[bytes], bool]:
 class _Sequence:
     """One packet sequence's incremental state: interned names, defaults, clocks."""
 
-    __slots__ = ("names", "categories", "clock", "track", "deltas", "offsets")
+    __slots__ = ("names", "categories", "clock", "track", "deltas", "offsets", "gen")
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
         self.categories: dict[int, str] = {}
+        self.gen = 0  # counts changes to names and categories (the compiled path's cache)
         self.clock: int | None = None  # TracePacketDefaults.timestamp_clock_id
         self.track: int | None = None  # TrackEventDefaults.track_uuid
         # Incremental clocks: clock id -> the clock's last value.
@@ -225,6 +227,7 @@ class _Sequence:
         self.names.clear()
         self.categories.clear()
         self.clock = self.track = None
+        self.gen += 1
 
 
 class _Decoder:
@@ -262,6 +265,9 @@ class _Decoder:
         self.sinks: dict[tuple[int, int], Any] = {}  # (pid, tid) -> put or sink.append
         self.unmatched = 0
         self.count = 0  # packets decoded
+        # The compiled path (load only, where built): it holds the open slices instead.
+        reader = None if converter is None else _fastread.reader(converter)
+        self.compiled = None if reader is None else _Compiled(reader)
 
     # ---- the hot loop ----
 
@@ -292,6 +298,7 @@ class _Decoder:
         now = 0  # the fast clock's value (written back to deltas when the fast path ends)
         end_tail = begin_head = b""
         count = self.count
+        compiled = self.compiled
         try:
             while pos < end:
                 if data[pos] != 0x0A:
@@ -448,7 +455,19 @@ class _Decoder:
                     self.put_raw(events)
                 # Whether the next packets of this sequence may take the fast path.
                 fast = -1
-                if not raw and last_seq < 0x80 and state.track is not None:
+                if compiled is not None and state.track is not None:
+                    clock = state.clock if state.clock is not None else CLOCK_MONOTONIC
+                    if clock in state.deltas:  # the compiled path takes what it can
+                        where = self.tracks.get(state.track)
+                        pid = where[1] if where else self.pid
+                        tid = where[2] if where and where[0] == "thread" else 0
+                        shift = -(self.base or 0)
+                        if clock != CLOCK_MONOTONIC:
+                            shift += state.offsets.get(clock, 0)
+                        pos, count = compiled.run(
+                            data, pos, count, last_seq, state, clock, shift, (pid, tid)
+                        )
+                elif not raw and last_seq < 0x80 and state.track is not None:
                     clock = state.clock if state.clock is not None else CLOCK_MONOTONIC
                     if clock in state.deltas:
                         fast = clock
@@ -558,11 +577,15 @@ class _Decoder:
         if track is None:
             track = 0
         if kind == END and not raw:
-            stack = opened.get(track)
-            if not stack:
+            if self.compiled is not None:
+                popped = self.compiled.pop(track)
+            else:
+                stack = opened.get(track)
+                popped = stack.pop() if stack else None
+            if popped is None:
                 self.unmatched += 1
                 return
-            start, name, cat, begin_args = stack.pop()
+            start, name, cat, begin_args = popped
             if args:  # the end's args add to the begin's, as for JSON's E
                 begin_args = {**(begin_args or {}), **args}
             where = self.tracks.get(track)
@@ -573,11 +596,14 @@ class _Decoder:
         if name is None and kind != END:
             name = state.names.get(name_iid, "")
         if kind == BEGIN and not raw:
+            if args is not None and "cut_short" in args:
+                args["cut_short"] = bool(args["cut_short"])
+            if self.compiled is not None:
+                self.compiled.push(track, ts, name or "", cat or "", args)
+                return
             stack = opened.get(track)
             if stack is None:
                 stack = opened[track] = []
-            if args is not None and "cut_short" in args:
-                args["cut_short"] = bool(args["cut_short"])
             stack.append((ts, name or "", cat or "", args))
             return
         where = self.tracks.get(track)
@@ -633,6 +659,8 @@ class _Decoder:
         args: dict[str, Any] | None,
     ) -> None:
         """An event to its thread's sink in the converter (times in ns)."""
+        if self.compiled is not None:
+            self.compiled.flush()  # the compiled path's ranges go first: file order
         self.sink_put(pid, tid)(ts, dur, name, cat, ph, args or NO_ARGS)
 
     def sink_put(self, pid: int, tid: int) -> Any:
@@ -650,6 +678,8 @@ class _Decoder:
         if self.converter is None:
             self.events += events
         else:
+            if self.compiled is not None:
+                self.compiled.flush()
             for e in events:
                 self.converter.add(e)
 
@@ -726,6 +756,7 @@ class _Decoder:
         for field, _, value in _fields(data):
             table = {ID_EVENT_NAMES: state.names, ID_EVENT_CATEGORIES: state.categories}.get(field)
             if table is not None:
+                state.gen += 1
                 entry = dict((f, v) for f, _, v in _fields(value))
                 table[entry.get(INTERNED_IID, 0)] = _text(entry.get(INTERNED_NAME, b""))
             elif field in SAMPLE_INTERNED:  # HOOK(samples): frames and callstacks
@@ -767,6 +798,148 @@ class _Decoder:
             meta = {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid}
             self.put_raw([{**meta, "args": {"name": name}}])
         self.tracks[uuid] = (kind, pid, tid, name)
+
+
+class _Compiled:
+    """The compiled fast path of ``_Decoder`` (``load`` only): the slice begins
+    and ends of the core's compact encoding, paired in C (native/offline/
+    mxo_pftrace.h says which packets it takes; it leaves every other one to
+    the decoder, which alone judges damage).
+
+    The open slices of every track are kept in C, the decoder pushing and
+    popping the ones it decodes (``push``/``pop``), so a slice may begin on
+    one side and end on the other.  Finished ranges become rows of the C
+    reader's columns, handed to the threads' sinks in batches
+    (``_fastread.Reader.take_rows``: columns at once for a ``Thread``, the
+    summary's rule in C for ``key_averages``), always before the decoder
+    hands a sink anything itself, so each thread's events and the keys come
+    in file order, as the pure decoding gives them.
+    """
+
+    def __init__(self, reader: _fastread.Reader) -> None:
+        ffi, lib = _fastread.ffi, _fastread.lib
+        self.lib = lib
+        self.reader = reader
+        self.r = reader.state
+        pf = lib.mxo_pf_new()
+        if pf == ffi.NULL:
+            raise MemoryError("mxprof: out of memory reading a trace")
+        self.pf = ffi.gc(pf, lib.mxo_pf_free)
+        self.stacks: dict[int, int] = {}  # track uuid -> its stack's handle in C
+        self.protos: list[tuple[str, str]] = []  # (name, category) per proto id
+        self.proto_ids: dict[tuple[str, str], int] = {}
+        # Begins C does not hold (args, or a time out of its range), by -ref - 1.
+        self.held: dict[int, tuple[int, str, str, Any]] = {}
+        self.next_held = 0
+        self.tag: tuple[int, int] | None = None  # (sequence, gen) of the C iid cache
+        self.pos = ffi.new("size_t *")
+        self.ts = ffi.new("int64_t *")
+        self.ref = ffi.new("int64_t *")
+
+    def _check(self, rc: int) -> int:
+        if rc < 0:
+            raise MemoryError("mxprof: out of memory reading a trace")
+        return rc
+
+    def stack(self, track: int) -> int:
+        handle = self.stacks.get(track)
+        if handle is None:
+            handle = self.stacks[track] = self._check(self.lib.mxo_pf_stack_new(self.pf))
+        return handle
+
+    def proto(self, name: str, cat: str) -> int:
+        key = (name, cat)
+        p = self.proto_ids.get(key)
+        if p is None:
+            n, c = name.encode("utf-8"), cat.encode("utf-8")
+            p = self.proto_ids[key] = self._check(
+                self.lib.mxo_pf_proto(self.pf, n, len(n), c, len(c))
+            )
+            self.protos.append(key)
+        return p
+
+    def push(self, track: int, ts: int, name: str, cat: str, args: dict[str, Any] | None) -> None:
+        """A slice begun on track (decoded by the decoder)."""
+        if args is None and -_TS_LIMIT < ts < _TS_LIMIT:
+            ref = self.proto(name, cat)
+        else:
+            self.held[self.next_held] = (ts, name, cat, args)
+            ref = -1 - self.next_held
+            self.next_held += 1
+            ts = 0
+        self._check(self.lib.mxo_pf_push(self.pf, self.stack(track), ts, ref))
+
+    def pop(self, track: int) -> tuple[int, str, str, Any] | None:
+        """The innermost slice open on track (ts, name, category, args), or None."""
+        handle = self.stacks.get(track)
+        if handle is None or not self._check(
+            self.lib.mxo_pf_pop(self.pf, handle, self.ts, self.ref)
+        ):
+            return None
+        ref = self.ref[0]
+        if ref < 0:
+            return self.held.pop(-1 - ref)
+        name, cat = self.protos[ref]
+        return self.ts[0], name, cat, None
+
+    def open(self) -> int:
+        """Slices still open, on every track."""
+        return int(self.pf.open)
+
+    def flush(self) -> None:
+        """The ranges paired in C so far to their sinks."""
+        if self.r.n:
+            self.reader.take_rows()
+
+    def run(
+        self,
+        data: bytes,
+        pos: int,
+        count: int,
+        seq: int,
+        state: _Sequence,
+        clock: int,
+        shift: int,
+        thread: tuple[int, int],
+    ) -> tuple[int, int]:
+        """The packets from pos that C takes, on sequence seq (whose default
+        track and incremental clock are state's): where it stopped, and the
+        packets decoded (count on)."""
+        now = state.deltas[clock]
+        if not (
+            -_SAFE <= now <= _SAFE and -_SAFE <= shift <= _SAFE and 0 <= seq < 1 << 64
+        ) or not all(-(1 << 63) <= i < 1 << 63 for i in thread):
+            return pos, count
+        lib, pf = self.lib, self.pf
+        assert state.track is not None
+        pf.seq = seq
+        pf.now = now
+        pf.shift = shift
+        pf.stack = self.stack(state.track)
+        pf.count = count
+        self._check(lib.mxo_pf_thread(self.r, pf, thread[0], thread[1]))
+        if self.tag != (seq, state.gen):  # the cache holds another sequence's names
+            lib.mxo_pf_uncache(pf)
+            self.tag = (seq, state.gen)
+        self.pos[0] = pos
+        while True:
+            rc = self._check(lib.mxo_pf_run(self.r, pf, data, len(data), self.pos))
+            if rc == _STOP:
+                break
+            if rc == _MISS:  # a begin's names, as track_event reads them
+                name_iid, cat_iid = pf.miss_name, pf.miss_cat
+                name = state.names.get(name_iid, "")
+                proto = self.proto(name, state.categories.get(cat_iid, ""))
+                self._check(lib.mxo_pf_cache(pf, name_iid, cat_iid, proto))
+            else:  # _FULL
+                self.reader.take_rows()
+        state.deltas[clock] = int(pf.now)
+        return int(self.pos[0]), int(pf.count)
+
+
+_STOP, _MISS = 0, 1  # mxo_pf_run's answers (mxo_pftrace.h), and MXO_PF_FULL
+_SAFE = 1 << 61  # MXO_PF_SAFE: |now| and |shift| the compiled path takes
+_TS_LIMIT = 1 << 62  # MXO_PF_TS_LIMIT: a begin's |ts| it holds
 
 
 # Fields whose wire type is fixed: one written otherwise breaks the format.
@@ -903,5 +1076,9 @@ def load_perfetto(f: BinaryIO, where: str, converter: Converter) -> tuple[dict[s
         rest = data[pos:]
         if not piece:
             break
-    converter.unmatched += decoder.unmatched + sum(len(s) for s in decoder.open.values())
+    open_slices = sum(len(s) for s in decoder.open.values())
+    if decoder.compiled is not None:
+        decoder.compiled.flush()
+        open_slices += decoder.compiled.open()
+    converter.unmatched += decoder.unmatched + open_slices
     return decoder.metadata, bool(rest)
