@@ -87,6 +87,8 @@ class Reader:
         self._pairs: list[tuple[str, str]] = []  # _SUMMARY: (name, category) per id
         self._pair_ids: dict[tuple[str, str], int] = {}
         self._text = b""  # the block being read
+        # The args of rows another parser made (MXO_HELD_ARGS), by index; None: JSON's.
+        self.held: list[dict[str, Any]] | None = None
 
     def take(self, text: bytes) -> bool:
         """Add a block's events (``_scan.blocks``' form) to the conversion;
@@ -110,12 +112,15 @@ class Reader:
         return self._r
 
     def take_rows(self) -> None:
-        """The rows another parser put in the C reader (in file order, without
-        args) to their threads' sinks, as a block's rows go; then none are left."""
+        """The rows another parser put in the C reader (in file order, their
+        args in ``held``) to their threads' sinks, as a block's rows go; then
+        none are left."""
         n = self._r.n
         if n:
             self._rows(0, n)
             self._r.n = 0
+            if self.held:
+                self.held.clear()
 
     def _decoded(self, text: bytes) -> bool:
         """take, the block parsed: its runs decoded, then everything added."""
@@ -212,8 +217,7 @@ class Reader:
                 kinds = _array("i", kinds)
                 extras = sink.extras
                 at = ffi.unpack(r.g_apos + r.g_abegin[g], with_args)
-                text = ffi.buffer(r.g_atext + r.g_atext_begin[g], r.g_atext_len[g])
-                for j, args in zip(at, _DECODE_ARGS(text)):
+                for j, args in zip(at, self._args(g, with_args)):
                     extras.append((kinds[j], args))
                     kinds[j] = -len(extras)
                 kinds = kinds.tobytes()
@@ -224,6 +228,14 @@ class Reader:
                 order,
             )
         return whole
+
+    def _args(self, g: int, n: int) -> list[dict[str, Any]]:
+        """The args of group g's n rows that have some, in order."""
+        r = self._r
+        held = self.held
+        if held is None:  # a JSON block's: the rows' text
+            return _DECODE_ARGS(ffi.buffer(r.g_atext + r.g_atext_begin[g], r.g_atext_len[g]))
+        return [held[i] for i in ffi.unpack(r.g_aheld + r.g_abegin[g], n)]
 
     def _summary(self) -> bool:
         """mxo_group's groups through their summary sinks' rule (``model._Running``),
@@ -297,7 +309,12 @@ class Reader:
                 continue  # taken at once
             name, category, ph = texts[k]
             length = d if ph == "X" else None
-            args = _DECODE_ARGS(b"[" + text[a : a + a_len] + b"]")[0] if a_len else NO_ARGS
+            if not a_len:
+                args = NO_ARGS
+            elif a_len == _HELD and self.held is not None:
+                args = self.held[a]
+            else:
+                args = _DECODE_ARGS(b"[" + text[a : a + a_len] + b"]")[0]
             put = getattr(sink, "put", None)
             if put is not None:
                 put(ts, length, name, category, ph, args)
@@ -315,9 +332,10 @@ class Reader:
         ph_p = ffi.new("char *")
         for k in range(len(self._key_text), r.n_keys):
             lib.mxo_key_text(r, k, name_p, name_n, cat_p, cat_n, ph_p)
-            # (UTF-8: a .pftrace's names; the JSON rows' are ASCII)
-            name = ffi.unpack(name_p[0], name_n[0]).decode("utf-8")
-            category = ffi.unpack(cat_p[0], cat_n[0]).decode("utf-8")
+            # (UTF-8: a .pftrace's names; the JSON rows' are ASCII.  Empty:
+            # the texts' arena may not be there yet.)
+            name = ffi.unpack(name_p[0], name_n[0]).decode("utf-8") if name_n[0] else ""
+            category = ffi.unpack(cat_p[0], cat_n[0]).decode("utf-8") if cat_n[0] else ""
             self._key_text.append((name, category, ph_p[0].decode("ascii")))
 
     def _keys_for(self, end: int) -> None:
@@ -341,6 +359,7 @@ class Reader:
             self._globals += 1
 
 
+_HELD = -1 if lib is None else lib.MXO_HELD_ARGS  # a row's args_len: its args in Reader.held
 _COLUMNS = "columns"  # Thread sinks: rows as columns at once
 _SUMMARY = "summary"  # model._Running sinks: the rule run in C
 _EVENTS = "events"  # anything else: rows one at a time

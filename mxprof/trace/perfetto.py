@@ -257,6 +257,7 @@ class _Decoder:
         self.tracks: dict[int, tuple[str, int, int, str]] = {}
         self.async_cats: dict[int, str] = {}
         self.pid = 0  # the pid of the last process track: global events belong to it
+        self.layout = 0  # counts changes to tracks, pid and base (the compiled path's)
         self.base: int | None = None  # MONOTONIC ns of ts 0
         self.samples = PerfettoSamples()  # HOOK(samples): stack samples
         self.sample_sequences: set[int] = set()  # sequences that interned frames
@@ -458,15 +459,7 @@ class _Decoder:
                 if compiled is not None and state.track is not None:
                     clock = state.clock if state.clock is not None else CLOCK_MONOTONIC
                     if clock in state.deltas:  # the compiled path takes what it can
-                        where = self.tracks.get(state.track)
-                        pid = where[1] if where else self.pid
-                        tid = where[2] if where and where[0] == "thread" else 0
-                        shift = -(self.base or 0)
-                        if clock != CLOCK_MONOTONIC:
-                            shift += state.offsets.get(clock, 0)
-                        pos, count = compiled.run(
-                            data, pos, count, last_seq, state, clock, shift, (pid, tid)
-                        )
+                        pos, count = compiled.run(self, data, pos, count, last_seq, state, clock)
                 elif not raw and last_seq < 0x80 and state.track is not None:
                     clock = state.clock if state.clock is not None else CLOCK_MONOTONIC
                     if clock in state.deltas:
@@ -659,9 +652,14 @@ class _Decoder:
         args: dict[str, Any] | None,
     ) -> None:
         """An event to its thread's sink in the converter (times in ns)."""
+        put = self.sink_put(pid, tid)  # (the sinks are made in the pure path's order)
         if self.compiled is not None:
-            self.compiled.flush()  # the compiled path's ranges go first: file order
-        self.sink_put(pid, tid)(ts, dur, name, cat, ph, args or NO_ARGS)
+            # After the compiled path's ranges, in file order: in its rows,
+            # or (times out of its range) once they went.
+            if self.compiled.put(pid, tid, ts, dur, name, cat, ph, args):
+                return
+            self.compiled.flush()
+        put(ts, dur, name, cat, ph, args or NO_ARGS)
 
     def sink_put(self, pid: int, tid: int) -> Any:
         """put(ts, dur, name, category, ph, args) of the thread's sink."""
@@ -677,9 +675,7 @@ class _Decoder:
         """Raw events (names, samples): to the output, or through the converter."""
         if self.converter is None:
             self.events += events
-        else:
-            if self.compiled is not None:
-                self.compiled.flush()
+        else:  # (names and samples: the converter keeps them apart from the sinks)
             for e in events:
                 self.converter.add(e)
 
@@ -731,6 +727,7 @@ class _Decoder:
                 state.deltas[number] = value  # the next timestamp counts from here
             if 64 <= number < 128 and mono is not None:
                 state.offsets[number] = mono - value
+        self.layout += 1
 
     def chrome_metadata(self, data: bytes) -> None:
         """A ChromeEventBundle's metadata (what ``writer.PerfettoWriter.metadata``
@@ -798,6 +795,7 @@ class _Decoder:
             meta = {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid}
             self.put_raw([{**meta, "args": {"name": name}}])
         self.tracks[uuid] = (kind, pid, tid, name)
+        self.layout += 1
 
 
 class _Compiled:
@@ -826,12 +824,16 @@ class _Compiled:
             raise MemoryError("mxprof: out of memory reading a trace")
         self.pf = ffi.gc(pf, lib.mxo_pf_free)
         self.stacks: dict[int, int] = {}  # track uuid -> its stack's handle in C
-        self.protos: list[tuple[str, str]] = []  # (name, category) per proto id
-        self.proto_ids: dict[tuple[str, str], int] = {}
+        self.protos: list[tuple[str, str, str]] = []  # (name, category, ph) per proto id
+        self.proto_ids: dict[tuple[str, str, str], int] = {}
+        self.args: list[dict[str, Any]] = []  # the args of the rows Python put
+        reader.held = self.args
         # Begins C does not hold (args, or a time out of its range), by -ref - 1.
         self.held: dict[int, tuple[int, str, str, Any]] = {}
         self.next_held = 0
         self.tag: tuple[int, int] | None = None  # (sequence, gen) of the C iid cache
+        self.view: tuple[int, ...] | None = None  # what run last set the C to (see run)
+        self.thread = (0, 0)  # the view's (pid, tid)
         self.pos = ffi.new("size_t *")
         self.ts = ffi.new("int64_t *")
         self.ref = ffi.new("int64_t *")
@@ -847,16 +849,49 @@ class _Compiled:
             handle = self.stacks[track] = self._check(self.lib.mxo_pf_stack_new(self.pf))
         return handle
 
-    def proto(self, name: str, cat: str) -> int:
-        key = (name, cat)
+    def proto(self, name: str, cat: str, ph: str = "X") -> int:
+        """The C's id of a (name, category, phase)."""
+        key = (name, cat, ph)
         p = self.proto_ids.get(key)
         if p is None:
             n, c = name.encode("utf-8"), cat.encode("utf-8")
             p = self.proto_ids[key] = self._check(
-                self.lib.mxo_pf_proto(self.pf, n, len(n), c, len(c))
+                self.lib.mxo_pf_proto(self.pf, n, len(n), c, len(c), ph.encode("ascii"))
             )
             self.protos.append(key)
         return p
+
+    def put(
+        self,
+        pid: int,
+        tid: int,
+        ts: int,
+        dur: int | None,
+        name: str,
+        cat: str,
+        ph: str,
+        args: dict[str, Any] | None,
+    ) -> bool:
+        """An event the decoder decoded, to the rows after the C's (``_Decoder.put``);
+        False where its numbers are out of the rows' range (the caller puts it)."""
+        if dur is None:
+            dur = _NO_DUR
+        elif not 0 <= dur < _TS_LIMIT:
+            return False
+        if not (-_TS_LIMIT < ts < _TS_LIMIT and -_I64 <= pid < _I64 and -_I64 <= tid < _I64):
+            return False
+        held = 0
+        if args:
+            self.args.append(args)
+            held = len(self.args)
+        proto = self.proto_ids.get((name, cat, ph))
+        if proto is None:
+            proto = self.proto(name, cat, ph)
+        rc = self.lib.mxo_pf_put(self.r, self.pf, pid, tid, ts, dur, proto, held)
+        if rc:
+            self._check(rc)
+            self.reader.take_rows()  # _FULL: rows (and args) held in bounded memory
+        return True
 
     def push(self, track: int, ts: int, name: str, cat: str, args: dict[str, Any] | None) -> None:
         """A slice begun on track (decoded by the decoder)."""
@@ -879,7 +914,7 @@ class _Compiled:
         ref = self.ref[0]
         if ref < 0:
             return self.held.pop(-1 - ref)
-        name, cat = self.protos[ref]
+        name, cat, _ = self.protos[ref]
         return self.ts[0], name, cat, None
 
     def open(self) -> int:
@@ -893,35 +928,55 @@ class _Compiled:
 
     def run(
         self,
+        decoder: _Decoder,
         data: bytes,
         pos: int,
         count: int,
         seq: int,
         state: _Sequence,
         clock: int,
-        shift: int,
-        thread: tuple[int, int],
     ) -> tuple[int, int]:
         """The packets from pos that C takes, on sequence seq (whose default
         track and incremental clock are state's): where it stopped, and the
         packets decoded (count on)."""
-        now = state.deltas[clock]
-        if not (
-            -_SAFE <= now <= _SAFE and -_SAFE <= shift <= _SAFE and 0 <= seq < 1 << 64
-        ) or not all(-(1 << 63) <= i < 1 << 63 for i in thread):
-            return pos, count
         lib, pf = self.lib, self.pf
-        assert state.track is not None
-        pf.seq = seq
+        # The C's view of the sequence, set again only when it changed.
+        view = (seq, state.gen, state.track, clock, decoder.layout)
+        if view != self.view:
+            self.view = None
+            track = state.track
+            assert track is not None
+            where = decoder.tracks.get(track)
+            pid = where[1] if where else decoder.pid
+            tid = where[2] if where and where[0] == "thread" else 0
+            self.thread = (pid, tid)
+            if seq < 0x80:  # the pure decoding's fast path makes the sink here
+                decoder.sink_put(pid, tid)
+            shift = -(decoder.base or 0)
+            if clock != CLOCK_MONOTONIC:
+                shift += state.offsets.get(clock, 0)
+            if not (
+                -_SAFE <= shift <= _SAFE
+                and 0 <= seq < 1 << 64
+                and -_I64 <= pid < _I64
+                and -_I64 <= tid < _I64
+            ):
+                return pos, count
+            pf.seq = seq
+            pf.shift = shift
+            pf.stack = self.stack(track)
+            self._check(lib.mxo_pf_thread(self.r, pf, pid, tid))
+            if self.tag != (seq, state.gen):  # the cache holds another sequence's names
+                lib.mxo_pf_uncache(pf)
+                self.tag = (seq, state.gen)
+            self.view = view
+        now = state.deltas[clock]
+        if not -_SAFE <= now <= _SAFE:
+            return pos, count
         pf.now = now
-        pf.shift = shift
-        pf.stack = self.stack(state.track)
         pf.count = count
-        self._check(lib.mxo_pf_thread(self.r, pf, thread[0], thread[1]))
-        if self.tag != (seq, state.gen):  # the cache holds another sequence's names
-            lib.mxo_pf_uncache(pf)
-            self.tag = (seq, state.gen)
         self.pos[0] = pos
+        rows = self.r.n
         while True:
             rc = self._check(lib.mxo_pf_run(self.r, pf, data, len(data), self.pos))
             if rc == _STOP:
@@ -932,12 +987,17 @@ class _Compiled:
                 proto = self.proto(name, state.categories.get(cat_iid, ""))
                 self._check(lib.mxo_pf_cache(pf, name_iid, cat_iid, proto))
             else:  # _FULL
+                decoder.sink_put(*self.thread)
                 self.reader.take_rows()
-        state.deltas[clock] = int(pf.now)
-        return int(self.pos[0]), int(pf.count)
+        if self.r.n > rows:  # the pure decoding makes the sink at its first range
+            decoder.sink_put(*self.thread)
+        state.deltas[clock] = pf.now
+        return self.pos[0], pf.count
 
 
 _STOP, _MISS = 0, 1  # mxo_pf_run's answers (mxo_pftrace.h), and MXO_PF_FULL
+_NO_DUR = -(1 << 63)  # MXO_NO_DUR: a point's dur
+_I64 = 1 << 63  # pids and tids: int64
 _SAFE = 1 << 61  # MXO_PF_SAFE: |now| and |shift| the compiled path takes
 _TS_LIMIT = 1 << 62  # MXO_PF_TS_LIMIT: a begin's |ts| it holds
 

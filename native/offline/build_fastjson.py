@@ -22,6 +22,7 @@ SOURCES = sorted(os.path.join("native", "offline", f) for f in os.listdir(HERE) 
 CDEF = """
 #define MXO_ERR_MEMORY ...
 #define MXO_ERR_ARG ...
+#define MXO_HELD_ARGS ...
 typedef struct mxo_reader {
     int64_t *ts;
     int64_t *dur;
@@ -50,6 +51,7 @@ typedef struct mxo_reader {
     size_t *g_with_args;
     size_t *g_abegin;
     size_t *g_apos;
+    size_t *g_aheld;
     char *g_atext;
     size_t *g_atext_begin;
     size_t *g_atext_len;
@@ -99,7 +101,10 @@ void mxo_pf_free(mxo_pf *pf);
 int32_t mxo_pf_stack_new(mxo_pf *pf);
 int mxo_pf_push(mxo_pf *pf, int32_t stack, int64_t ts, int64_t ref);
 int mxo_pf_pop(mxo_pf *pf, int32_t stack, int64_t *ts, int64_t *ref);
-int32_t mxo_pf_proto(mxo_pf *pf, const char *name, size_t name_len, const char *cat, size_t cat_len);
+int32_t mxo_pf_proto(mxo_pf *pf, const char *name, size_t name_len, const char *cat, size_t cat_len,
+                     char ph);
+int mxo_pf_put(mxo_reader *r, mxo_pf *pf, int64_t pid, int64_t tid, int64_t ts, int64_t dur,
+               int32_t proto, size_t held);
 int mxo_pf_cache(mxo_pf *pf, uint64_t name_iid, uint64_t cat_iid, int32_t proto);
 void mxo_pf_uncache(mxo_pf *pf);
 int mxo_pf_thread(mxo_reader *r, mxo_pf *pf, int64_t pid, int64_t tid);

@@ -29,7 +29,7 @@ void mxo_pf_free(mxo_pf *pf)
     for (int32_t s = 0; s < pf->n_stacks; s++)
         free(pf->stacks[s].ts), free(pf->stacks[s].ref);
     free(pf->stacks);
-    free(pf->p_text), free(pf->p_name_len), free(pf->p_cat_len), free(pf->p_key);
+    free(pf->p_text), free(pf->p_name_len), free(pf->p_cat_len), free(pf->p_key), free(pf->p_ph);
     free(pf->arena);
     free(pf->c_name), free(pf->c_cat), free(pf->c_proto);
     free(pf);
@@ -88,7 +88,8 @@ int mxo_pf_pop(mxo_pf *pf, int32_t stack, int64_t *ts, int64_t *ref)
 
 /* ---- protos: (name, category) pairs, their keys made at their first row ---- */
 
-int32_t mxo_pf_proto(mxo_pf *pf, const char *name, size_t name_len, const char *cat, size_t cat_len)
+int32_t mxo_pf_proto(mxo_pf *pf, const char *name, size_t name_len, const char *cat, size_t cat_len,
+                     char ph)
 {
     if (pf == NULL || (name_len && name == NULL) || (cat_len && cat == NULL))
         return MXO_ERR_ARG;
@@ -99,7 +100,7 @@ int32_t mxo_pf_proto(mxo_pf *pf, const char *name, size_t name_len, const char *
         if (mxo_grow((void **)&pf->p_text, cap, sizeof(size_t))
             || mxo_grow((void **)&pf->p_name_len, cap, sizeof(size_t))
             || mxo_grow((void **)&pf->p_cat_len, cap, sizeof(size_t))
-            || mxo_grow((void **)&pf->p_key, cap, 4))
+            || mxo_grow((void **)&pf->p_key, cap, 4) || mxo_grow((void **)&pf->p_ph, cap, 1))
             return MXO_ERR_MEMORY;
         pf->protos_cap = cap;
     }
@@ -107,7 +108,7 @@ int32_t mxo_pf_proto(mxo_pf *pf, const char *name, size_t name_len, const char *
     if (need < pf->arena_len || need + cat_len < need)
         return MXO_ERR_MEMORY;
     need += cat_len;
-    if (need > pf->arena_cap) {
+    if (need > pf->arena_cap || pf->arena == NULL) { /* (never NULL: offsets from it) */
         size_t cap = mxo_doubled(pf->arena_cap, need);
         if (mxo_grow((void **)&pf->arena, cap, 1))
             return MXO_ERR_MEMORY;
@@ -118,6 +119,7 @@ int32_t mxo_pf_proto(mxo_pf *pf, const char *name, size_t name_len, const char *
     pf->p_name_len[p] = name_len;
     pf->p_cat_len[p] = cat_len;
     pf->p_key[p] = -1;
+    pf->p_ph[p] = ph;
     if (name_len)
         memcpy(pf->arena + pf->arena_len, name, name_len);
     if (cat_len)
@@ -234,28 +236,49 @@ static int tag(const unsigned char *data, size_t end, size_t *p, unsigned char t
     return 1;
 }
 
-/* The range begun at start (a proto's) that ends at ts, to the rows. */
-static int row_out(mxo_reader *r, mxo_pf *pf, int64_t start, int64_t proto, int64_t ts)
+/* A row of a proto's key (made now if new: keys come in the order of their
+ * first rows) on thread t; held: 0, or its args' index in Python's list + 1. */
+static int row_out(mxo_reader *r, mxo_pf *pf, int64_t ts, int64_t dur, size_t proto, int32_t t,
+                   size_t held)
 {
     int32_t k = pf->p_key[proto];
     if (k < 0) {
         const char *text = pf->arena + pf->p_text[proto];
         k = mxo_key_add(r, text, pf->p_name_len[proto], text + pf->p_name_len[proto],
-                        pf->p_cat_len[proto], 'X', r->n);
+                        pf->p_cat_len[proto], pf->p_ph[proto], r->n);
         if (k < 0)
             return k;
         pf->p_key[proto] = k;
     }
     if (mxo_row_room(r) < 0)
         return MXO_ERR_MEMORY;
-    r->ts[r->n] = start;
-    r->dur[r->n] = ts > start ? ts - start : 0; /* both within +-2**62 */
+    r->ts[r->n] = ts;
+    r->dur[r->n] = dur;
     r->key[r->n] = k;
-    r->thread[r->n] = pf->thread;
-    r->args[r->n] = 0;
-    r->args_len[r->n] = 0;
+    r->thread[r->n] = t;
+    r->args[r->n] = held ? held - 1 : 0;
+    r->args_len[r->n] = held ? MXO_HELD_ARGS : 0;
     r->n++;
     return 0;
+}
+
+/* An event Python decoded, to the rows after the ones before it (so every
+ * thread's events and the keys stay in file order): ts, dur (MXO_NO_DUR for
+ * a point; else 0 or more) within +-MXO_PF_TS_LIMIT, a proto (its ph the
+ * event's), held: 0, or its args' index in the caller's list + 1.  Returns
+ * MXO_PF_FULL once there are row_limit rows (hand them on), else 0. */
+int mxo_pf_put(mxo_reader *r, mxo_pf *pf, int64_t pid, int64_t tid, int64_t ts, int64_t dur,
+               int32_t proto, size_t held)
+{
+    if (r == NULL || pf == NULL || proto < 0 || (size_t)proto >= pf->n_protos
+        || ts >= MXO_PF_TS_LIMIT || ts <= -MXO_PF_TS_LIMIT
+        || (dur != MXO_NO_DUR && (dur < 0 || dur >= MXO_PF_TS_LIMIT)) || held == MXO_HELD_ARGS)
+        return MXO_ERR_ARG;
+    int32_t t = mxo_thread_add(r, pid, tid);
+    if (t < 0)
+        return t;
+    int rc = row_out(r, pf, ts, dur, (size_t)proto, t, held);
+    return rc < 0 ? rc : r->n >= pf->row_limit ? MXO_PF_FULL : 0;
 }
 
 /*
@@ -329,7 +352,9 @@ int mxo_pf_run(mxo_reader *r, mxo_pf *pf, const char *text, size_t len, size_t *
         } else {
             if (stack->n == 0 || stack->ref[stack->n - 1] < 0)
                 break; /* unmatched, or begun with args: Python's */
-            int rc = row_out(r, pf, stack->ts[stack->n - 1], stack->ref[stack->n - 1], ts);
+            int64_t start = stack->ts[stack->n - 1];
+            int rc = row_out(r, pf, start, ts > start ? ts - start : 0, /* within +-2**62 */
+                             (size_t)stack->ref[stack->n - 1], pf->thread, 0);
             if (rc < 0)
                 return rc;
             stack->n--;

@@ -30,6 +30,11 @@
  * in the order of their first rows, as the pure reader's) or, < 0, a begin
  * Python holds (its args, or a time out of range).
  *
+ * Python hands the events it decodes itself that go to a thread (points,
+ * ranges with args) to the same rows (mxo_pf_put), their args held in a
+ * Python list (MXO_HELD_ARGS), so that one stream of rows, in file order,
+ * goes to the sinks.
+ *
  * Every read of the data is bounded by its length; varints longer than 10
  * bytes or past 64 bits stop the run; no recursion; memory grows by
  * doubling and is freed by mxo_pf_free.
@@ -69,6 +74,7 @@ typedef struct mxo_pf {
     /* Protos: (name, category) texts in the arena, and their reader key (-1: none yet). */
     size_t *p_text, *p_name_len, *p_cat_len;
     int32_t *p_key;
+    char *p_ph;
     size_t n_protos, protos_cap;
     char *arena;
     size_t arena_len, arena_cap;
@@ -86,7 +92,10 @@ void mxo_pf_free(mxo_pf *pf);
 int32_t mxo_pf_stack_new(mxo_pf *pf);
 int mxo_pf_push(mxo_pf *pf, int32_t stack, int64_t ts, int64_t ref);
 int mxo_pf_pop(mxo_pf *pf, int32_t stack, int64_t *ts, int64_t *ref);
-int32_t mxo_pf_proto(mxo_pf *pf, const char *name, size_t name_len, const char *cat, size_t cat_len);
+int32_t mxo_pf_proto(mxo_pf *pf, const char *name, size_t name_len, const char *cat, size_t cat_len,
+                     char ph);
+int mxo_pf_put(mxo_reader *r, mxo_pf *pf, int64_t pid, int64_t tid, int64_t ts, int64_t dur,
+               int32_t proto, size_t held);
 int mxo_pf_cache(mxo_pf *pf, uint64_t name_iid, uint64_t cat_iid, int32_t proto);
 void mxo_pf_uncache(mxo_pf *pf);
 int mxo_pf_thread(mxo_reader *r, mxo_pf *pf, int64_t pid, int64_t tid);

@@ -27,6 +27,7 @@
 #define MXO_NO_DUR INT64_MIN /* the dur of a point: _columns.NO_DUR */
 #define MXO_ERR_MEMORY (-1)
 #define MXO_ERR_ARG (-2)
+#define MXO_HELD_ARGS SIZE_MAX /* args_len of a row whose args the caller holds */
 
 typedef struct mxo_reader {
     /* The last block's events that were parsed, in file order. */
@@ -34,7 +35,8 @@ typedef struct mxo_reader {
     int64_t *dur;    /* ns (0 or more), MXO_NO_DUR for a point */
     int32_t *key;    /* the reader's key id of (name, cat, ph) */
     int32_t *thread; /* the reader's thread id of (pid, tid) */
-    size_t *args, *args_len; /* the text of its args object (args_len 0: none) */
+    size_t *args, *args_len; /* the text of its args object (args_len 0: none; */
+                             /* MXO_HELD_ARGS: args is an index into the caller's list) */
     size_t n, cap;
     /* The runs the parser did not take: text [begin, end) of the block lies
      * after its first `at` events. */
@@ -74,6 +76,7 @@ typedef struct mxo_reader {
     int32_t *g_key; /* per row of g_*: the reader's key id */
     size_t *g_with_args;         /* per group: its rows with args ... */
     size_t *g_abegin, *g_apos;   /* ... their positions in it: g_apos[g_abegin[g] + k] ... */
+    size_t *g_aheld;             /* ... the held args' indexes (else MXO_HELD_ARGS) ... */
     char *g_atext;               /* ... and their args as one JSON array: */
     size_t g_atext_cap;
     size_t *g_atext_begin, *g_atext_len; /* g_atext[begin, begin + len) */
