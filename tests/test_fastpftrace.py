@@ -324,6 +324,17 @@ def _end(delta: int, seq: int = SEQ) -> bytes:
     return _packet(_num(8, delta) + _num(10, seq) + _msg(11, _num(9, 2)))
 
 
+def _sample(delta: int, track: int, value: int, seq: int = SEQ) -> bytes:
+    """A counter sample as the core writes it: type, track, value (field 30)."""
+    event = _num(9, 4) + _num(11, track) + _num(30, value)
+    return _packet(_num(8, delta) + _num(10, seq) + _msg(11, event))
+
+
+LOSS = 555  # a counter track, declared by COUNTER_TRACK
+COUNTER_TRACK = _packet(_num(10, 1) + _msg(60, _num(1, LOSS) + _num(5, 5) + _msg(2, b"loss")
+                                           + _msg(8, b"")))  # fmt: skip
+
+
 PLAIN = _begin(10) + _begin(5, 2, 2) + _end(3) + _end(4)
 
 EDGES = {
@@ -374,6 +385,16 @@ EDGES = {
     + _end(1)
     + _end(1),
     "empty packet": _begin(1) + _packet(b"") + _end(1),
+    "counters": COUNTER_TRACK + _begin(1) + _sample(1, LOSS, 7) + _sample(2, LOSS, 2**64 - 3)
+    + _end(1) + _sample(0, LOSS, 0),
+    "a counter of an unknown track": _begin(1) + _sample(1, 999, 4) + _end(1)
+    + _packet(_num(10, SEQ) + _msg(12, _msg(2, _num(1, 0) + _msg(2, b"zero"))))
+    + _sample(1, 999, 5),
+    "a counter declared late": _sample(1, LOSS, 1) + COUNTER_TRACK + _sample(1, LOSS, 2),
+    "a counter past 64 bits": _sample(1, LOSS, 3)
+    + _packet(_num(8, 1) + _num(10, SEQ) + _msg(11, _num(9, 4) + _num(11, LOSS) + b"\xf0\x01"
+                                                + b"\xff" * 9 + b"\x03")),  # fmt: skip
+    "a counter of the process": _sample(1, 5, 11) + PLAIN + _sample(1, 5, 12),
     "zero length": _begin(5) + _end(0) + _begin(0, 2, 2) + _end(0),
     "interned again": PLAIN
     + _packet(_num(10, SEQ) + _msg(12, _msg(2, _num(1, 1) + _msg(2, b"renamed"))))
@@ -382,10 +403,22 @@ EDGES = {
 
 
 @pytest.mark.parametrize("name", sorted(EDGES))
-def test_edges(tmp_path, name):
+def test_edges(tmp_path, name, monkeypatch):
     path = tmp_path / "edge.pftrace"
     path.write_bytes(HEAD + EDGES[name] * 3)
+    python_put: list[str] = []  # the events Python decoded and handed to the rows
+    put = perfetto._Compiled.put
+
+    def spy(self, pid, tid, ts, dur, name, cat, ph, args):
+        python_put.append(ph)
+        return put(self, pid, tid, ts, dur, name, cat, ph, args)
+
+    monkeypatch.setattr(perfetto._Compiled, "put", spy)
     got = _same(path)
+    if name == "counters":  # every sample and range the C's (3 readings, the file thrice)
+        assert python_put == []
+        samples = [e for e in got["lists"][0][(42, 0)] if e.ph == "C"]
+        assert [e.args for e in samples] == [{"loss": 7}, {"loss": -3}, {"loss": 0}] * 3
     if name == "plain":
         rows = got["read_events"][0][0]
         assert [(t[0], t[1], t[2], t[3]) for t in rows] == [

@@ -217,7 +217,10 @@ class Reader:
                 kinds = _array("i", kinds)
                 extras = sink.extras
                 at = ffi.unpack(r.g_apos + r.g_abegin[g], with_args)
+                names = self._keys.names
                 for j, args in zip(at, self._args(g, with_args)):
+                    if type(args) is int:  # a counter's value
+                        args = {names[kinds[j]]: args}
                     extras.append((kinds[j], args))
                     kinds[j] = -len(extras)
                 kinds = kinds.tobytes()
@@ -229,13 +232,18 @@ class Reader:
             )
         return whole
 
-    def _args(self, g: int, n: int) -> list[dict[str, Any]]:
-        """The args of group g's n rows that have some, in order."""
+    def _args(self, g: int, n: int) -> list[Any]:
+        """The args of group g's n rows that have some, in order: a dict, or a
+        counter's value (an int: its args are {its name: value})."""
         r = self._r
         held = self.held
         if held is None:  # a JSON block's: the rows' text
             return _DECODE_ARGS(ffi.buffer(r.g_atext + r.g_atext_begin[g], r.g_atext_len[g]))
-        return [held[i] for i in ffi.unpack(r.g_aheld + r.g_abegin[g], n)]
+        first = r.g_abegin[g]
+        return [
+            held[a] if form == _HELD else _signed(a)
+            for a, form in zip(ffi.unpack(r.g_aheld + first, n), ffi.unpack(r.g_alen + first, n))
+        ]
 
     def _summary(self) -> bool:
         """mxo_group's groups through their summary sinks' rule (``model._Running``),
@@ -313,6 +321,8 @@ class Reader:
                 args = NO_ARGS
             elif a_len == _HELD and self.held is not None:
                 args = self.held[a]
+            elif a_len == _COUNTER and self.held is not None:
+                args = {name: _signed(a)}
             else:
                 args = _DECODE_ARGS(b"[" + text[a : a + a_len] + b"]")[0]
             put = getattr(sink, "put", None)
@@ -360,6 +370,13 @@ class Reader:
 
 
 _HELD = -1 if lib is None else lib.MXO_HELD_ARGS  # a row's args_len: its args in Reader.held
+_COUNTER = -1 if lib is None else lib.MXO_COUNTER_ARGS  # ...: a counter's, args its value
+
+
+def _signed(bits: int) -> int:
+    """A counter's value from its 64 bits (a varint's two's complement)."""
+    return bits - (1 << 64) if bits >= 1 << 63 else bits
+
 _COLUMNS = "columns"  # Thread sinks: rows as columns at once
 _SUMMARY = "summary"  # model._Running sinks: the rule run in C
 _EVENTS = "events"  # anything else: rows one at a time

@@ -831,7 +831,8 @@ class _Compiled:
         # Begins C does not hold (args, or a time out of its range), by -ref - 1.
         self.held: dict[int, tuple[int, str, str, Any]] = {}
         self.next_held = 0
-        self.tag: tuple[int, int] | None = None  # (sequence, gen) of the C iid cache
+        # (sequence, gen, layout) of the C's cache of iids and counter tracks
+        self.tag: tuple[int, ...] | None = None
         self.view: tuple[int, ...] | None = None  # what run last set the C to (see run)
         self.thread = (0, 0)  # the view's (pid, tid)
         self.pos = ffi.new("size_t *")
@@ -966,9 +967,9 @@ class _Compiled:
             pf.shift = shift
             pf.stack = self.stack(track)
             self._check(lib.mxo_pf_thread(self.r, pf, pid, tid))
-            if self.tag != (seq, state.gen):  # the cache holds another sequence's names
-                lib.mxo_pf_uncache(pf)
-                self.tag = (seq, state.gen)
+            if self.tag != view[:2] + view[4:]:  # the cache holds another sequence's names
+                lib.mxo_pf_uncache(pf)  # (or counter tracks of another layout)
+                self.tag = view[:2] + view[4:]
             self.view = view
         now = state.deltas[clock]
         if not -_SAFE <= now <= _SAFE:
@@ -986,6 +987,16 @@ class _Compiled:
                 name = state.names.get(name_iid, "")
                 proto = self.proto(name, state.categories.get(cat_iid, ""))
                 self._check(lib.mxo_pf_cache(pf, name_iid, cat_iid, proto))
+            elif rc == _MISS_TRACK:  # a counter's track, as track_event reads it
+                if self.r.n > rows:  # (the sinks in the pure decoding's order)
+                    decoder.sink_put(*self.thread)
+                track = pf.miss_track
+                where = decoder.tracks.get(track)
+                pid = where[1] if where else decoder.pid
+                counter = where[3] if where else state.names.get(0, "")
+                decoder.sink_put(pid, 0)  # where the pure decoding puts the sample
+                proto = self.proto(counter, "", "C")
+                self._check(lib.mxo_pf_cache_track(self.r, pf, track, proto, pid, 0))
             else:  # _FULL
                 decoder.sink_put(*self.thread)
                 self.reader.take_rows()
@@ -995,7 +1006,7 @@ class _Compiled:
         return self.pos[0], pf.count
 
 
-_STOP, _MISS = 0, 1  # mxo_pf_run's answers (mxo_pftrace.h), and MXO_PF_FULL
+_STOP, _MISS, _MISS_TRACK = 0, 1, 3  # mxo_pf_run's answers (mxo_pftrace.h), and MXO_PF_FULL
 _NO_DUR = -(1 << 63)  # MXO_NO_DUR: a point's dur
 _I64 = 1 << 63  # pids and tids: int64
 _SAFE = 1 << 61  # MXO_PF_SAFE: |now| and |shift| the compiled path takes

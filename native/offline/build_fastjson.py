@@ -23,6 +23,7 @@ CDEF = """
 #define MXO_ERR_MEMORY ...
 #define MXO_ERR_ARG ...
 #define MXO_HELD_ARGS ...
+#define MXO_COUNTER_ARGS ...
 typedef struct mxo_reader {
     int64_t *ts;
     int64_t *dur;
@@ -52,6 +53,7 @@ typedef struct mxo_reader {
     size_t *g_abegin;
     size_t *g_apos;
     size_t *g_aheld;
+    size_t *g_alen;
     char *g_atext;
     size_t *g_atext_begin;
     size_t *g_atext_len;
@@ -93,6 +95,7 @@ typedef struct mxo_pf {
     size_t row_limit;
     uint64_t miss_name;
     uint64_t miss_cat;
+    uint64_t miss_track;
     size_t open;
     ...;
 } mxo_pf;
@@ -108,6 +111,8 @@ int mxo_pf_put(mxo_reader *r, mxo_pf *pf, int64_t pid, int64_t tid, int64_t ts, 
 int mxo_pf_cache(mxo_pf *pf, uint64_t name_iid, uint64_t cat_iid, int32_t proto);
 void mxo_pf_uncache(mxo_pf *pf);
 int mxo_pf_thread(mxo_reader *r, mxo_pf *pf, int64_t pid, int64_t tid);
+int mxo_pf_cache_track(mxo_reader *r, mxo_pf *pf, uint64_t track, int32_t proto, int64_t pid,
+                       int64_t tid);
 int mxo_pf_run(mxo_reader *r, mxo_pf *pf, const char *data, size_t len, size_t *pos);
 """
 

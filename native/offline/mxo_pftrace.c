@@ -11,8 +11,11 @@
 #define CACHE_MAX ((size_t)1 << 16) /* iid pairs cached at most: then forgotten */
 
 enum { PACKET = 0x0a, TIMESTAMP = 0x40, SEQ = 0x50, FLAGS = 0x68, TRACK_EVENT = 0x5a };
-enum { TYPE = 0x48, NAME_IID = 0x50, CATEGORY_IIDS = 0x18 };
-enum { SLICE_BEGIN = 1, SLICE_END = 2, INCREMENTAL_STATE_CLEARED = 1 };
+enum { TYPE = 0x48, NAME_IID = 0x50, CATEGORY_IIDS = 0x18, TRACK_UUID = 0x58 };
+enum { COUNTER_VALUE_0 = 0xf0, COUNTER_VALUE_1 = 0x01 }; /* field 30, a varint: two bytes */
+enum { SLICE_BEGIN = 1, SLICE_END = 2, COUNTER = 4, INCREMENTAL_STATE_CLEARED = 1 };
+/* A counter's value rides in its row's args (MXO_COUNTER_ARGS): 64 bits. */
+#define COUNTERS (SIZE_MAX >= UINT64_MAX)
 
 mxo_pf *mxo_pf_new(void)
 {
@@ -32,6 +35,7 @@ void mxo_pf_free(mxo_pf *pf)
     free(pf->p_text), free(pf->p_name_len), free(pf->p_cat_len), free(pf->p_key), free(pf->p_ph);
     free(pf->arena);
     free(pf->c_name), free(pf->c_cat), free(pf->c_proto);
+    free(pf->t_uuid), free(pf->t_proto), free(pf->t_thread);
     free(pf);
 }
 
@@ -154,6 +158,65 @@ void mxo_pf_uncache(mxo_pf *pf)
         memset(pf->c_proto, 0, pf->c_cap * sizeof *pf->c_proto);
         pf->c_n = 0;
     }
+    if (pf != NULL && pf->t_n) {
+        memset(pf->t_proto, 0, pf->t_cap * sizeof *pf->t_proto);
+        pf->t_n = 0;
+    }
+}
+
+/* The counter track's proto and thread; 0 where it is not cached. */
+static int cached_track(const mxo_pf *pf, uint64_t track, int32_t *proto, int32_t *thread)
+{
+    if (pf->t_cap == 0)
+        return 0;
+    for (size_t at = iid_slot(track, 0, pf->t_cap); pf->t_proto[at] != 0; at = (at + 1) & (pf->t_cap - 1))
+        if (pf->t_uuid[at] == track) {
+            *proto = pf->t_proto[at] - 1;
+            *thread = pf->t_thread[at];
+            return 1;
+        }
+    return 0;
+}
+
+/* A counter track's (uuid) name, as a proto of phase C, and its thread (pid, tid). */
+int mxo_pf_cache_track(mxo_reader *r, mxo_pf *pf, uint64_t track, int32_t proto, int64_t pid,
+                       int64_t tid)
+{
+    if (r == NULL || pf == NULL || proto < 0 || (size_t)proto >= pf->n_protos)
+        return MXO_ERR_ARG;
+    int32_t t = mxo_thread_add(r, pid, tid);
+    if (t < 0)
+        return t;
+    if (pf->t_n >= CACHE_MAX) /* a hostile file's many tracks: start again */
+        mxo_pf_uncache(pf);
+    if (pf->t_n * 2 + 2 > pf->t_cap) {
+        size_t cap = mxo_doubled(pf->t_cap ? pf->t_cap * 2 : 64, pf->t_n * 2 + 2);
+        uint64_t *uuids = calloc(cap, 8);
+        int32_t *protos = calloc(cap, 4), *threads = calloc(cap, 4);
+        if (uuids == NULL || protos == NULL || threads == NULL) {
+            free(uuids), free(protos), free(threads);
+            return MXO_ERR_MEMORY;
+        }
+        for (size_t i = 0; i < pf->t_cap; i++) {
+            if (pf->t_proto[i] == 0)
+                continue;
+            size_t at = iid_slot(pf->t_uuid[i], 0, cap);
+            while (protos[at] != 0)
+                at = (at + 1) & (cap - 1);
+            uuids[at] = pf->t_uuid[i], protos[at] = pf->t_proto[i], threads[at] = pf->t_thread[i];
+        }
+        free(pf->t_uuid), free(pf->t_proto), free(pf->t_thread);
+        pf->t_uuid = uuids, pf->t_proto = protos, pf->t_thread = threads;
+        pf->t_cap = cap;
+    }
+    size_t at = iid_slot(track, 0, pf->t_cap);
+    for (; pf->t_proto[at] != 0; at = (at + 1) & (pf->t_cap - 1))
+        if (pf->t_uuid[at] == track)
+            break;
+    if (pf->t_proto[at] == 0)
+        pf->t_n++;
+    pf->t_uuid[at] = track, pf->t_proto[at] = proto + 1, pf->t_thread[at] = t;
+    return 0;
 }
 
 int mxo_pf_cache(mxo_pf *pf, uint64_t name_iid, uint64_t cat_iid, int32_t proto)
@@ -237,9 +300,9 @@ static int tag(const unsigned char *data, size_t end, size_t *p, unsigned char t
 }
 
 /* A row of a proto's key (made now if new: keys come in the order of their
- * first rows) on thread t; held: 0, or its args' index in Python's list + 1. */
+ * first rows) on thread t; its args (args_len 0: none; see mxo_read.h). */
 static int row_out(mxo_reader *r, mxo_pf *pf, int64_t ts, int64_t dur, size_t proto, int32_t t,
-                   size_t held)
+                   size_t args, size_t args_len)
 {
     int32_t k = pf->p_key[proto];
     if (k < 0) {
@@ -256,8 +319,8 @@ static int row_out(mxo_reader *r, mxo_pf *pf, int64_t ts, int64_t dur, size_t pr
     r->dur[r->n] = dur;
     r->key[r->n] = k;
     r->thread[r->n] = t;
-    r->args[r->n] = held ? held - 1 : 0;
-    r->args_len[r->n] = held ? MXO_HELD_ARGS : 0;
+    r->args[r->n] = args;
+    r->args_len[r->n] = args_len;
     r->n++;
     return 0;
 }
@@ -277,7 +340,7 @@ int mxo_pf_put(mxo_reader *r, mxo_pf *pf, int64_t pid, int64_t tid, int64_t ts, 
     int32_t t = mxo_thread_add(r, pid, tid);
     if (t < 0)
         return t;
-    int rc = row_out(r, pf, ts, dur, (size_t)proto, t, held);
+    int rc = row_out(r, pf, ts, dur, (size_t)proto, t, held ? held - 1 : 0, held ? MXO_HELD_ARGS : 0);
     return rc < 0 ? rc : r->n >= pf->row_limit ? MXO_PF_FULL : 0;
 }
 
@@ -287,7 +350,8 @@ int mxo_pf_put(mxo_reader *r, mxo_pf *pf, int64_t pid, int64_t tid, int64_t ts, 
  * added to pf->now, pf->count counted, *pos past it).  Returns why it
  * stopped: MXO_PF_STOP at a packet it does not take (*pos there; also at
  * the end of the data, or a packet cut by it), MXO_PF_MISS at a begin
- * whose iids are not cached (pf->miss_name, pf->miss_cat), MXO_PF_FULL
+ * whose iids are not cached (pf->miss_name, pf->miss_cat), MXO_PF_MISS_TRACK
+ * at a counter sample whose track is not (pf->miss_track), MXO_PF_FULL
  * with row_limit rows; or an error.
  */
 int mxo_pf_run(mxo_reader *r, mxo_pf *pf, const char *text, size_t len, size_t *pos)
@@ -322,9 +386,15 @@ int mxo_pf_run(mxo_reader *r, mxo_pf *pf, const char *text, size_t len, size_t *
         if (!tag(data, stop, &p, TRACK_EVENT) || !varint(data, stop, &p, &event)
             || event != stop - p || !tag(data, stop, &p, TYPE) || !varint(data, stop, &p, &type))
             break;
+        uint64_t track = 0, value = 0;
         if (type == SLICE_BEGIN) {
             if (!tag(data, stop, &p, NAME_IID) || !varint(data, stop, &p, &name)
                 || !tag(data, stop, &p, CATEGORY_IIDS) || !varint(data, stop, &p, &cat))
+                break;
+        } else if (type == COUNTER && COUNTERS) {
+            if (!tag(data, stop, &p, TRACK_UUID) || !varint(data, stop, &p, &track)
+                || !tag(data, stop, &p, COUNTER_VALUE_0) || !tag(data, stop, &p, COUNTER_VALUE_1)
+                || !varint(data, stop, &p, &value))
                 break;
         } else if (type != SLICE_END) {
             break;
@@ -337,7 +407,18 @@ int mxo_pf_run(mxo_reader *r, mxo_pf *pf, const char *text, size_t len, size_t *
         int64_t ts = now + pf->shift;
         if (ts >= MXO_PF_TS_LIMIT || ts <= -MXO_PF_TS_LIMIT)
             break;
-        if (type == SLICE_BEGIN) {
+        if (type == COUNTER) {
+            int32_t proto, thread;
+            if (!cached_track(pf, track, &proto, &thread)) {
+                pf->miss_track = track;
+                *pos = at;
+                return MXO_PF_MISS_TRACK;
+            }
+            int rc = row_out(r, pf, ts, MXO_NO_DUR, (size_t)proto, thread, (size_t)value,
+                             MXO_COUNTER_ARGS);
+            if (rc < 0)
+                return rc;
+        } else if (type == SLICE_BEGIN) {
             int32_t proto = cached(pf, name, cat);
             if (proto < 0) {
                 pf->miss_name = name;
@@ -354,7 +435,7 @@ int mxo_pf_run(mxo_reader *r, mxo_pf *pf, const char *text, size_t len, size_t *
                 break; /* unmatched, or begun with args: Python's */
             int64_t start = stack->ts[stack->n - 1];
             int rc = row_out(r, pf, start, ts > start ? ts - start : 0, /* within +-2**62 */
-                             (size_t)stack->ref[stack->n - 1], pf->thread, 0);
+                             (size_t)stack->ref[stack->n - 1], pf->thread, 0, 0);
             if (rc < 0)
                 return rc;
             stack->n--;

@@ -9,12 +9,15 @@
  *
  *   end:   0x40 delta, 0x50 seq, [0x68 flags], 0x5A { 0x48 2 }
  *   begin: 0x40 delta, 0x50 seq, [0x68 flags], 0x5A { 0x48 1, 0x50 name_iid, 0x18 category_iid }
+ *   counter sample: 0x40 delta, 0x50 seq, [0x68 flags], 0x5A { 0x48 4, 0x58 track, 0xF0 0x01 value }
  *
  * (the sequence the caller named, flags without INCREMENTAL_STATE_CLEARED).
  * A begin is pushed on its track's stack; an end pops it and the range
  * becomes a row of the mxo_reader's columns (ts, dur, key, thread: the
  * same rows mxo_parse makes of JSON), which Python hands to the threads'
- * sinks in batches (mxprof/trace/_fastread.py).  mxo_pf_run stops, having
+ * sinks in batches (mxprof/trace/_fastread.py); a counter sample is a
+ * point row of its track's name and (pid, 0), its value in the row's args
+ * (MXO_COUNTER_ARGS), Python's {name: value} where a sink keeps args.  mxo_pf_run stops, having
  * taken nothing of it, at the first packet of any other shape, or whose
  * numbers leave the range where int64 arithmetic is exact, or whose end
  * finds its stack empty or topped by a begin Python holds (one with
@@ -50,6 +53,7 @@
 #define MXO_PF_STOP 0 /* a packet mxo_pf_run does not take: Python decodes it */
 #define MXO_PF_MISS 1 /* a begin whose (miss_name, miss_cat) iids have no proto yet */
 #define MXO_PF_FULL 2 /* row_limit rows: hand them on (Python), then call again */
+#define MXO_PF_MISS_TRACK 3 /* a counter sample whose track (miss_track) is not cached */
 
 typedef struct mxo_pf_stack {
     int64_t *ts;
@@ -67,6 +71,7 @@ typedef struct mxo_pf {
     size_t count;   /* packets decoded (updated by the run) */
     size_t row_limit;
     uint64_t miss_name, miss_cat; /* MXO_PF_MISS's iids */
+    uint64_t miss_track;          /* MXO_PF_MISS_TRACK's track */
     /* The stacks, by handle. */
     mxo_pf_stack *stacks;
     int32_t n_stacks, stacks_cap;
@@ -82,6 +87,10 @@ typedef struct mxo_pf {
     uint64_t *c_name, *c_cat;
     int32_t *c_proto; /* proto + 1, 0: empty */
     size_t c_n, c_cap;
+    /* The counter tracks: uuid -> proto (+ 1, 0: empty) and thread, open addressing. */
+    uint64_t *t_uuid;
+    int32_t *t_proto, *t_thread;
+    size_t t_n, t_cap;
 } mxo_pf;
 
 #define MXO_PF_SAFE ((int64_t)1 << 61) /* |now|, |shift|: ts within +-2**62 */
@@ -99,6 +108,8 @@ int mxo_pf_put(mxo_reader *r, mxo_pf *pf, int64_t pid, int64_t tid, int64_t ts, 
 int mxo_pf_cache(mxo_pf *pf, uint64_t name_iid, uint64_t cat_iid, int32_t proto);
 void mxo_pf_uncache(mxo_pf *pf);
 int mxo_pf_thread(mxo_reader *r, mxo_pf *pf, int64_t pid, int64_t tid);
+int mxo_pf_cache_track(mxo_reader *r, mxo_pf *pf, uint64_t track, int32_t proto, int64_t pid,
+                       int64_t tid);
 int mxo_pf_run(mxo_reader *r, mxo_pf *pf, const char *data, size_t len, size_t *pos);
 
 #endif

@@ -67,7 +67,8 @@ void mxo_free(mxo_reader *r)
     if (r == NULL)
         return;
     free(r->ts), free(r->dur), free(r->key), free(r->thread), free(r->args), free(r->args_len);
-    free(r->g_apos), free(r->g_aheld), free(r->g_abegin), free(r->g_atext), free(r->g_atext_begin);
+    free(r->g_apos), free(r->g_aheld), free(r->g_alen), free(r->g_abegin), free(r->g_atext);
+    free(r->g_atext_begin);
     free(r->g_atext_len), free(r->g_with_args);
     free(r->run_begin), free(r->run_end), free(r->run_at);
     free(r->key_first), free(r->key_global), free(r->key_name), free(r->key_name_len);
@@ -641,7 +642,8 @@ int mxo_set_key(mxo_reader *r, int32_t key, int32_t global)
  * Per group, its rows with args: their positions in the group (g_apos from
  * g_abegin) and their args' texts as one JSON array (g_atext from
  * g_atext_begin, g_atext_len bytes), or, for a row whose args the caller
- * holds (MXO_HELD_ARGS), their index (g_aheld; MXO_HELD_ARGS for a text's). */
+ * holds (MXO_HELD_ARGS) or a counter's (MXO_COUNTER_ARGS), their args and
+ * args_len (g_aheld, g_alen; a text's: g_alen only). */
 int mxo_group(mxo_reader *r, const char *text, size_t len, size_t begin, size_t end)
 {
     if (r == NULL || text == NULL || begin > end || end > r->n)
@@ -658,7 +660,8 @@ int mxo_group(mxo_reader *r, const char *text, size_t len, size_t begin, size_t 
         if (grow((void **)&r->g_ts, cap, 8) || grow((void **)&r->g_dur, cap, 8)
             || grow((void **)&r->g_kind, cap, 4) || grow((void **)&r->g_key, cap, 4)
             || grow((void **)&r->g_apos, cap, sizeof(size_t))
-            || grow((void **)&r->g_aheld, cap, sizeof(size_t)))
+            || grow((void **)&r->g_aheld, cap, sizeof(size_t))
+            || grow((void **)&r->g_alen, cap, sizeof(size_t)))
             return MXO_ERR_MEMORY;
         r->g_cap = cap;
     }
@@ -667,7 +670,7 @@ int mxo_group(mxo_reader *r, const char *text, size_t len, size_t begin, size_t 
     size_t text_bytes = 0;
     for (size_t i = begin; i < end; i++) { /* count, groups in order of first event */
         int32_t t = r->thread[i];
-        int held = r->args_len[i] == MXO_HELD_ARGS;
+        int held = r->args_len[i] == MXO_HELD_ARGS || r->args_len[i] == MXO_COUNTER_ARGS;
         if (r->args_len[i] && !held && (r->args[i] > len || r->args_len[i] > len - r->args[i]))
             return MXO_ERR_ARG; /* not this block's */
         if (r->g_slot[t] < 0) {
@@ -725,11 +728,12 @@ int mxo_group(mxo_reader *r, const char *text, size_t len, size_t begin, size_t 
         r->g_dur[j] = r->dur[i];
         r->g_kind[j] = r->key[i];
         r->g_key[j] = r->key[i];
-        if (r->args_len[i] == MXO_HELD_ARGS) {
+        if (r->args_len[i] == MXO_HELD_ARGS || r->args_len[i] == MXO_COUNTER_ARGS) {
             r->g_aheld[r->g_abegin[g] + r->g_with_args[g]] = r->args[i];
+            r->g_alen[r->g_abegin[g] + r->g_with_args[g]] = r->args_len[i];
             r->g_apos[r->g_abegin[g] + r->g_with_args[g]++] = j - r->g_begin[g];
         } else if (r->args_len[i]) {
-            r->g_aheld[r->g_abegin[g] + r->g_with_args[g]] = MXO_HELD_ARGS;
+            r->g_alen[r->g_abegin[g] + r->g_with_args[g]] = r->args_len[i];
             r->g_apos[r->g_abegin[g] + r->g_with_args[g]++] = j - r->g_begin[g];
             char *out = r->g_atext + r->g_atext_begin[g] + r->g_atext_len[g];
             *out = r->g_atext_len[g] ? ',' : '[';

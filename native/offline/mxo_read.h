@@ -28,6 +28,7 @@
 #define MXO_ERR_MEMORY (-1)
 #define MXO_ERR_ARG (-2)
 #define MXO_HELD_ARGS SIZE_MAX /* args_len of a row whose args the caller holds */
+#define MXO_COUNTER_ARGS (SIZE_MAX - 1) /* ... of a counter's: args, its value's 64 bits */
 
 typedef struct mxo_reader {
     /* The last block's events that were parsed, in file order. */
@@ -36,7 +37,8 @@ typedef struct mxo_reader {
     int32_t *key;    /* the reader's key id of (name, cat, ph) */
     int32_t *thread; /* the reader's thread id of (pid, tid) */
     size_t *args, *args_len; /* the text of its args object (args_len 0: none; */
-                             /* MXO_HELD_ARGS: args is an index into the caller's list) */
+                             /* MXO_HELD_ARGS: args is an index into the caller's list; */
+                             /* MXO_COUNTER_ARGS: a counter's value, {name: value}) */
     size_t n, cap;
     /* The runs the parser did not take: text [begin, end) of the block lies
      * after its first `at` events. */
@@ -76,7 +78,7 @@ typedef struct mxo_reader {
     int32_t *g_key; /* per row of g_*: the reader's key id */
     size_t *g_with_args;         /* per group: its rows with args ... */
     size_t *g_abegin, *g_apos;   /* ... their positions in it: g_apos[g_abegin[g] + k] ... */
-    size_t *g_aheld;             /* ... the held args' indexes (else MXO_HELD_ARGS) ... */
+    size_t *g_aheld, *g_alen;    /* ... args and args_len of those not in the text ... */
     char *g_atext;               /* ... and their args as one JSON array: */
     size_t g_atext_cap;
     size_t *g_atext_begin, *g_atext_len; /* g_atext[begin, begin + len) */
