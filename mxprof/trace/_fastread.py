@@ -75,6 +75,7 @@ class Reader:
 
     def __init__(self, converted: Converter) -> None:
         self.converted = converted
+        self.ffi, self.lib = ffi, lib  # (for perfetto.py's compiled path)
         self._r = ffi.gc(lib.mxo_new(), lib.mxo_free)
         if self._r == ffi.NULL:
             raise MemoryError
@@ -376,6 +377,7 @@ _COUNTER = -1 if lib is None else lib.MXO_COUNTER_ARGS  # ...: a counter's, args
 def _signed(bits: int) -> int:
     """A counter's value from its 64 bits (a varint's two's complement)."""
     return bits - (1 << 64) if bits >= 1 << 63 else bits
+
 
 _COLUMNS = "columns"  # Thread sinks: rows as columns at once
 _SUMMARY = "summary"  # model._Running sinks: the rule run in C

@@ -711,7 +711,9 @@ def read_protobuf(path: PathArg, sink: Any) -> tuple[Converter, dict[str, Any], 
             return None
         f.seek(0)
         converted = Converter(sink)
-        metadata, truncated = load_perfetto(f, shown(os.fspath(path)), converted)
+        # The compiled path (native/offline/mxo_pftrace.c) where built: the same result.
+        fast = _fastread.reader(converted)
+        metadata, truncated = load_perfetto(f, shown(os.fspath(path)), converted, fast)
     return converted, metadata, truncated
 
 

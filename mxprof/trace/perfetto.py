@@ -33,7 +33,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import TraceFormatError
-from . import _fastread
 from ._event import NO_ARGS, Event
 from ._protobuf import (
     BEGIN,
@@ -99,6 +98,7 @@ from .samples import PerfettoSamples  # HOOK(samples)
 
 if TYPE_CHECKING:
     from ._convert import Converter
+    from ._fastread import Reader
 
 RawEvent = dict[str, Any]
 
@@ -248,7 +248,7 @@ class _Decoder:
     first MONOTONIC snapshot (the trace's base).
     """
 
-    def __init__(self, converter: Converter | None) -> None:
+    def __init__(self, converter: Converter | None, reader: Reader | None = None) -> None:
         self.converter = converter
         self.events: list[RawEvent] = []  # the raw output (converter None)
         self.metadata: dict[str, Any] = {}
@@ -266,9 +266,9 @@ class _Decoder:
         self.sinks: dict[tuple[int, int], Any] = {}  # (pid, tid) -> put or sink.append
         self.unmatched = 0
         self.count = 0  # packets decoded
-        # The compiled path (load only, where built): it holds the open slices instead.
-        reader = None if converter is None else _fastread.reader(converter)
-        self.compiled = None if reader is None else _Compiled(reader)
+        # The compiled path (load only, where built: reader, _fastread's for
+        # converter): it holds the open slices instead.
+        self.compiled = None if reader is None or converter is None else _Compiled(reader)
 
     # ---- the hot loop ----
 
@@ -814,8 +814,8 @@ class _Compiled:
     in file order, as the pure decoding gives them.
     """
 
-    def __init__(self, reader: _fastread.Reader) -> None:
-        ffi, lib = _fastread.ffi, _fastread.lib
+    def __init__(self, reader: Reader) -> None:
+        ffi, lib = reader.ffi, reader.lib
         self.lib = lib
         self.reader = reader
         self.r = reader.state
@@ -832,8 +832,8 @@ class _Compiled:
         self.held: dict[int, tuple[int, str, str, Any]] = {}
         self.next_held = 0
         # (sequence, gen, layout) of the C's cache of iids and counter tracks
-        self.tag: tuple[int, ...] | None = None
-        self.view: tuple[int, ...] | None = None  # what run last set the C to (see run)
+        self.tag: tuple[Any, ...] | None = None
+        self.view: tuple[Any, ...] | None = None  # what run last set the C to (see run)
         self.thread = (0, 0)  # the view's (pid, tid)
         self.pos = ffi.new("size_t *")
         self.ts = ffi.new("int64_t *")
@@ -1121,8 +1121,11 @@ def read_perfetto(data: bytes, where: str) -> tuple[list[RawEvent], dict[str, An
 PIECE = 8 << 20  # bytes of the file read at a time
 
 
-def load_perfetto(f: BinaryIO, where: str, converter: Converter) -> tuple[dict[str, Any], bool]:
-    """Read a Perfetto trace from f into converter's sinks (``load``'s way).
+def load_perfetto(
+    f: BinaryIO, where: str, converter: Converter, reader: Reader | None = None
+) -> tuple[dict[str, Any], bool]:
+    """Read a Perfetto trace from f into converter's sinks (``load``'s way);
+    with reader (``_fastread.reader(converter)``), by the compiled path where it can.
 
     The file is read a piece at a time (memory holds a piece, not the file);
     ranges go to their threads' sinks paired, as ``X`` events (see
@@ -1134,7 +1137,7 @@ def load_perfetto(f: BinaryIO, where: str, converter: Converter) -> tuple[dict[s
         TraceFormatError: a packet breaks the wire format (named by its
             index in the file).
     """
-    decoder = _Decoder(converter)
+    decoder = _Decoder(converter, reader)
     rest = b""
     while True:
         piece = f.read(PIECE)
