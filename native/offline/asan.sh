@@ -2,8 +2,9 @@
 # The offline reader's C (native/offline) under AddressSanitizer and
 # UndefinedBehaviorSanitizer: builds mxprof.trace._fastjson so in a copy of
 # the tree (the core plainly, for the tests that record a trace) and runs
-# tests/test_fastjson.py, the differential test, against it.  The first
-# report fails the run.  .ci/run runs it; by hand: native/offline/asan.sh
+# tests/test_fastjson.py and tests/test_fastpftrace.py, the differential
+# tests (JSON, .pftrace), against it.  The first report fails the run.
+# .ci/run runs it; by hand: native/offline/asan.sh
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 python="${PYTHON:-python3}"
@@ -22,4 +23,4 @@ ldd mxprof/trace/_fastjson*.so | grep -q libasan
 # own allocations are not checked for leaks (it keeps much until exit).
 LD_PRELOAD="$(${CC:-gcc} -print-file-name=libasan.so)" \
 ASAN_OPTIONS="detect_leaks=0:abort_on_error=1" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
-PYTHONPATH="$work" "$python" -m pytest -q -p no:cacheprovider tests/test_fastjson.py
+PYTHONPATH="$work" "$python" -m pytest -q -p no:cacheprovider tests/test_fastjson.py tests/test_fastpftrace.py
