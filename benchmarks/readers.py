@@ -1,7 +1,7 @@
 """The readers on hostile and big gzip input: time and peak memory, .json.gz beside .json.
 
     python benchmarks/readers.py [--quick] [--sizes 16 64 256] [--events 2000000] [--member 16]
-    python benchmarks/readers.py --formats 10000000 [--root DIR]
+    python benchmarks/readers.py --formats 10000000 [--root DIR] [--before DIR] [--repeats 3]
     python benchmarks/readers.py --decode 10000000 [--repeats 3] [--root DIR]
 
 Each input is written twice, as plain ``.json`` and as ``.json.gz`` (the
@@ -25,7 +25,10 @@ the live core as ``.json`` and as ``.pftrace``, and reads each the same way:
 issue 26's target is that the ``.pftrace`` costs no more to read than the
 ``.json`` (time and peak memory).  ``--root DIR`` records and reads with the
 mxprof tree at DIR (another checkout: its writer and its readers), for a
-before/after comparison in the same run.
+before/after comparison in the same run.  Each file is read ``--repeats``
+times (medians; the readings of the two formats alternate), and with
+``--before DIR`` also by the tree at DIR, alternating with root's, the files
+being the same: the rows marked "before".
 
 ``--decode N`` records about N events with ``benchmarks/report.py``'s
 training-like loop (the live core) and times, each in a process of its
@@ -98,6 +101,17 @@ with _testing.fake_clock(1_000_000_000) as advance:
 
 READ_CPU = READ.replace("time.perf_counter()", "time.process_time()")
 
+# --formats: wall and CPU seconds and peak RSS of one reading.
+READ_TIMES = """
+import resource, sys, time
+import mxprof
+start, cpu = time.perf_counter(), time.process_time()
+rows = mxprof.load(sys.argv[1]).key_averages()
+took, cpu = time.perf_counter() - start, time.process_time() - cpu
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(took, cpu, peak, f"{sum(r.count for r in rows)} ranges", sep="\t")
+"""
+
 # A typed decode of the whole file into Events: what any reading of the JSON costs at least.
 DECODE = """
 import resource, sys, time
@@ -145,11 +159,13 @@ def decode(events: int, repeats: int, root: str, folder: str) -> dict[str, list[
     return times
 
 
-def formats(ranges: int, root: str, folder: str) -> dict[str, tuple[float, float, int, str, int]]:
+def formats(
+    ranges: int, root: str, folder: str, repeats: int = 1, before: str | None = None
+) -> dict[str, tuple[float, float, int, str, int]]:
     """Record the same ranges as .json and .pftrace with the tree at root; read
-    each, twice: (wall s, CPU s, peak RSS, outcome, bytes) per format.  The
-    CPU time is the steadier figure on a loaded machine."""
-    out = {}
+    each ``repeats`` times with root's tree (and before's, alternating, where
+    given): (median wall s, median CPU s, median peak RSS, outcome, bytes) per
+    format and tree.  The CPU time is the steadier figure on a loaded machine."""
     paths = {}
     for ext in (".json", ".pftrace"):
         path = paths[ext] = os.path.join(folder, "loop" + ext)
@@ -157,13 +173,44 @@ def formats(ranges: int, root: str, folder: str) -> dict[str, tuple[float, float
         cmd = [sys.executable, "-c", RECORD, path, str(ranges)]
         # cwd: python -c puts it first on sys.path, before PYTHONPATH (root).
         subprocess.run(cmd, check=True, timeout=3600, env=env, cwd=folder)
-    for ext, path in paths.items():
-        took, peak, outcome = read(path, root)
-        cpu = read(path, root, READ_CPU)[0]
-        out[ext] = (took, cpu, peak, outcome, os.path.getsize(path))
+    trees = [("", root)] + ([(" before", before)] if before else [])
+    seen: dict[str, list[tuple[float, float, int, str]]] = {}
+    for _ in range(repeats):
+        for ext, path in paths.items():
+            for mark, tree in trees:
+                seen.setdefault(ext + mark, []).append(read_times(path, tree))
+                sys.stdout.flush()
+    out = {}
+    for label, runs in seen.items():
+        path = paths[label.split(" ")[0]]
+        out[label] = (
+            statistics.median(r[0] for r in runs),
+            statistics.median(r[1] for r in runs),
+            int(statistics.median(r[2] for r in runs)),
+            runs[-1][3],
+            os.path.getsize(path),
+        )
     for path in paths.values():
         os.unlink(path)
     return out
+
+
+def read_times(path: str, root: str) -> tuple[float, float, int, str]:
+    """One ``load(path).key_averages()`` by the tree at root, in a process of
+    its own: (wall s, CPU s, peak RSS, outcome)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", READ_TIMES, path],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env={**os.environ, "PYTHONPATH": root},
+        cwd=os.path.dirname(path),
+    )
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return float("nan"), float("nan"), 0, f"FAILED: {last[:60]}"
+    took, cpu, peak, outcome = proc.stdout.strip().split("\t")
+    return float(took), float(cpu), int(peak), outcome
 
 
 def write_both(folder: str, name: str, pieces: object, member: int) -> tuple[str, str]:
@@ -236,12 +283,15 @@ def main() -> int:
     ap.add_argument("--formats", type=int, metavar="N", help="N ranges as .json and .pftrace")
     ap.add_argument("--root", default=ROOT, help="the mxprof tree to record and read with")
     ap.add_argument("--decode", type=int, metavar="N", help="N events: load vs a msgspec decode")
-    ap.add_argument("--repeats", type=int, default=3, help="--decode: readings of each way")
+    ap.add_argument("--repeats", type=int, help="readings of each way (--decode: 3, --formats: 1)")
+    ap.add_argument("--before", help="--formats: also read with the mxprof tree at BEFORE")
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.events = [1, 2], 20_000
         args.decode = args.decode and 20_000
     folder = tempfile.mkdtemp(prefix="mxprof-bench-readers-")
+    if args.repeats is None:
+        args.repeats = 3 if args.decode else 1
     if args.decode:
         before = os.getloadavg()
         try:
@@ -262,14 +312,19 @@ def main() -> int:
         return 0 if fine or args.quick else 1
     if args.formats:
         try:
-            got = formats(args.formats, os.path.abspath(args.root), folder)
+            before = args.before and os.path.abspath(args.before)
+            got = formats(args.formats, os.path.abspath(args.root), folder, args.repeats, before)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         load = os.getloadavg()[0]
         print(f"{args.formats:,} ranges recorded and read with {args.root}; load {load:.1f}")
-        print(f"{'format':<9} {'MB':>8} {'wall s':>8} {'CPU s':>8} {'peak MB':>8}  outcome")
+        if args.before:
+            print(f"(before: read with {args.before}; medians of {args.repeats} readings)")
+        print(f"{'format':<16} {'MB':>8} {'wall s':>8} {'CPU s':>8} {'peak MB':>8}  outcome")
         for ext, (took, cpu, peak, outcome, size) in got.items():
-            print(f"{ext:<9} {size / 1e6:8.1f} {took:8.2f} {cpu:8.2f} {peak / 1e6:8.0f}  {outcome}")
+            print(
+                f"{ext:<16} {size / 1e6:8.1f} {took:8.2f} {cpu:8.2f} {peak / 1e6:8.0f}  {outcome}"
+            )
         pf, js = got[".pftrace"], got[".json"]
         fine = pf[1] <= js[1] and pf[2] <= js[2]
         print(
