@@ -69,6 +69,7 @@ def _reading(path, pure: bool):
         converted, metadata, truncated = read
         lists = {k: list(v) for k, v in converted.finish().items()}
         out["lists"] = (lists, metadata, truncated, converted.unmatched)
+        out["sinks made"] = list(lists)  # in order: merge renumbers pids in that order
         out["names"] = (converted.process_names, converted.thread_names)
         shared = _Shared()  # one sink for every thread: the order across threads counts
         read = read_protobuf(path, lambda key: shared)
@@ -329,6 +330,16 @@ def _sample(delta: int, track: int, value: int, seq: int = SEQ) -> bytes:
     return _packet(_num(8, delta) + _num(10, seq) + _msg(11, event))
 
 
+def _sequence(seq: int, track: int) -> bytes:
+    """A sequence started as the core starts a thread's: cleared, defaults
+    (clock 64, the track), clock 64 at the base."""
+    defaults = _num(58, 64) + _msg(11, _num(11, track))
+    clocks = _msg(1, _num(1, 64) + _num(2, 5000) + _num(3, 1)) + _msg(1, _num(1, 3) + _num(2, 5000))
+    return _packet(_num(10, seq) + _num(13, 1) + _msg(59, defaults)) + _packet(
+        _num(10, seq) + _msg(6, clocks)
+    )
+
+
 LOSS = 555  # a counter track, declared by COUNTER_TRACK
 COUNTER_TRACK = _packet(
     _num(10, 1) + _msg(60, _num(1, LOSS) + _num(5, 5) + _msg(2, b"loss") + _msg(8, b""))
@@ -404,6 +415,19 @@ EDGES = {
         + _msg(11, _num(9, 4) + _num(11, LOSS) + b"\xf0\x01" + b"\xff" * 9 + b"\x03")
     ),
     "a counter of the process": _sample(1, 5, 11) + PLAIN + _sample(1, 5, 12),
+    # Sequence ids past one byte: the pure decoding makes the thread's sink at
+    # its first range, not where the sequence starts (merge numbers pids so).
+    "a big sequence": COUNTER_TRACK
+    + _packet(_num(10, 1) + _msg(60, _num(1, 6) + _msg(3, _num(1, 43) + _msg(6, b"p2"))))
+    + _packet(_num(10, 1) + _msg(60, _num(1, 556) + _num(5, 6) + _msg(2, b"gpu") + _msg(8, b"")))
+    + _packet(_num(10, 1) + _msg(60, _num(1, 78) + _num(5, 5) + _msg(4, _num(1, 42) + _num(2, 8))))
+    + _sequence(300, 78)
+    + _sample(1, 556, 1, seq=300)
+    + _sample(1, LOSS, 2, seq=300)
+    + _begin(1, seq=300)
+    + _sample(1, 556, 3, seq=300)
+    + _end(1, seq=300)
+    + _sample(1, LOSS, 4, seq=300),
     "zero length": _begin(5) + _end(0) + _begin(0, 2, 2) + _end(0),
     "interned again": PLAIN
     + _packet(_num(10, SEQ) + _msg(12, _msg(2, _num(1, 1) + _msg(2, b"renamed"))))
@@ -424,6 +448,8 @@ def test_edges(tmp_path, name, monkeypatch):
 
     monkeypatch.setattr(perfetto._Compiled, "put", spy)
     got = _same(path)
+    if name == "a big sequence":
+        assert got["sinks made"] == [(42, 7), (43, 0), (42, 0), (42, 8)]
     if name == "counters":  # every sample and range the C's (3 readings, the file thrice)
         assert python_put == []
         samples = [e for e in got["lists"][0][(42, 0)] if e.ph == "C"]

@@ -977,7 +977,7 @@ class _Compiled:
         pf.now = now
         pf.count = count
         self.pos[0] = pos
-        rows = self.r.n
+        ranges = pf.ranges  # (the sink of the sequence's thread: see below)
         while True:
             rc = self._check(lib.mxo_pf_run(self.r, pf, data, len(data), self.pos))
             if rc == _STOP:
@@ -988,7 +988,7 @@ class _Compiled:
                 proto = self.proto(name, state.categories.get(cat_iid, ""))
                 self._check(lib.mxo_pf_cache(pf, name_iid, cat_iid, proto))
             elif rc == _MISS_TRACK:  # a counter's track, as track_event reads it
-                if self.r.n > rows:  # (the sinks in the pure decoding's order)
+                if pf.ranges > ranges:  # (the sinks in the pure decoding's order)
                     decoder.sink_put(*self.thread)
                 track = pf.miss_track
                 where = decoder.tracks.get(track)
@@ -998,9 +998,10 @@ class _Compiled:
                 proto = self.proto(counter, "", "C")
                 self._check(lib.mxo_pf_cache_track(self.r, pf, track, proto, pid, 0))
             else:  # _FULL
-                decoder.sink_put(*self.thread)
+                if pf.ranges > ranges:
+                    decoder.sink_put(*self.thread)
                 self.reader.take_rows()
-        if self.r.n > rows:  # the pure decoding makes the sink at its first range
+        if pf.ranges > ranges:  # the pure decoding makes the sink at its first range
             decoder.sink_put(*self.thread)
         state.deltas[clock] = pf.now
         return self.pos[0], pf.count

@@ -92,6 +92,7 @@ typedef struct mxo_pf {
     int32_t stack;
     int32_t thread;
     size_t count;
+    size_t ranges;
     size_t row_limit;
     uint64_t miss_name;
     uint64_t miss_cat;

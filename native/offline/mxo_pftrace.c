@@ -440,6 +440,7 @@ int mxo_pf_run(mxo_reader *r, mxo_pf *pf, const char *text, size_t len, size_t *
                 return rc;
             stack->n--;
             pf->open--;
+            pf->ranges++;
         }
         pf->now = now;
         pf->count++;

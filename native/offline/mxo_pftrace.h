@@ -69,6 +69,7 @@ typedef struct mxo_pf {
     int32_t stack;  /* the default track's stack (mxo_pf_stack_new) */
     int32_t thread; /* its thread (mxo_pf_thread) */
     size_t count;   /* packets decoded (updated by the run) */
+    size_t ranges;  /* ranges the runs paired, all told */
     size_t row_limit;
     uint64_t miss_name, miss_cat; /* MXO_PF_MISS's iids */
     uint64_t miss_track;          /* MXO_PF_MISS_TRACK's track */
