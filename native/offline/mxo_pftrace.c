@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ROW_LIMIT ((size_t)1 << 17) /* rows handed on at a time (about 4 MB) */
+#define ROW_LIMIT ((size_t)1 << 15) /* rows handed on at a time (about 1.3 MB) */
 #define CACHE_MAX ((size_t)1 << 16) /* iid pairs cached at most: then forgotten */
 
 enum { PACKET = 0x0a, TIMESTAMP = 0x40, SEQ = 0x50, FLAGS = 0x68, TRACK_EVENT = 0x5a };
