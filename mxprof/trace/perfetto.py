@@ -800,18 +800,21 @@ class _Decoder:
 
 class _Compiled:
     """The compiled fast path of ``_Decoder`` (``load`` only): the slice begins
-    and ends of the core's compact encoding, paired in C (native/offline/
-    mxo_pftrace.h says which packets it takes; it leaves every other one to
-    the decoder, which alone judges damage).
+    and ends and the counter samples of the core's compact encoding, decoded
+    and paired in C (native/offline/mxo_pftrace.h says which packets it
+    takes; it leaves every other one to the decoder, which alone judges
+    damage).
 
     The open slices of every track are kept in C, the decoder pushing and
     popping the ones it decodes (``push``/``pop``), so a slice may begin on
-    one side and end on the other.  Finished ranges become rows of the C
-    reader's columns, handed to the threads' sinks in batches
+    one side and end on the other.  Finished ranges and samples become rows
+    of the C reader's columns; the events the decoder decodes itself join
+    the same rows (``put``; their args held in ``Reader.held``), so one
+    stream in file order goes to the threads' sinks, in batches
     (``_fastread.Reader.take_rows``: columns at once for a ``Thread``, the
-    summary's rule in C for ``key_averages``), always before the decoder
-    hands a sink anything itself, so each thread's events and the keys come
-    in file order, as the pure decoding gives them.
+    summary's rule in C for ``key_averages``, one by one for other sinks).
+    The sinks are made where the pure decoding makes them (merge numbers
+    pids in that order), so everything comes out as the pure decoding gives it.
     """
 
     def __init__(self, reader: Reader) -> None:
@@ -829,8 +832,8 @@ class _Compiled:
         self.args: list[dict[str, Any]] = []  # the args of the rows Python put
         reader.held = self.args
         # Begins C does not hold (args, or a time out of its range), by -ref - 1.
-        self.held: dict[int, tuple[int, str, str, Any]] = {}
-        self.next_held = 0
+        self.begins: dict[int, tuple[int, str, str, Any]] = {}
+        self.next_begin = 0
         # (sequence, gen, layout) of the C's cache of iids and counter tracks
         self.tag: tuple[Any, ...] | None = None
         self.view: tuple[Any, ...] | None = None  # what run last set the C to (see run)
@@ -899,9 +902,9 @@ class _Compiled:
         if args is None and -_TS_LIMIT < ts < _TS_LIMIT:
             ref = self.proto(name, cat)
         else:
-            self.held[self.next_held] = (ts, name, cat, args)
-            ref = -1 - self.next_held
-            self.next_held += 1
+            self.begins[self.next_begin] = (ts, name, cat, args)
+            ref = -1 - self.next_begin
+            self.next_begin += 1
             ts = 0
         self._check(self.lib.mxo_pf_push(self.pf, self.stack(track), ts, ref))
 
@@ -914,7 +917,7 @@ class _Compiled:
             return None
         ref = self.ref[0]
         if ref < 0:
-            return self.held.pop(-1 - ref)
+            return self.begins.pop(-1 - ref)
         name, cat, _ = self.protos[ref]
         return self.ts[0], name, cat, None
 
