@@ -146,7 +146,8 @@ static int32_t cached(const mxo_pf *pf, uint64_t name, uint64_t cat)
 {
     if (pf->c_cap == 0)
         return -1;
-    for (size_t at = iid_slot(name, cat, pf->c_cap); pf->c_proto[at] != 0; at = (at + 1) & (pf->c_cap - 1))
+    size_t mask = pf->c_cap - 1;
+    for (size_t at = iid_slot(name, cat, pf->c_cap); pf->c_proto[at] != 0; at = (at + 1) & mask)
         if (pf->c_name[at] == name && pf->c_cat[at] == cat)
             return pf->c_proto[at] - 1;
     return -1;
@@ -169,7 +170,8 @@ static int cached_track(const mxo_pf *pf, uint64_t track, int32_t *proto, int32_
 {
     if (pf->t_cap == 0)
         return 0;
-    for (size_t at = iid_slot(track, 0, pf->t_cap); pf->t_proto[at] != 0; at = (at + 1) & (pf->t_cap - 1))
+    size_t mask = pf->t_cap - 1;
+    for (size_t at = iid_slot(track, 0, pf->t_cap); pf->t_proto[at] != 0; at = (at + 1) & mask)
         if (pf->t_uuid[at] == track) {
             *proto = pf->t_proto[at] - 1;
             *thread = pf->t_thread[at];
@@ -340,13 +342,14 @@ int mxo_pf_put(mxo_reader *r, mxo_pf *pf, int64_t pid, int64_t tid, int64_t ts, 
     int32_t t = mxo_thread_add(r, pid, tid);
     if (t < 0)
         return t;
-    int rc = row_out(r, pf, ts, dur, (size_t)proto, t, held ? held - 1 : 0, held ? MXO_HELD_ARGS : 0);
+    size_t args = held ? held - 1 : 0, args_len = held ? MXO_HELD_ARGS : 0;
+    int rc = row_out(r, pf, ts, dur, (size_t)proto, t, args, args_len);
     return rc < 0 ? rc : r->n >= pf->row_limit ? MXO_PF_FULL : 0;
 }
 
 /*
- * The packets of data from *pos on, while they are begins and ends of
- * pf->seq in the shape mxo_pftrace.h gives: each taken whole (its time
+ * The packets of data from *pos on, while they are begins, ends and counter
+ * samples of pf->seq in the shapes mxo_pftrace.h gives: each taken whole (its time
  * added to pf->now, pf->count counted, *pos past it).  Returns why it
  * stopped: MXO_PF_STOP at a packet it does not take (*pos there; also at
  * the end of the data, or a packet cut by it), MXO_PF_MISS at a begin

@@ -5,11 +5,11 @@
  * packet sequence is in the state of the core's compact encoding (a default
  * track, an incremental default clock: native/src/mxp_perfetto.c), it hands
  * the packets that follow to mxo_pf_run, which takes the slice begins and
- * ends of that shape and no other:
+ * ends and the counter samples of that shape and no other:
  *
- *   end:   0x40 delta, 0x50 seq, [0x68 flags], 0x5A { 0x48 2 }
- *   begin: 0x40 delta, 0x50 seq, [0x68 flags], 0x5A { 0x48 1, 0x50 name_iid, 0x18 category_iid }
- *   counter sample: 0x40 delta, 0x50 seq, [0x68 flags], 0x5A { 0x48 4, 0x58 track, 0xF0 0x01 value }
+ *   end:     0x40 delta, 0x50 seq, [0x68 flags], 0x5A { 0x48 2 }
+ *   begin:   0x40 delta, 0x50 seq, [0x68 flags], 0x5A { 0x48 1, 0x50 name_iid, 0x18 cat_iid }
+ *   counter: 0x40 delta, 0x50 seq, [0x68 flags], 0x5A { 0x48 4, 0x58 track, 0xF0 0x01 value }
  *
  * (the sequence the caller named, flags without INCREMENTAL_STATE_CLEARED).
  * A begin is pushed on its track's stack; an end pops it and the range
@@ -17,13 +17,15 @@
  * same rows mxo_parse makes of JSON), which Python hands to the threads'
  * sinks in batches (mxprof/trace/_fastread.py); a counter sample is a
  * point row of its track's name and (pid, 0), its value in the row's args
- * (MXO_COUNTER_ARGS), Python's {name: value} where a sink keeps args.  mxo_pf_run stops, having
- * taken nothing of it, at the first packet of any other shape, or whose
- * numbers leave the range where int64 arithmetic is exact, or whose end
- * finds its stack empty or topped by a begin Python holds (one with
- * arguments): Python decodes that packet its own way, which alone judges
- * damage.  So a packet taken here is one Python would decode to the same
- * range, and everything else is decoded by Python.
+ * (MXO_COUNTER_ARGS: Python's {name: value} where a sink keeps args).
+ * mxo_pf_run stops, having taken nothing of it, at the first packet of any
+ * other shape, or whose numbers leave the range where int64 arithmetic is
+ * exact, or whose end finds its stack empty or topped by a begin Python
+ * holds (one with arguments): Python decodes that packet its own way,
+ * which alone judges damage.  So a packet taken here is one Python would
+ * decode to the same event, and everything else is decoded by Python.
+ * Names (iids) and counter tracks are resolved by Python, once per
+ * sequence state (MXO_PF_MISS, MXO_PF_MISS_TRACK), and cached here.
  *
  * The stacks of every track live here (Python pushes and pops the begins
  * and ends it decodes with mxo_pf_push / mxo_pf_pop), so a range may begin
