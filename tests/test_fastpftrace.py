@@ -17,8 +17,11 @@ Run under AddressSanitizer by native/offline/asan.sh (.ci/run does).
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -485,6 +488,29 @@ def test_the_switch(monkeypatch):
     monkeypatch.setenv("MXPROF_PURE_READER", "0")
     assert decoder(Converter()).compiled is not None
     assert decoder(None).compiled is None  # read_perfetto: raw events, pure
+
+
+def test_without_the_module_the_pure_path_runs(core):
+    """mxprof.trace._fastjson missing (no compiler at install): a .pftrace
+    loads the pure way, with the same result."""
+    code = (
+        "import sys, json; sys.modules['mxprof.trace._fastjson'] = None\n"
+        "import mxprof\nfrom mxprof.trace import _fastread\n"
+        "t = mxprof.load(sys.argv[1])\n"
+        "print(json.dumps([_fastread.lib is None, [repr(r) for r in t.key_averages()],\n"
+        "    [repr(e) for e in t.events]]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("MXPROF_PURE_READER", None)
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(core)], env=env, capture_output=True, text=True,
+        timeout=120, cwd=str(core.parent),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    missing, rows, events = json.loads(run.stdout)
+    t = mxprof.load(core)
+    assert missing and rows == [repr(r) for r in t.key_averages()]
+    assert events == [repr(e) for e in t.events] and len(events) > 1000
 
 
 def test_stacks_and_arguments():

@@ -9,7 +9,8 @@ of at most a few MiB and never wait.
 
 MXPROF_SANITIZE (as for the core, native/build_ffi.py) builds it under a
 sanitizer: ``MXPROF_SANITIZE=address`` is how tests/test_fastjson.py's
-differential test is run under AddressSanitizer (see .ci/run).
+and tests/test_fastpftrace.py's differential tests are run under
+AddressSanitizer (native/offline/asan.sh, which .ci/run runs).
 """
 
 import os
