@@ -154,20 +154,25 @@ class Reader:
         if begin == end:
             return
         r = self._r
-        if lib.mxo_group(r, self._text, len(self._text), begin, end) != 0:
-            raise MemoryError("mxprof: out of memory reading a trace")
         for t in range(len(self._sinks), r.n_threads):
             self._sinks.append(None)
             self._ids.append((r.thread_pid[t], r.thread_tid[t]))
+        if self._mode is None:  # the first sink (mxo_group's first group's) tells the mode
+            t = r.thread[begin]
+            self._sinks[t] = self.converted.sink(self._ids[t])
+            self._mode = _mode(self._sinks[t])
+            if self._mode is _COLUMNS:
+                self._keys = self._sinks[t].keys
+        if self._mode is _ROWS:
+            self._block(begin, end)
+            return
+        if lib.mxo_group(r, self._text, len(self._text), begin, end) != 0:
+            raise MemoryError("mxprof: out of memory reading a trace")
         sinks = self._sinks
         for g in range(r.n_groups):  # in the order of their first rows, as the pure path
             t = r.g_thread[g]
             if sinks[t] is None:
                 sinks[t] = self.converted.sink(self._ids[t])
-                if self._mode is None:
-                    self._mode = _mode(sinks[t])
-                    if self._mode is _COLUMNS:
-                        self._keys = sinks[t].keys
         self._name_keys()
         self._keys_for(end)
         if lib.mxo_globalize(r) != 0:
@@ -180,6 +185,33 @@ class Reader:
             whole = False
         if not whole:
             self._one_by_one(begin, end)
+
+    def _block(self, begin: int, end: int) -> None:
+        """The rows [begin, end) to the one sink every thread shares, as columns."""
+        r = self._r
+        sinks = self._sinks
+        shared = next(s for s in sinks if s is not None)
+        for t, sink in enumerate(sinks):
+            if sink is None:  # threads in the order the parser first met them
+                sink = sinks[t] = self.converted.sink(self._ids[t])
+            if sink is not shared:
+                raise TypeError("mxprof: a sink with take_rows must be every thread's")
+        self._name_keys()
+        self._keys_for(end)
+        n = end - begin
+        shared.take_rows(
+            RowBlock(
+                ffi.buffer(r.ts + begin, n * 8)[:],
+                ffi.buffer(r.dur + begin, n * 8)[:],
+                ffi.buffer(r.key + begin, n * 4)[:],
+                ffi.buffer(r.thread + begin, n * 4)[:],
+                ffi.buffer(r.args + begin, n * ffi.sizeof("size_t"))[:],
+                ffi.buffer(r.args_len + begin, n * ffi.sizeof("size_t"))[:],
+                self._text,
+                self._key_text,
+                self._ids,
+            )
+        )
 
     def _columns(self) -> bool:
         """mxo_group's groups to their Threads as columns; False if a sink is not one."""
@@ -326,6 +358,51 @@ class Reader:
             self._globals += 1
 
 
+class RowBlock:
+    """Rows of a block in file order, as machine arrays (bytes), for a sink
+    with ``take_rows`` (one sink for every thread: parquet.py's).
+
+    ``ts`` and ``dur`` int64 ns (``dur``: ``NO_DUR`` for a point), ``key``
+    int32 ids into ``keys`` ((name, category, phase) per id), ``thread``
+    int32 ids into ``threads`` ((pid, tid) per id; both lists are the file's
+    reader's and only grow while it reads), ``args_at`` and ``args_len``
+    size_t: each row's args object in ``text`` (length 0: none).  The rows
+    are exactly the events the pure path would hand the sink at their place
+    (same times, names, ids and args).
+    """
+
+    __slots__ = ("ts", "dur", "key", "thread", "args_at", "args_len", "text", "keys", "threads")
+
+    def __init__(
+        self,
+        ts: bytes,
+        dur: bytes,
+        key: bytes,
+        thread: bytes,
+        args_at: bytes,
+        args_len: bytes,
+        text: bytes,
+        keys: list[tuple[str, str, str]],
+        threads: list[tuple[int, int]],
+    ) -> None:
+        self.ts, self.dur, self.key, self.thread = ts, dur, key, thread
+        self.args_at, self.args_len, self.text = args_at, args_len, text
+        self.keys, self.threads = keys, threads
+
+    def __len__(self) -> int:
+        return len(self.ts) // 8
+
+    def args(self, rows: Any) -> list[dict[str, Any]]:
+        """The args of the given rows (each with args), decoded as the pure path does."""
+        if not len(rows):
+            return []
+        at = _array("N", self.args_at)
+        length = _array("N", self.args_len)
+        text = self.text
+        return _DECODE_ARGS(b"[" + b",".join(text[at[i] : at[i] + length[i]] for i in rows) + b"]")
+
+
+_ROWS = "rows"  # one sink for every thread, taking RowBlocks
 _COLUMNS = "columns"  # Thread sinks: rows as columns at once
 _SUMMARY = "summary"  # model._Running sinks: the rule run in C
 _EVENTS = "events"  # anything else: rows one at a time
@@ -339,6 +416,8 @@ def _array(typecode: str, data: Any) -> array[int]:
 
 
 def _mode(sink: Any) -> str:
+    if hasattr(sink, "take_rows"):
+        return _ROWS
     if type(sink) is Thread and isinstance(sink.ts, array):
         return _COLUMNS
     if hasattr(sink, "take_ranges"):
