@@ -70,6 +70,45 @@ def order(thread_ts: Any, thread_dur: Any, thread_kind: Any, start: int) -> bool
         ffi.release(kind)
 
 
+class Depths:
+    """The depth pass of the Parquet form in C (native/offline/mxo_depth.h):
+    ranges met latest-ended first per thread, its state kept across calls."""
+
+    def __init__(self) -> None:
+        self._d = ffi.gc(lib.mxo_depths_new(), lib.mxo_depths_free)
+        if self._d == ffi.NULL:
+            raise MemoryError
+
+    def run(self, thread: Any, ts: Any, dur: Any, out: Any) -> bool:
+        """Depths of the ranges (int64 buffers of thread ids, starts, lengths)
+        into out (an int32 buffer as long); False when a thread's ranges did
+        not come latest-ended first (then this pass is spent).
+
+        Raises:
+            ValueError: the buffers differ in length, or a thread id is negative.
+            MemoryError: out of memory.
+        """
+        n = len(out)
+        if not len(thread) == len(ts) == len(dur) == n:
+            raise ValueError("mxprof: depth columns of different lengths")
+        args = [
+            ffi.from_buffer("int64_t[]", thread),
+            ffi.from_buffer("int64_t[]", ts),
+            ffi.from_buffer("int64_t[]", dur),
+            ffi.from_buffer("int32_t[]", out, require_writable=True),
+        ]
+        try:
+            rc = lib.mxo_depths_run(self._d, *args[:3], n, args[3])
+        finally:
+            for a in args:
+                ffi.release(a)
+        if rc == lib.MXO_ERR_MEMORY:
+            raise MemoryError("mxprof: out of memory computing depths")
+        if rc == lib.MXO_ERR_ARG:
+            raise ValueError("mxprof: a negative thread id in the depth pass")
+        return rc == 0
+
+
 class Reader:
     """The C parser's state for one file: its keys' and threads' ids."""
 
@@ -396,8 +435,8 @@ class RowBlock:
         """The args of the given rows (each with args), decoded as the pure path does."""
         if not len(rows):
             return []
-        at = _array("N", self.args_at)
-        length = _array("N", self.args_len)
+        at = memoryview(self.args_at).cast("N")
+        length = memoryview(self.args_len).cast("N")
         text = self.text
         return _DECODE_ARGS(b"[" + b",".join(text[at[i] : at[i] + length[i]] for i in rows) + b"]")
 

@@ -68,9 +68,10 @@ import msgspec
 
 from .._version import __version__
 from ..errors import OutputError, ProfilerError, TraceFormatError
-from . import _scan
+from . import _fastread, _scan
+from ._columns import NO_DUR
 from ._convert import Converter
-from ._event import Event
+from ._event import NO_ARGS, Event
 from .merge import timeline
 from .model import read_lines
 from .processes import SCOPE_STORAGE, identities_of
@@ -236,7 +237,26 @@ class _Rows:
 
     def __init__(self, pa: Any, pq: Any, folder: str) -> None:
         self.pa, self.pq, self.folder = pa, pq, folder
-        self.buffer: list[Event] = []
+        import numpy
+
+        self.np = numpy
+        # Events (the pure path, the runs of text the compiled one leaves) and
+        # RowBlocks (the compiled one's rows) in file order, since the last flush.
+        self.buffer: list[Event | _fastread.RowBlock] = []
+        self.block_rows = 0  # the RowBlocks' rows past one each (rows: len(buffer) + this)
+        # Every (name, category, phase) met, by id: its steps' group, its phase.
+        self.keys: list[tuple[str, str, str]] = []
+        self.key_ids: dict[tuple[str, str, str], int] = {}
+        self.key_group: list[tuple[str, str] | None] = []
+        self.key_step = array("b")  # 1 where key_group is set
+        self.key_phase = array("b")  # _X, _C or _POINT
+        # The input's threads, by id: (pid, tid) as in the file.
+        self.thread_keys: list[tuple[Any, Any]] = []
+        self.thread_ids: dict[tuple[Any, Any], int] = {}
+        # The compiled reader's ids of keys and threads, mapped onto those above.
+        self.c_keys: list[tuple[str, str, str]] | None = None
+        self.c_key_map = numpy.zeros(0, dtype=numpy.int32)
+        self.c_thread_map = numpy.zeros(0, dtype=numpy.int32)
         self.utids: dict[tuple[int, Any, Any], int] = {}
         self.upids: dict[tuple[int, Any], int] = {}
         self.threads: list[dict[str, Any]] = []
@@ -281,7 +301,8 @@ class _Rows:
         self.k, self.path, self.move = k, path, move
         self.shift = move(0) if getattr(getattr(move, "clock", None), "constant", True) else None
         self.file = os.path.basename(path)
-        sink = _Sink(self.buffer)
+        self.thread_keys, self.thread_ids, self.c_keys = [], {}, None
+        sink = _Sink(self)
         before = dict(self.counts)
         try:
             converted, _ = read_lines(path, lambda key: sink, self._flush_if_full)
@@ -290,6 +311,7 @@ class _Rows:
             # whole, the general way, which names what is wrong.  What was
             # buffered goes; rows already written cannot be taken back.
             self.buffer.clear()
+            self.block_rows = 0
             self.order = {key: n for key, n in self.order.items() if key[0] != k}
             if self.counts != before:
                 raise TraceFormatError(
@@ -356,42 +378,152 @@ class _Rows:
         return found
 
     def _flush_if_full(self) -> None:
-        if len(self.buffer) >= _ROWS:
+        # Rows counted as events: a batch ends where the pure path's does.
+        if len(self.buffer) + self.block_rows >= _ROWS:
             self._flush()
 
+    def take_rows(self, block: _fastread.RowBlock) -> None:
+        """A block's rows from the compiled reader, at their place among the events."""
+        self.buffer.append(block)
+        self.block_rows += len(block) - 1
+
     def _flush(self) -> None:
-        events = self.buffer
-        if not events:
+        """The buffered events as rows of the temporary tables: ranges, then
+        counters, then instants (the order threads get their utids in)."""
+        items = self.buffer
+        if not items:
             return
-        ranges = [e for e in events if e.ph == "X"]
-        counters = [e for e in events if e.ph == "C"]
-        instants = [e for e in events if e.ph != "X" and e.ph != "C"]
-        events.clear()  # the sink's list: emptied in place
-        if ranges:
-            self._write_slices(ranges)
-        if counters:
-            self._write_counters(counters)
-        if instants:
-            self._write_instants(instants)
+        batch = self._batch(items)
+        items.clear()  # the sink's list: emptied in place
+        self.block_rows = 0
+        np = self.np
+        phase = np.frombuffer(self.key_phase, dtype=np.int8)[batch.key]
+        ranges = np.flatnonzero(phase == _X)
+        counters = np.flatnonzero(phase == _C)
+        instants = np.flatnonzero(phase == _POINT)
+        if len(ranges):
+            self._write_slices(batch, ranges)
+        if len(counters):
+            self._write_counters(batch, counters)
+        if len(instants):
+            self._write_instants(batch, instants)
 
-    def _times(self, events: list[Event]) -> tuple[list[int], list[int] | None]:
-        """Starts and ends on the merged axis (ends: of ranges only)."""
-        shift, move = self.shift, self.move
-        if shift is not None:
-            starts = [e.ts + shift for e in events]
-            ends = [e.ts + (e.dur or 0) + shift for e in events] if events[0].ph == "X" else None
-        else:
-            starts = [move(e.ts) for e in events]
-            ends = [move(e.ts + (e.dur or 0)) for e in events] if events[0].ph == "X" else None
-        return starts, ends
+    def _key(self, name: str, category: str, ph: str) -> int:
+        key = (name, category, ph)
+        found = self.key_ids.get(key)
+        if found is None:
+            found = self.key_ids[key] = len(self.keys)
+            self.keys.append(key)
+            group = steps_group(name, category) if ph == "X" else None
+            self.key_group.append(group)
+            self.key_step.append(group is not None)
+            self.key_phase.append(_X if ph == "X" else _C if ph == "C" else _POINT)
+        return found
 
-    def _thread_columns(self, events: list[Event]) -> dict[str, Any]:
-        """The thread and job columns: one lookup per event, the rest taken by
-        pyarrow from one row per thread."""
-        pa = self.pa
-        index: dict[tuple[Any, Any], int] = {}
-        rows = [index.setdefault((e.pid, e.tid), len(index)) for e in events]
-        keys = list(index)
+    def _thread(self, pid: Any, tid: Any) -> int:
+        key = (pid, tid)
+        found = self.thread_ids.get(key)
+        if found is None:
+            found = self.thread_ids[key] = len(self.thread_keys)
+            self.thread_keys.append(key)
+        return found
+
+    def _batch(self, items: list[Any]) -> _Batch:
+        """The buffer's events and row blocks as one set of columns, in order."""
+        np = self.np
+        parts: list[_Batch] = []
+        events: list[Event] = []
+        for item in items:
+            if type(item) is _fastread.RowBlock:
+                if events:
+                    parts.append(self._from_events(events))
+                    events = []
+                parts.append(self._from_block(item))
+            else:
+                events.append(item)
+        if events:
+            parts.append(self._from_events(events))
+        if len(parts) == 1:
+            return parts[0]
+        offsets = np.cumsum([0] + [len(p.ts) for p in parts[:-1]])
+        return _Batch(
+            np.concatenate([p.ts for p in parts]),
+            np.concatenate([p.dur for p in parts]),
+            np.concatenate([p.key for p in parts]),
+            np.concatenate([p.thread for p in parts]),
+            np.concatenate([p.with_args + at for p, at in zip(parts, offsets)]),
+            [d for p in parts for d in p.args],
+        )
+
+    def _from_events(self, events: list[Event]) -> _Batch:
+        """Events (runs of text the compiled reader left, or the pure path) as columns."""
+        np = self.np
+        key, thread = self._key, self._thread
+        with_args = [i for i, e in enumerate(events) if e.args]
+        return _Batch(
+            np.array([e.ts for e in events], dtype=np.int64),
+            np.array([e.dur or 0 for e in events], dtype=np.int64),
+            np.array([key(e.name, e.category, e.ph) for e in events], dtype=np.int32),
+            np.array([thread(e.pid, e.tid) for e in events], dtype=np.int32),
+            np.array(with_args, dtype=np.int64),
+            [events[i].args for i in with_args],
+        )
+
+    def _from_block(self, block: _fastread.RowBlock) -> _Batch:
+        """Rows of the compiled reader as columns: its ids of keys and threads
+        mapped onto this input's, at most once per id."""
+        np = self.np
+        if block.keys is not self.c_keys:  # another file's reader: its own ids
+            self.c_keys, self.c_key_map = block.keys, np.zeros(0, dtype=np.int32)
+            self.c_thread_map = np.zeros(0, dtype=np.int32)
+        known = len(self.c_key_map)
+        if known < len(block.keys):
+            more = [self._key(*k) for k in block.keys[known:]]
+            self.c_key_map = np.concatenate([self.c_key_map, np.array(more, dtype=np.int32)])
+        known = len(self.c_thread_map)
+        if known < len(block.threads):
+            more = [self._thread(*t) for t in block.threads[known:]]
+            self.c_thread_map = np.concatenate([self.c_thread_map, np.array(more, dtype=np.int32)])
+        with_args = np.flatnonzero(np.frombuffer(block.args_len, dtype=np.uintp))
+        args = block.args(with_args.tolist())
+        kept = [i for i, a in enumerate(args) if a]  # "{}": no args, as an Event's
+        if len(kept) < len(args):
+            with_args, args = with_args[kept], [args[i] for i in kept]
+        ts = np.frombuffer(block.ts, dtype=np.int64)
+        dur = np.frombuffer(block.dur, dtype=np.int64)
+        return _Batch(
+            ts,
+            np.where(dur == NO_DUR, 0, dur),
+            self.c_key_map[np.frombuffer(block.key, dtype=np.int32)],
+            self.c_thread_map[np.frombuffer(block.thread, dtype=np.int32)],
+            with_args.astype(np.int64),
+            args,
+        )
+
+    def _times(self, batch: _Batch, rows: Any, ranges: bool) -> tuple[Any, Any]:
+        """Starts and lengths on the merged axis (lengths: of ranges only): a
+        constant shift at once, a drifting clock's mapping per event."""
+        np = self.np
+        ts = batch.ts[rows]
+        if self.shift is not None:
+            return ts + self.shift, batch.dur[rows] if ranges else None
+        move = self.move
+        starts = np.array([move(t) for t in ts.tolist()], dtype=np.int64)
+        if not ranges:
+            return starts, None
+        ends = [move(t + d) for t, d in zip(ts.tolist(), batch.dur[rows].tolist())]
+        return starts, np.array(ends, dtype=np.int64) - starts
+
+    def _thread_columns(self, batch: _Batch, rows: Any) -> dict[str, Any]:
+        """The thread and job columns: threads numbered in the order of their
+        first rows, the columns taken by pyarrow from one row per thread."""
+        np, pa = self.np, self.pa
+        threads = batch.thread[rows]
+        present, first, at = np.unique(threads, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        place = np.empty(len(order), dtype=np.int32)
+        place[order] = np.arange(len(order), dtype=np.int32)
+        keys = [self.thread_keys[t] for t in present[order].tolist()]
         per_thread = {
             "utid": pa.array([self._utid(p, t) for p, t in keys], pa.int64()),
             "upid": pa.array([self._upid(p) for p, _ in keys], pa.int64()),
@@ -399,10 +531,39 @@ class _Rows:
             "tid": pa.array([_int(t) for _, t in keys], pa.int64()),
             "file": pa.array([self.file] * len(keys), pa.string()),
         }
-        take = pa.array(rows, pa.int32())
+        take = pa.array(place[at.reshape(-1)])
         return {name: column.take(take) for name, column in per_thread.items()}
 
-    def _write(self, table: str, columns: dict[str, list[Any]]) -> None:
+    def _texts(self, batch: _Batch, rows: Any) -> tuple[Any, Any]:
+        """name and category of the rows: looked up once per distinct key."""
+        np, pa = self.np, self.pa
+        present, at = np.unique(batch.key[rows], return_inverse=True)
+        keys = [self.keys[k] for k in present.tolist()]
+        take = pa.array(at.reshape(-1).astype(np.int32))
+        return (
+            pa.array([k[0] for k in keys], pa.string()).take(take),
+            pa.array([k[1] for k in keys], pa.string()).take(take),
+        )
+
+    def _args(self, batch: _Batch, rows: Any) -> tuple[Any, list[dict[str, Any]]]:
+        """Which of the rows have args (a mask) and their args, in order."""
+        np = self.np
+        has = np.isin(rows, batch.with_args, assume_unique=True)
+        if not has.any():
+            return has, []
+        index = np.searchsorted(batch.with_args, rows[has])
+        return has, [batch.args[i] for i in index.tolist()]
+
+    def _sparse(self, has: Any, values: list[Any]) -> Any:
+        """A string column of len(has) rows: values where has, null elsewhere."""
+        np, pa = self.np, self.pa
+        if not values:
+            return pa.nulls(len(has), pa.string())
+        index = np.zeros(len(has), dtype=np.int32)
+        index[has] = np.arange(len(values), dtype=np.int32)
+        return pa.array(values, pa.string()).take(pa.array(index, mask=~has))
+
+    def _write(self, table: str, columns: dict[str, Any]) -> None:
         schema = self.schemas[table]
         batch = self.pa.table(
             {
@@ -415,69 +576,79 @@ class _Rows:
         self.writers[table].write_table(batch, row_group_size=_ROWS)
         self.counts[table] += batch.num_rows
 
-    def _write_slices(self, events: list[Event]) -> None:
-        starts, ends = self._times(events)
-        assert ends is not None
-        columns = self._thread_columns(events)
+    def _write_slices(self, batch: _Batch, rows: Any) -> None:
+        np, pa = self.np, self.pa
+        starts, lengths = self._times(batch, rows, ranges=True)
+        columns = self._thread_columns(batch, rows)
         columns["ts"] = starts
-        if self.shift is not None:  # both ends moved by the same shift
-            columns["dur"] = [e.dur for e in events]
-        else:
-            columns["dur"] = [b - a for a, b in zip(starts, ends)]
-        columns["name"] = [e.name for e in events]
-        columns["category"] = [e.category for e in events]
-        columns["args"] = [_ENCODE(e.args).decode() if e.args else None for e in events]
-        columns["scope"] = [_scope(e.args) if e.args else None for e in events]
-        # Steps by their group, looked at once per distinct name and category.
-        groups = {key: steps_group(*key) for key in {(e.name, e.category) for e in events}}
-        numbers = [None if groups[e.name, e.category] is None else self._step(e) for e in events]
-        columns["step_number"] = numbers
-        for i in [i for i, n in enumerate(numbers) if n is not None]:
-            e = events[i]
-            group = groups[e.name, e.category]
-            assert group is not None
-            found = self.step_ranges.setdefault(
-                (self._upid(e.pid), e.tid, *group), (array("q"), array("q"), array("q"))
-            )
-            found[0].append(starts[i])
-            found[1].append(ends[i])
-            found[2].append(numbers[i])  # type: ignore[arg-type]
+        columns["dur"] = lengths
+        columns["name"], columns["category"] = self._texts(batch, rows)
+        has, args = self._args(batch, rows)
+        columns["args"] = self._sparse(has, [_ENCODE(a).decode() for a in args])
+        columns["scope"] = self._sparse(has, [_scope(a) for a in args])
+        # Steps: the rows of keys that are steps, one by one (a few per step).
+        keys = batch.key[rows]
+        is_step = np.frombuffer(self.key_step, dtype=np.int8)[keys].astype(bool)
+        numbers = np.zeros(len(rows), dtype=np.int64)
+        if is_step.any():
+            upids = columns["upid"].to_numpy()
+            args_at = np.cumsum(has) - 1
+            ends = starts + lengths
+            for i in np.flatnonzero(is_step).tolist():
+                name, category, _ = self.keys[keys[i]]
+                group = self.key_group[keys[i]]
+                assert group is not None
+                pid, tid = self.thread_keys[batch.thread[rows[i]]]
+                order_key = (self.k, pid, tid, name)
+                n = self.order.get(order_key, 0)
+                self.order[order_key] = n + 1
+                numbers[i] = number(name, args[args_at[i]] if has[i] else NO_ARGS, n)
+                found = self.step_ranges.setdefault(
+                    (int(upids[i]), tid, *group), (array("q"), array("q"), array("q"))
+                )
+                found[0].append(int(starts[i]))
+                found[1].append(int(ends[i]))
+                found[2].append(int(numbers[i]))
+        columns["step_number"] = pa.array(numbers, pa.int64(), mask=~is_step)
         self._write("slice", columns)
 
-    def _step(self, e: Event) -> int:
-        """A step's number (``steps.number``), its order counted per thread and name."""
-        key = (self.k, e.pid, e.tid, e.name)
-        n = self.order.get(key, 0)
-        self.order[key] = n + 1
-        return number(e.name, e.args, n)
-
-    def _write_counters(self, events: list[Event]) -> None:
-        series: list[tuple[Event, str, float]] = []
-        for e in events:
-            values = [(k, v) for k, v in e.args.items() if _number(v)]
-            for key, value in values:
-                name = e.name if key == e.name or len(values) == 1 else f"{e.name} {key}"
-                series.append((e, name, float(value)))
-        if not series:
+    def _write_counters(self, batch: _Batch, rows: Any) -> None:
+        np = self.np
+        has, args = self._args(batch, rows)
+        keys = batch.key[rows]
+        kept: list[int] = []  # a row per series: the event's place in rows
+        names: list[str] = []
+        values: list[float] = []
+        scopes: list[str | None] = []
+        for i, a in zip(np.flatnonzero(has).tolist(), args):
+            name, category, _ = self.keys[keys[i]]
+            series = [(k, v) for k, v in a.items() if _number(v)]
+            scope = name if category == SCOPE_STORAGE else _scope(a)
+            for key, value in series:
+                kept.append(i)
+                names.append(name if key == name or len(series) == 1 else f"{name} {key}")
+                values.append(float(value))
+                scopes.append(scope)
+        if not kept:
             return
-        kept = [e for e, _, _ in series]
-        starts, _ = self._times(kept)
-        columns = self._thread_columns(kept)
+        chosen = rows[np.array(kept, dtype=np.int64)]
+        starts, _ = self._times(batch, chosen, ranges=False)
+        columns = self._thread_columns(batch, chosen)
         columns["ts"] = starts
-        columns["name"] = [n for _, n, _ in series]
-        columns["category"] = [e.category for e in kept]
-        columns["value"] = [v for _, _, v in series]
-        columns["scope"] = [e.name if e.category == SCOPE_STORAGE else _scope(e.args) for e in kept]
+        columns["name"] = names
+        columns["category"] = self._texts(batch, chosen)[1]
+        columns["value"] = values
+        columns["scope"] = scopes
         self._write("counter", columns)
 
-    def _write_instants(self, events: list[Event]) -> None:
-        starts, _ = self._times(events)
-        columns = self._thread_columns(events)
+    def _write_instants(self, batch: _Batch, rows: Any) -> None:
+        starts, _ = self._times(batch, rows, ranges=False)
+        columns = self._thread_columns(batch, rows)
         columns["ts"] = starts
-        columns["name"] = [e.name for e in events]
-        columns["category"] = [e.category for e in events]
-        columns["args"] = [_ENCODE(e.args).decode() if e.args else None for e in events]
-        columns["scope"] = [_scope(e.args) for e in events]
+        columns["name"], columns["category"] = self._texts(batch, rows)
+        has, args = self._args(batch, rows)
+        columns["args"] = self._sparse(has, [_ENCODE(a).decode() for a in args])
+        columns["scope"] = self._sparse(has, [_scope(a) for a in args])
         self._write("instant", columns)
 
     def close(self) -> None:
@@ -500,12 +671,32 @@ class _Rows:
 
 
 class _Sink:
-    """Every thread's events into one list: ``append`` is the list's own (C speed)."""
+    """Every thread's events into one list: ``append`` is the list's own (C
+    speed), ``take_rows`` the compiled reader's blocks of rows (_fastread)."""
 
-    __slots__ = ("append",)
+    __slots__ = ("append", "take_rows")
 
-    def __init__(self, buffer: list[Event]) -> None:
-        self.append = buffer.append
+    def __init__(self, rows: _Rows) -> None:
+        self.append = rows.buffer.append
+        self.take_rows = rows.take_rows
+
+
+class _Batch:
+    """Events as columns: ``ts`` and ``dur`` (file ns; 0 for a point),
+    ``key`` (ids into ``_Rows.keys``), ``thread`` (into ``_Rows.thread_keys``),
+    ``with_args`` (the rows with args, ascending) and their ``args``."""
+
+    __slots__ = ("ts", "dur", "key", "thread", "with_args", "args")
+
+    def __init__(
+        self, ts: Any, dur: Any, key: Any, thread: Any, with_args: Any, args: list[dict[str, Any]]
+    ) -> None:
+        self.ts, self.dur, self.key, self.thread = ts, dur, key, thread
+        self.with_args, self.args = with_args, args
+
+
+# A key's phase, as _flush splits the rows: ranges, counters, the rest (instants).
+_X, _C, _POINT = 0, 1, 2
 
 
 def _int(value: Any) -> int | None:
@@ -677,9 +868,13 @@ _ORDER = (
 
 def _write_slices(pa: Any, pq: Any, work: str, raw: str, extra: _Extra, depths: Any | None) -> None:
     """The slice table, depth from the reverse pass (depths None) or given by row."""
+    np = extra.np
     source = pq.ParquetFile(os.path.join(raw, "slice.parquet"))
     groups = [source.metadata.row_group(k).num_rows for k in range(source.num_row_groups)]
     offsets = [sum(groups[:k]) for k in range(len(groups))]
+    # The pass in C where the offline reader's module is built (and not
+    # turned off), else in Python: the same depths (tests/test_parquet_fast.py).
+    compiled = _fastread.Depths() if _fastread.available() else None
     stacks: dict[int, list[int]] = {}
     last_end: dict[int, int] = {}
     with _Partitions(pq, os.path.join(work, "slice")) as out:
@@ -688,11 +883,18 @@ def _write_slices(pa: Any, pq: Any, work: str, raw: str, extra: _Extra, depths: 
             if depths is not None:
                 out.write(extra.add(group, depths[offsets[k] : offsets[k] + groups[k]]))
                 continue
-            backwards = group.take(pa.array(range(group.num_rows - 1, -1, -1), pa.int64()))
-            utids = backwards.column("utid").to_pylist()
-            ts = backwards.column("ts").to_pylist()
-            durs = backwards.column("dur").to_pylist()
-            out.write(extra.add(backwards, _depths(utids, ts, durs, stacks, last_end)))
+            backwards = group.take(pa.array(np.arange(group.num_rows - 1, -1, -1)))
+            columns = [
+                np.ascontiguousarray(backwards.column(c).to_numpy(), dtype=np.int64)
+                for c in ("utid", "ts", "dur")
+            ]
+            if compiled is not None:
+                found = np.zeros(group.num_rows, dtype=np.int32)
+                if not compiled.run(*columns, found):
+                    raise _Unordered
+            else:
+                found = _depths(*(c.tolist() for c in columns), stacks, last_end)
+            out.write(extra.add(backwards, found))
         out.finish(extra.add(source.schema_arrow.empty_table(), []))
 
 

@@ -84,7 +84,7 @@ int mxo_depths_run(mxo_depths *d, const int64_t *thread, const int64_t *ts, cons
     stack *s = NULL;
     int64_t current = -1;
     for (size_t i = 0; i < n; i++) {
-        if (thread[i] < 0 || dur[i] < 0)
+        if (thread[i] < 0)
             return MXO_ERR_ARG;
         if (thread[i] != current) {
             current = thread[i];

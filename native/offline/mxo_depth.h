@@ -23,10 +23,11 @@ typedef struct mxo_depths mxo_depths;
 mxo_depths *mxo_depths_new(void);
 /* Frees d and its stacks; NULL is fine. */
 void mxo_depths_free(mxo_depths *d);
-/* The depths of n ranges (thread ids 0 or more, starts and lengths in ns,
- * lengths 0 or more), in the order met, into out[0..n).  Returns 0; 1 when a
- * thread's ranges did not come latest-ended first (out then undefined, d
- * not to be used again); MXO_ERR_MEMORY; MXO_ERR_ARG for a negative thread
- * id or length, or a NULL pointer with n > 0. */
+/* The depths of n ranges (thread ids 0 or more, starts and lengths in ns;
+ * only a positive length is pushed: it can contain others), in the order
+ * met, into out[0..n).  Returns 0; 1 when a thread's ranges did not come
+ * latest-ended first (out then undefined, d not to be used again);
+ * MXO_ERR_MEMORY; MXO_ERR_ARG for a negative thread id, or a NULL pointer
+ * with n > 0. */
 int mxo_depths_run(mxo_depths *d, const int64_t *thread, const int64_t *ts, const int64_t *dur,
                    size_t n, int32_t *out);
