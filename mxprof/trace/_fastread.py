@@ -106,7 +106,7 @@ class Depths:
             raise MemoryError("mxprof: out of memory computing depths")
         if rc == lib.MXO_ERR_ARG:
             raise ValueError("mxprof: a negative thread id in the depth pass")
-        return rc == 0
+        return bool(rc == 0)
 
 
 class Reader:
@@ -435,8 +435,9 @@ class RowBlock:
         """The args of the given rows (each with args), decoded as the pure path does."""
         if not len(rows):
             return []
-        at = memoryview(self.args_at).cast("N")
-        length = memoryview(self.args_len).cast("N")
+        # size_t: struct's "N" (typeshed's overloads of cast do not list it)
+        at = memoryview(self.args_at).cast("N")  # type: ignore[call-overload]
+        length = memoryview(self.args_len).cast("N")  # type: ignore[call-overload]
         text = self.text
         return _DECODE_ARGS(b"[" + b",".join(text[at[i] : at[i] + length[i]] for i in rows) + b"]")
 

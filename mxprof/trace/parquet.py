@@ -884,16 +884,17 @@ def _write_slices(pa: Any, pq: Any, work: str, raw: str, extra: _Extra, depths: 
                 out.write(extra.add(group, depths[offsets[k] : offsets[k] + groups[k]]))
                 continue
             backwards = group.take(pa.array(np.arange(group.num_rows - 1, -1, -1)))
-            columns = [
+            utids, ts, durs = (
                 np.ascontiguousarray(backwards.column(c).to_numpy(), dtype=np.int64)
                 for c in ("utid", "ts", "dur")
-            ]
+            )
+            found: Any
             if compiled is not None:
                 found = np.zeros(group.num_rows, dtype=np.int32)
-                if not compiled.run(*columns, found):
+                if not compiled.run(utids, ts, durs, found):
                     raise _Unordered
             else:
-                found = _depths(*(c.tolist() for c in columns), stacks, last_end)
+                found = _depths(utids.tolist(), ts.tolist(), durs.tolist(), stacks, last_end)
             out.write(extra.add(backwards, found))
         out.finish(extra.add(source.schema_arrow.empty_table(), []))
 
