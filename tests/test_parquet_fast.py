@@ -104,8 +104,9 @@ def test_a_core_trace_gives_the_same_tables(tmp_path, monkeypatch, small):
 
 
 def test_ranks_with_an_offset_and_a_drift(tmp_path, monkeypatch, small):
-    paths = [write(tmp_path / "rank0.json", steps(pid=7), info={"role": "worker", "rank": 0,
-                   "host": "h0", "pid": 7, "world_size": 3, "clock": {"estimates": []}})]  # fmt: skip
+    info = {"role": "worker", "rank": 0, "host": "h0", "pid": 7, "world_size": 3,
+            "clock": {"estimates": []}}  # fmt: skip
+    paths = [write(tmp_path / "rank0.json", steps(pid=7), info=info)]
     events, info = rank(1, 200, [(10 + 30 * k, 5 + k) for k in range(40)], offset_ns=5_000)
     info["world_size"] = 3
     paths.append(write(tmp_path / "rank1.json", events + steps(pid=200, tid=2), info=info))
@@ -216,7 +217,8 @@ def test_the_c_depth_pass_is_the_python_one():
                 break
             assert compiled.run(t, s, d, out)
             assert out.tolist() == want
-    with pytest.raises(ValueError):
-        _fastread.Depths().run(np.array([-1]), np.array([0]), np.array([1]), np.zeros(1, np.int32))
-    with pytest.raises(ValueError):
-        _fastread.Depths().run(np.array([0, 1]), np.array([0]), np.array([1]), np.zeros(1, np.int32))
+    one, out = np.array([1]), np.zeros(1, np.int32)
+    with pytest.raises(ValueError):  # a negative thread id
+        _fastread.Depths().run(np.array([-1]), one, one, out)
+    with pytest.raises(ValueError):  # columns of different lengths
+        _fastread.Depths().run(np.array([0, 1]), one, one, out)
