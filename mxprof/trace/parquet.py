@@ -56,12 +56,13 @@ Needs pyarrow and duckdb: ``pip install "mxprof[sql]"``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -223,14 +224,6 @@ def _metadata(path: str) -> dict[str, Any]:
 
 _ENCODE = msgspec.json.Encoder().encode
 
-_COMMON = [
-    ("utid", "int64"),
-    ("upid", "int64"),
-    ("pid", "int64"),
-    ("tid", "int64"),
-    ("scope", "string"),
-]
-
 
 class _Rows:
     """The temporary tables: events buffered, then written as row groups."""
@@ -267,29 +260,22 @@ class _Rows:
         self.step_ranges: dict[tuple[int, Any, str, str], tuple[array[int], ...]] = {}
         # Each process's (rank, role, host), by upid, known once its input is read.
         self.who: dict[int, tuple[int, str | None, str | None]] = {}
-        string, i64, f64 = pa.string(), pa.int64(), pa.float64()
-        job = [("file", string)]  # rank, role and host are added at the end (_Extra)
-        common = [(n, getattr(pa, t)()) for n, t in _COMMON]
+        self.files: list[str] = []  # each input's file name, by input
+        string, i32, i64, f64 = pa.string(), pa.int32(), pa.int64(), pa.float64()
+        # The temporary tables hold ids where the final ones hold what they
+        # name: key (name and category, by _Rows.keys) and utid (the thread's
+        # process, pid, tid and file), expanded by _Extra at the end.
+        common = [("key", i32), ("utid", i64), ("scope", string)]
         self.schemas = {
             "slice": pa.schema(
-                [("ts", i64), ("dur", i64), ("name", string), ("category", string)]
-                + common
-                + [("args", string), ("step_number", i64)]
-                + job
+                [("ts", i64), ("dur", i64)] + common + [("args", string), ("step_number", i64)]
             ),
-            "counter": pa.schema(
-                [("ts", i64), ("name", string), ("category", string), ("value", f64)] + common + job
-            ),
-            "instant": pa.schema(
-                [("ts", i64), ("name", string), ("category", string)]
-                + common
-                + [("args", string)]
-                + job
-            ),
+            "counter": pa.schema([("ts", i64), ("name", string), ("value", f64)] + common),
+            "instant": pa.schema([("ts", i64)] + common + [("args", string)]),
         }
         self.writers = {
-            # Temporary: the cheapest compression to write (zstd for the final files).
-            t: pq.ParquetWriter(os.path.join(folder, f"{t}.parquet"), s, compression="snappy")
+            # Temporary: Arrow's own files (batches read back as written, no encoding).
+            t: pa.ipc.new_file(os.path.join(folder, f"{t}.arrow"), s)
             for t, s in self.schemas.items()
         }
         self.counts = dict.fromkeys(self.schemas, 0)
@@ -301,6 +287,7 @@ class _Rows:
         self.k, self.path, self.move = k, path, move
         self.shift = move(0) if getattr(getattr(move, "clock", None), "constant", True) else None
         self.file = os.path.basename(path)
+        self.files.append(self.file)
         self.thread_keys, self.thread_ids, self.c_keys = [], {}, None
         sink = _Sink(self)
         before = dict(self.counts)
@@ -514,36 +501,24 @@ class _Rows:
         ends = [move(t + d) for t, d in zip(ts.tolist(), batch.dur[rows].tolist())]
         return starts, np.array(ends, dtype=np.int64) - starts
 
-    def _thread_columns(self, batch: _Batch, rows: Any) -> dict[str, Any]:
-        """The thread and job columns: threads numbered in the order of their
-        first rows, the columns taken by pyarrow from one row per thread."""
-        np, pa = self.np, self.pa
+    def _thread_columns(self, batch: _Batch, rows: Any) -> tuple[Any, Any]:
+        """utid and upid of the rows: threads numbered in the order of their
+        first rows (the pure reading's order), looked up once per thread."""
+        np = self.np
         threads = batch.thread[rows]
-        present, first, at = np.unique(threads, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")
-        place = np.empty(len(order), dtype=np.int32)
-        place[order] = np.arange(len(order), dtype=np.int32)
-        keys = [self.thread_keys[t] for t in present[order].tolist()]
-        per_thread = {
-            "utid": pa.array([self._utid(p, t) for p, t in keys], pa.int64()),
-            "upid": pa.array([self._upid(p) for p, _ in keys], pa.int64()),
-            "pid": pa.array([_int(p) for p, _ in keys], pa.int64()),
-            "tid": pa.array([_int(t) for _, t in keys], pa.int64()),
-            "file": pa.array([self.file] * len(keys), pa.string()),
-        }
-        take = pa.array(place[at.reshape(-1)])
-        return {name: column.take(take) for name, column in per_thread.items()}
-
-    def _texts(self, batch: _Batch, rows: Any) -> tuple[Any, Any]:
-        """name and category of the rows: looked up once per distinct key."""
-        np, pa = self.np, self.pa
-        present, at = np.unique(batch.key[rows], return_inverse=True)
-        keys = [self.keys[k] for k in present.tolist()]
-        take = pa.array(at.reshape(-1).astype(np.int32))
-        return (
-            pa.array([k[0] for k in keys], pa.string()).take(take),
-            pa.array([k[1] for k in keys], pa.string()).take(take),
-        )
+        present = np.flatnonzero(np.bincount(threads, minlength=len(self.thread_keys)))
+        if len(present) <= 64:  # the usual few threads: each one's first row
+            first = [int(np.argmax(threads == t)) for t in present.tolist()]
+        else:
+            present, first = np.unique(threads, return_index=True)
+        order = present[np.argsort(first, kind="stable")]
+        keys = [self.thread_keys[t] for t in order.tolist()]
+        utids = [self._utid(p, t) for p, t in keys]
+        upids = [self._upid(p) for p, _ in keys]
+        place = np.zeros(len(self.thread_keys), dtype=np.int64)
+        place[order] = np.arange(len(order))
+        at = place[threads]
+        return np.array(utids, dtype=np.int64)[at], np.array(upids, dtype=np.int64)[at]
 
     def _args(self, batch: _Batch, rows: Any) -> tuple[Any, list[dict[str, Any]]]:
         """Which of the rows have args (a mask) and their args, in order."""
@@ -573,16 +548,14 @@ class _Rows:
                 for f in schema
             }
         )
-        self.writers[table].write_table(batch, row_group_size=_ROWS)
+        self.writers[table].write_table(batch)
         self.counts[table] += batch.num_rows
 
     def _write_slices(self, batch: _Batch, rows: Any) -> None:
         np, pa = self.np, self.pa
         starts, lengths = self._times(batch, rows, ranges=True)
-        columns = self._thread_columns(batch, rows)
-        columns["ts"] = starts
-        columns["dur"] = lengths
-        columns["name"], columns["category"] = self._texts(batch, rows)
+        columns: dict[str, Any] = {"ts": starts, "dur": lengths, "key": batch.key[rows]}
+        columns["utid"], upids = self._thread_columns(batch, rows)
         has, args = self._args(batch, rows)
         columns["args"] = self._sparse(has, [_ENCODE(a).decode() for a in args])
         columns["scope"] = self._sparse(has, [_scope(a) for a in args])
@@ -591,7 +564,6 @@ class _Rows:
         is_step = np.frombuffer(self.key_step, dtype=np.int8)[keys].astype(bool)
         numbers = np.zeros(len(rows), dtype=np.int64)
         if is_step.any():
-            upids = columns["upid"].to_numpy()
             args_at = np.cumsum(has) - 1
             ends = starts + lengths
             for i in np.flatnonzero(is_step).tolist():
@@ -633,19 +605,16 @@ class _Rows:
             return
         chosen = rows[np.array(kept, dtype=np.int64)]
         starts, _ = self._times(batch, chosen, ranges=False)
-        columns = self._thread_columns(batch, chosen)
-        columns["ts"] = starts
-        columns["name"] = names
-        columns["category"] = self._texts(batch, chosen)[1]
+        columns: dict[str, Any] = {"ts": starts, "name": names, "key": batch.key[chosen]}
+        columns["utid"] = self._thread_columns(batch, chosen)[0]
         columns["value"] = values
         columns["scope"] = scopes
         self._write("counter", columns)
 
     def _write_instants(self, batch: _Batch, rows: Any) -> None:
         starts, _ = self._times(batch, rows, ranges=False)
-        columns = self._thread_columns(batch, rows)
-        columns["ts"] = starts
-        columns["name"], columns["category"] = self._texts(batch, rows)
+        columns: dict[str, Any] = {"ts": starts, "key": batch.key[rows]}
+        columns["utid"] = self._thread_columns(batch, rows)[0]
         has, args = self._args(batch, rows)
         columns["args"] = self._sparse(has, [_ENCODE(a).decode() for a in args])
         columns["scope"] = self._sparse(has, [_scope(a) for a in args])
@@ -754,28 +723,38 @@ def _finish(pa: Any, pq: Any, duckdb: Any, work: str, raw: str, rows: _Rows) -> 
     import numpy as np
 
     steps = {upid: _sorted_steps(np, *rows.step_ranges[key]) for upid, key in _chosen(rows).items()}
-    names: list[str | None] = [None] * len(rows.utids)
-    for t in rows.threads:
-        names[t["utid"]] = t["name"]
-    thread_names = pa.array(names, pa.string())
-    who = [rows.who[upid] for upid in range(len(rows.upids))]
-    job = (
-        pa.array([w[0] for w in who], pa.int64()),
-        pa.array([w[1] for w in who], pa.string()),
-        pa.array([w[2] for w in who], pa.string()),
+    # What a utid names, by utid: its thread's name, process, ids, file and job.
+    threads = sorted(rows.threads, key=lambda t: int(t["utid"]))
+    assert [t["utid"] for t in threads] == list(range(len(rows.utids)))
+    upids = np.zeros(len(rows.utids), dtype=np.int64)
+    for (k, pid, _), utid in rows.utids.items():
+        upids[utid] = rows.upids[k, pid]
+    who = [rows.who[upid] for upid in upids.tolist()]
+    per_thread = {
+        "thread": pa.array([t["name"] for t in threads], pa.string()),
+        "upid": pa.array(upids),
+        "pid": pa.array([t["pid"] for t in threads], pa.int64()),
+        "tid": pa.array([t["tid"] for t in threads], pa.int64()),
+        "file": pa.array([t["file"] for t in threads], pa.string()),
+        "rank": pa.array([w[0] for w in who], pa.int64()),
+        "role": pa.array([w[1] for w in who], pa.string()),
+        "host": pa.array([w[2] for w in who], pa.string()),
+    }
+    keys = (
+        pa.array([k[0] for k in rows.keys], pa.string()),
+        pa.array([k[1] for k in rows.keys], pa.string()),
     )
-    extra = _Extra(pa, np, steps, thread_names, job)
+    extra = _Extra(pa, np, steps, upids, per_thread, keys)
     try:
         _write_slices(pa, pq, work, raw, extra, depths=None)
     except _Unordered:
         shutil.rmtree(os.path.join(work, "slice"), ignore_errors=True)
         _write_slices(pa, pq, work, raw, extra, depths=_duckdb_depths(duckdb, raw))
     for table in ("counter", "instant"):
-        source = pq.ParquetFile(os.path.join(raw, f"{table}.parquet"))
-        with _Partitions(pq, os.path.join(work, table)) as out:
-            for k in range(source.num_row_groups):
-                out.write(extra.add(source.read_row_group(k)))
-            out.finish(extra.add(source.schema_arrow.empty_table()))
+        with _temporary(pa, raw, table) as source, _Partitions(pq, work, table) as out:
+            for k in range(source.num_record_batches):
+                out.write(extra.add(pa.Table.from_batches([source.get_batch(k)])))
+            out.finish(extra.add(source.schema.empty_table()))
     for table in ("thread", "process"):
         os.replace(os.path.join(raw, f"{table}.parquet"), os.path.join(work, f"{table}.parquet"))
     counts = dict(rows.counts)
@@ -808,14 +787,21 @@ def _sorted_steps(np: Any, starts: Any, ends: Any, numbers: Any) -> tuple[Any, A
 
 
 class _Extra:
-    """The columns added to every table: the thread's name, the step, and the
-    process's rank, role and host (``job``: three arrays by upid)."""
+    """The final columns from the temporary ones: what a key names (name,
+    category), what a utid names (``per_thread``: the thread's name, upid,
+    pid, tid, file, rank, role and host, by utid), and the step."""
 
     def __init__(
-        self, pa: Any, np: Any, steps: dict[int, Any], thread_names: Any, job: tuple[Any, ...]
+        self,
+        pa: Any,
+        np: Any,
+        steps: dict[int, Any],
+        upids: Any,
+        per_thread: dict[str, Any],
+        keys: tuple[Any, Any],
     ) -> None:
-        self.pa, self.np, self.steps, self.thread_names = pa, np, steps, thread_names
-        self.job = job
+        self.pa, self.np, self.steps, self.upids = pa, np, steps, upids
+        self.per_thread, self.keys = per_thread, keys
 
     def step(self, upids: Any, ts: Any) -> Any:
         """The step of each (process, instant): the latest of the process's steps
@@ -840,23 +826,23 @@ class _Extra:
         return self.pa.array(out, self.pa.int64(), mask=~found)
 
     def add(self, table: Any, depth: Any = None) -> Any:
-        """table with ``depth`` (slices), ``thread`` and ``step``, in the final order."""
+        """A temporary table (or batch of one) as the final one: its ids
+        expanded, ``depth`` (slices) and ``step`` added, in the final order."""
         pa = self.pa
-        utids = table.column("utid").to_numpy()
-        upids = table.column("upid").to_numpy()
-        ts = table.column("ts").to_numpy()
-        thread = self.thread_names.take(pa.array(utids, pa.int64()))
-        step = self.step(upids, ts)
-        names = table.column_names
+        utid = table.column("utid")
+        at = utid.combine_chunks() if hasattr(utid, "combine_chunks") else utid
+        upids = self.upids[at.to_numpy()]
+        key = table.column("key")
+        columns = {n: table.column(n) for n in table.column_names if n != "key"}
+        if "name" not in columns:  # (a counter's is its series')
+            columns["name"] = self.keys[0].take(key)
+        columns["category"] = self.keys[1].take(key)
+        for name, values in self.per_thread.items():
+            columns[name] = values.take(at)
+        columns["step"] = self.step(upids, table.column("ts").to_numpy())
         if depth is not None:
-            table = table.append_column("depth", pa.array(depth, pa.int32()))
-        table = table.append_column("thread", thread).append_column("step", step)
-        at = pa.array(upids, pa.int64())
-        for name, column in zip(("rank", "role", "host"), self.job):
-            table = table.append_column(name, column.take(at))
-        order = [n for n in _ORDER if n in table.column_names or n == "rank"]
-        assert set(order) >= set(names)
-        return table.select([n for n in order if n in table.column_names])
+            columns["depth"] = pa.array(depth, pa.int32())
+        return pa.table({n: columns[n] for n in _ORDER if n in columns})
 
 
 # The final columns, in this order (those a table has); rank goes in the path.
@@ -866,37 +852,43 @@ _ORDER = (
 )  # fmt: skip
 
 
+@contextlib.contextmanager
+def _temporary(pa: Any, raw: str, table: str) -> Iterator[Any]:
+    """A temporary table's reader: its batches one at a time, by index."""
+    with pa.OSFile(os.path.join(raw, f"{table}.arrow")) as f:
+        yield pa.ipc.open_file(f)
+
+
 def _write_slices(pa: Any, pq: Any, work: str, raw: str, extra: _Extra, depths: Any | None) -> None:
     """The slice table, depth from the reverse pass (depths None) or given by row."""
     np = extra.np
-    source = pq.ParquetFile(os.path.join(raw, "slice.parquet"))
-    groups = [source.metadata.row_group(k).num_rows for k in range(source.num_row_groups)]
-    offsets = [sum(groups[:k]) for k in range(len(groups))]
     # The pass in C where the offline reader's module is built (and not
     # turned off), else in Python: the same depths (tests/test_parquet_fast.py).
     compiled = _fastread.Depths() if _fastread.available() else None
     stacks: dict[int, list[int]] = {}
     last_end: dict[int, int] = {}
-    with _Partitions(pq, os.path.join(work, "slice")) as out:
-        for k in reversed(range(source.num_row_groups)):
-            group = source.read_row_group(k)
+    with _temporary(pa, raw, "slice") as source, _Partitions(pq, work, "slice") as out:
+        end = 0 if depths is None else len(depths)  # the rows before the next batch read
+        for k in reversed(range(source.num_record_batches)):
+            batch = source.get_batch(k)
+            end -= batch.num_rows
             if depths is not None:
-                out.write(extra.add(group, depths[offsets[k] : offsets[k] + groups[k]]))
+                out.write(extra.add(batch, depths[end : end + batch.num_rows]))
                 continue
-            backwards = group.take(pa.array(np.arange(group.num_rows - 1, -1, -1)))
+            backwards = batch.take(pa.array(np.arange(batch.num_rows - 1, -1, -1)))
             utids, ts, durs = (
                 np.ascontiguousarray(backwards.column(c).to_numpy(), dtype=np.int64)
                 for c in ("utid", "ts", "dur")
             )
             found: Any
             if compiled is not None:
-                found = np.zeros(group.num_rows, dtype=np.int32)
+                found = np.zeros(batch.num_rows, dtype=np.int32)
                 if not compiled.run(utids, ts, durs, found):
                     raise _Unordered
             else:
                 found = _depths(utids.tolist(), ts.tolist(), durs.tolist(), stacks, last_end)
             out.write(extra.add(backwards, found))
-        out.finish(extra.add(source.schema_arrow.empty_table(), []))
+        out.finish(extra.add(source.schema.empty_table(), []))
 
 
 def _depths(
@@ -941,7 +933,15 @@ def _depths(
 
 
 def _duckdb_depths(duckdb: Any, raw: str) -> Any:
-    """Depth of every slice, in the temporary table's row order, by DuckDB."""
+    """Depth of every slice, in the temporary table's row order, by DuckDB
+    (from a Parquet copy of the three columns it needs, made batch by batch)."""
+    pa, pq, _ = need()
+    with _temporary(pa, raw, "slice") as source:
+        schema = pa.schema([("utid", pa.int64()), ("ts", pa.int64()), ("dur", pa.int64())])
+        with pq.ParquetWriter(os.path.join(raw, "slice.parquet"), schema) as out:
+            for k in range(source.num_record_batches):
+                batch = source.get_batch(k)
+                out.write_table(pa.Table.from_batches([batch.select(schema.names)]))
     con = duckdb.connect(":memory:")
     try:
         con.execute(f"SET memory_limit = '{_MEMORY_LIMIT}'")
@@ -957,8 +957,8 @@ def _duckdb_depths(duckdb: Any, raw: str) -> Any:
 class _Partitions:
     """One Parquet file per rank under folder (``rank=R/data.parquet``)."""
 
-    def __init__(self, pq: Any, folder: str) -> None:
-        self.pq, self.folder = pq, folder
+    def __init__(self, pq: Any, work: str, table: str) -> None:
+        self.pq, self.folder = pq, os.path.join(work, table)
         self.writers: dict[int, Any] = {}
 
     def __enter__(self) -> _Partitions:
@@ -969,8 +969,10 @@ class _Partitions:
         import pyarrow.compute as pc  # type: ignore[import-untyped]
 
         ranks = table.column("rank")
-        for rank in pc.unique(ranks).to_pylist():
-            part = table.filter(pc.equal(ranks, rank)).drop_columns(["rank"])
+        found = pc.unique(ranks).to_pylist()
+        for rank in found:
+            part = table if len(found) == 1 else table.filter(pc.equal(ranks, rank))
+            part = part.drop_columns(["rank"])
             writer = self.writers.get(rank)
             if writer is None:
                 folder = os.path.join(self.folder, f"rank={rank}")
