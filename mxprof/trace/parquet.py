@@ -63,6 +63,7 @@ import shutil
 import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
+from itertools import chain, compress
 from typing import Any
 
 import msgspec
@@ -243,6 +244,7 @@ class _Rows:
         self.key_group: list[tuple[str, str] | None] = []
         self.key_step = array("b")  # 1 where key_group is set
         self.key_phase = array("b")  # _X, _C or _POINT
+        self.key_storage = array("b")  # 1 for a counter of a memory scope (its name is one)
         # The input's threads, by id: (pid, tid) as in the file.
         self.thread_keys: list[tuple[Any, Any]] = []
         self.thread_ids: dict[tuple[Any, Any], int] = {}
@@ -405,6 +407,7 @@ class _Rows:
             self.key_group.append(group)
             self.key_step.append(group is not None)
             self.key_phase.append(_X if ph == "X" else _C if ph == "C" else _POINT)
+            self.key_storage.append(category == SCOPE_STORAGE)
         return found
 
     def _thread(self, pid: Any, tid: Any) -> int:
@@ -585,25 +588,38 @@ class _Rows:
         self._write("slice", columns)
 
     def _write_counters(self, batch: _Batch, rows: Any) -> None:
+        """A row per series of each counter: per value when a counter has one
+        value (as the core writes them), else one by one."""
         np = self.np
         has, args = self._args(batch, rows)
         keys = batch.key[rows]
-        kept: list[int] = []  # a row per series: the event's place in rows
-        names: list[str] = []
-        values: list[float] = []
-        scopes: list[str | None] = []
-        for i, a in zip(np.flatnonzero(has).tolist(), args):
-            name, category, _ = self.keys[keys[i]]
-            series = [(k, v) for k, v in a.items() if _number(v)]
-            scope = name if category == SCOPE_STORAGE else _scope(a)
-            for key, value in series:
-                kept.append(i)
-                names.append(name if key == name or len(series) == 1 else f"{name} {key}")
-                values.append(float(value))
-                scopes.append(scope)
-        if not kept:
+        with_args = np.flatnonzero(has)
+        if args and all(len(a) == 1 for a in args):
+            found = list(chain.from_iterable(map(dict.values, args)))
+            numeric = np.fromiter(map(_number, found), dtype=bool, count=len(found))
+            kept = with_args[numeric]
+            names: list[str | None] = [None] * len(kept)  # the counter's own: the key's
+            values = np.fromiter(
+                map(float, compress(found, numeric)), dtype=np.float64, count=len(kept)
+            )
+            storage = np.frombuffer(self.key_storage, dtype=np.int8)[keys[kept]].astype(bool)
+            scopes = self._sparse(storage, [self.keys[k][0] for k in keys[kept][storage]])
+        else:
+            listed: list[int] = []  # a row per series: the event's place in rows
+            names, numbers, scoped = [], [], []
+            for i, a in zip(with_args.tolist(), args):
+                name, category, _ = self.keys[keys[i]]
+                series = [(k, v) for k, v in a.items() if _number(v)]
+                scope = name if category == SCOPE_STORAGE else _scope(a)
+                for key, value in series:
+                    listed.append(i)
+                    names.append(name if key == name or len(series) == 1 else f"{name} {key}")
+                    numbers.append(float(value))
+                    scoped.append(scope)
+            kept, values, scopes = np.array(listed, dtype=np.int64), numbers, scoped
+        if not len(kept):
             return
-        chosen = rows[np.array(kept, dtype=np.int64)]
+        chosen = rows[kept]
         starts, _ = self._times(batch, chosen, ranges=False)
         columns: dict[str, Any] = {"ts": starts, "name": names, "key": batch.key[chosen]}
         columns["utid"] = self._thread_columns(batch, chosen)[0]
@@ -828,14 +844,17 @@ class _Extra:
     def add(self, table: Any, depth: Any = None) -> Any:
         """A temporary table (or batch of one) as the final one: its ids
         expanded, ``depth`` (slices) and ``step`` added, in the final order."""
+        import pyarrow.compute as pc  # type: ignore[import-untyped]
+
         pa = self.pa
         utid = table.column("utid")
         at = utid.combine_chunks() if hasattr(utid, "combine_chunks") else utid
         upids = self.upids[at.to_numpy()]
         key = table.column("key")
         columns = {n: table.column(n) for n in table.column_names if n != "key"}
-        if "name" not in columns:  # (a counter's is its series')
-            columns["name"] = self.keys[0].take(key)
+        names = self.keys[0].take(key)
+        # A counter's row names its series, or (null) the counter's own name.
+        columns["name"] = pc.coalesce(columns["name"], names) if "name" in columns else names
         columns["category"] = self.keys[1].take(key)
         for name, values in self.per_thread.items():
             columns[name] = values.take(at)
@@ -966,7 +985,7 @@ class _Partitions:
         return self
 
     def write(self, table: Any) -> None:
-        import pyarrow.compute as pc  # type: ignore[import-untyped]
+        import pyarrow.compute as pc
 
         ranks = table.column("rank")
         found = pc.unique(ranks).to_pylist()
@@ -978,7 +997,7 @@ class _Partitions:
                 folder = os.path.join(self.folder, f"rank={rank}")
                 os.makedirs(folder, exist_ok=True)
                 writer = self.writers[rank] = self.pq.ParquetWriter(
-                    os.path.join(folder, "data.parquet"), part.schema, compression="zstd"
+                    os.path.join(folder, "data.parquet"), part.schema, **_options(part.schema)
                 )
             writer.write_table(part, row_group_size=_ROWS)
 
@@ -992,6 +1011,19 @@ class _Partitions:
     def __exit__(self, *exc: object) -> None:
         for writer in self.writers.values():
             writer.close()
+
+
+def _options(schema: Any) -> dict[str, Any]:
+    """How the final tables are written: zstd; ``ts`` (near-sorted) as deltas;
+    min/max statistics for the integer columns only (what DuckDB prunes row
+    groups by; a string column's cost more to write than they save)."""
+    names = schema.names
+    return {
+        "compression": "zstd",
+        "use_dictionary": [n for n in names if n != "ts"],
+        "column_encoding": {"ts": "DELTA_BINARY_PACKED"},
+        "write_statistics": [f.name for f in schema if f.type == "int64" or f.type == "int32"],
+    }
 
 
 def quoted(path: str) -> str:
