@@ -63,6 +63,7 @@ import shutil
 import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import chain, compress
 from typing import Any
 
@@ -974,15 +975,28 @@ def _duckdb_depths(duckdb: Any, raw: str) -> Any:
 
 
 class _Partitions:
-    """One Parquet file per rank under folder (``rank=R/data.parquet``)."""
+    """One Parquet file per rank under folder (``rank=R/data.parquet``).
+
+    The encoding runs on a thread of its own (pyarrow lets the GIL go
+    meanwhile), one table at a time, while the caller makes the next: at most
+    two tables are held.
+    """
 
     def __init__(self, pq: Any, work: str, table: str) -> None:
         self.pq, self.folder = pq, os.path.join(work, table)
         self.writers: dict[int, Any] = {}
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="mxprof-parquet")
+        self.pending: Future[None] | None = None
 
     def __enter__(self) -> _Partitions:
         os.makedirs(self.folder, exist_ok=True)
         return self
+
+    def _wait(self) -> None:
+        """The write under way done (its error raised here)."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()
 
     def write(self, table: Any) -> None:
         import pyarrow.compute as pc
@@ -999,18 +1013,24 @@ class _Partitions:
                 writer = self.writers[rank] = self.pq.ParquetWriter(
                     os.path.join(folder, "data.parquet"), part.schema, **_options(part.schema)
                 )
-            writer.write_table(part, row_group_size=_ROWS)
+            self._wait()
+            self.pending = self.thread.submit(writer.write_table, part, row_group_size=_ROWS)
 
     def finish(self, empty: Any) -> None:
         """An empty table still has its columns: one empty file where none was written."""
+        self._wait()
         if not self.writers:
             folder = os.path.join(self.folder, "rank=0")
             os.makedirs(folder, exist_ok=True)
             self.pq.write_table(empty.drop_columns(["rank"]), os.path.join(folder, "data.parquet"))
 
     def __exit__(self, *exc: object) -> None:
-        for writer in self.writers.values():
-            writer.close()
+        try:
+            self._wait()
+        finally:
+            self.thread.shutdown()
+            for writer in self.writers.values():
+                writer.close()
 
 
 def _options(schema: Any) -> dict[str, Any]:
