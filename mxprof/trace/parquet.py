@@ -847,22 +847,47 @@ class _Extra:
         expanded, ``depth`` (slices) and ``step`` added, in the final order."""
         import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-        pa = self.pa
-        utid = table.column("utid")
-        at = utid.combine_chunks() if hasattr(utid, "combine_chunks") else utid
-        upids = self.upids[at.to_numpy()]
-        key = table.column("key")
+        pa, np = self.pa, self.np
+        utids = _numbers(np, table.column("utid"))
+        upids = self.upids[utids]
+        key = _numbers(np, table.column("key"))
         columns = {n: table.column(n) for n in table.column_names if n != "key"}
-        names = self.keys[0].take(key)
-        # A counter's row names its series, or (null) the counter's own name.
-        columns["name"] = pc.coalesce(columns["name"], names) if "name" in columns else names
-        columns["category"] = self.keys[1].take(key)
+        # Text as dictionaries over the rows' ids (the Parquet writer takes
+        # them as they are; read back, they are plain strings again).
+        names = _coded(pa, np, key, self.keys[0])
+        if "name" in columns:  # a counter's row names its series, or (null) the counter's own
+            names = pc.coalesce(columns["name"], names.cast(pa.string()))
+        columns["name"] = names
+        columns["category"] = _coded(pa, np, key, self.keys[1])
+        at = pa.array(utids)
         for name, values in self.per_thread.items():
-            columns[name] = values.take(at)
+            if values.type == pa.string():
+                columns[name] = _coded(pa, np, utids, values)
+            else:
+                columns[name] = values.take(at)
         columns["step"] = self.step(upids, table.column("ts").to_numpy())
         if depth is not None:
             columns["depth"] = pa.array(depth, pa.int32())
         return pa.table({n: columns[n] for n in _ORDER if n in columns})
+
+
+def _numbers(np: Any, column: Any) -> Any:
+    """A column of integers (an array or chunked) as one numpy array."""
+    if hasattr(column, "combine_chunks"):
+        column = column.combine_chunks()
+    return column.to_numpy()
+
+
+def _coded(pa: Any, np: Any, ids: Any, values: Any) -> Any:
+    """values[ids] (a string array by id; null where it is null) as a
+    dictionary array of the values the ids use."""
+    used = np.bincount(ids, minlength=len(values)).astype(bool)
+    used &= ~values.is_null().to_numpy(zero_copy_only=False)
+    present = np.flatnonzero(used)
+    place = np.zeros(len(values), dtype=np.int32)
+    place[present] = np.arange(len(present), dtype=np.int32)
+    indices = pa.array(place[ids], mask=~used[ids])
+    return pa.DictionaryArray.from_arrays(indices, values.take(pa.array(present)))
 
 
 # The final columns, in this order (those a table has); rank goes in the path.
@@ -1022,7 +1047,9 @@ class _Partitions:
         if not self.writers:
             folder = os.path.join(self.folder, "rank=0")
             os.makedirs(folder, exist_ok=True)
-            self.pq.write_table(empty.drop_columns(["rank"]), os.path.join(folder, "data.parquet"))
+            empty = empty.drop_columns(["rank"])
+            path = os.path.join(folder, "data.parquet")
+            self.pq.write_table(empty, path, **_options(empty.schema))
 
     def __exit__(self, *exc: object) -> None:
         try:
@@ -1039,6 +1066,7 @@ def _options(schema: Any) -> dict[str, Any]:
     groups by; a string column's cost more to write than they save)."""
     names = schema.names
     return {
+        "store_schema": False,  # (read back, the dictionaries of text are plain strings)
         "compression": "zstd",
         "use_dictionary": [n for n in names if n != "ts"],
         "column_encoding": {"ts": "DELTA_BINARY_PACKED"},
