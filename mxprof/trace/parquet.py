@@ -827,12 +827,13 @@ class _Extra:
         np = self.np
         out = np.zeros(len(ts), dtype=np.int64)
         found = np.zeros(len(ts), dtype=bool)
-        for upid in np.unique(upids):
-            got = self.steps.get(int(upid))
+        present = np.unique(upids)
+        for upid in present.tolist():
+            got = self.steps.get(upid)
             if got is None:
                 continue
             starts, ends, numbers = got
-            sel = upids == upid
+            sel = upids == upid if len(present) > 1 else slice(None)
             at = ts[sel]
             k = np.searchsorted(starts, at, side="right") - 1
             before = k >= 0
@@ -854,17 +855,16 @@ class _Extra:
         columns = {n: table.column(n) for n in table.column_names if n != "key"}
         # Text as dictionaries over the rows' ids (the Parquet writer takes
         # them as they are; read back, they are plain strings again).
-        names = _coded(pa, np, key, self.keys[0])
+        by_key = _Coded(pa, np, key, len(self.keys[0]))
+        names = by_key(self.keys[0])
         if "name" in columns:  # a counter's row names its series, or (null) the counter's own
             names = pc.coalesce(columns["name"], names.cast(pa.string()))
         columns["name"] = names
-        columns["category"] = _coded(pa, np, key, self.keys[1])
+        columns["category"] = by_key(self.keys[1])
+        by_thread = _Coded(pa, np, utids, len(self.upids))
         at = pa.array(utids)
         for name, values in self.per_thread.items():
-            if values.type == pa.string():
-                columns[name] = _coded(pa, np, utids, values)
-            else:
-                columns[name] = values.take(at)
+            columns[name] = by_thread(values) if values.type == pa.string() else values.take(at)
         columns["step"] = self.step(upids, table.column("ts").to_numpy())
         if depth is not None:
             columns["depth"] = pa.array(depth, pa.int32())
@@ -878,16 +878,30 @@ def _numbers(np: Any, column: Any) -> Any:
     return column.to_numpy()
 
 
-def _coded(pa: Any, np: Any, ids: Any, values: Any) -> Any:
-    """values[ids] (a string array by id; null where it is null) as a
-    dictionary array of the values the ids use."""
-    used = np.bincount(ids, minlength=len(values)).astype(bool)
-    used &= ~values.is_null().to_numpy(zero_copy_only=False)
-    present = np.flatnonzero(used)
-    place = np.zeros(len(values), dtype=np.int32)
-    place[present] = np.arange(len(present), dtype=np.int32)
-    indices = pa.array(place[ids], mask=~used[ids])
-    return pa.DictionaryArray.from_arrays(indices, values.take(pa.array(present)))
+class _Coded:
+    """Columns by id (ids: the rows' ids, below n) as dictionary arrays of
+    the values the rows use: ``coded(values)`` is values[ids], null where
+    the value is null."""
+
+    def __init__(self, pa: Any, np: Any, ids: Any, n: int) -> None:
+        self.pa, self.np, self.ids = pa, np, ids
+        self.used = np.bincount(ids, minlength=n).astype(bool)
+        self.present = np.flatnonzero(self.used)
+        place = np.zeros(n, dtype=np.int32)
+        place[self.present] = np.arange(len(self.present), dtype=np.int32)
+        self.indices = place[ids]
+
+    def __call__(self, values: Any) -> Any:
+        pa, np = self.pa, self.np
+        if values.null_count == 0:
+            dictionary = values.take(pa.array(self.present))
+            return pa.DictionaryArray.from_arrays(pa.array(self.indices), dictionary)
+        valid = self.used & ~values.is_null().to_numpy(zero_copy_only=False)
+        present = np.flatnonzero(valid)
+        place = np.zeros(len(values), dtype=np.int32)
+        place[present] = np.arange(len(present), dtype=np.int32)
+        indices = pa.array(place[self.ids], mask=~valid[self.ids])
+        return pa.DictionaryArray.from_arrays(indices, values.take(pa.array(present)))
 
 
 # The final columns, in this order (those a table has); rank goes in the path.
