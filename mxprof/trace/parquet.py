@@ -64,6 +64,7 @@ import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from itertools import chain, compress
 from typing import Any
 
@@ -132,7 +133,9 @@ def sources(paths: Sequence[PathArg]) -> list[dict[str, Any]]:
     return out
 
 
-def write_parquet(paths: Sequence[PathArg], output: PathArg) -> dict[str, Any]:
+def write_parquet(
+    paths: Sequence[PathArg], output: PathArg, *, jobs: int | None = 1, engine: str = "local"
+) -> dict[str, Any]:
     """Write the traces' events as Parquet tables into the folder output; return
     its manifest (``{"tables": {name: rows}, "sources": [...], ...}``).
 
@@ -143,6 +146,9 @@ def write_parquet(paths: Sequence[PathArg], output: PathArg) -> dict[str, Any]:
         paths: traces (any form ``mxprof.load`` reads), placed on one clock as
             ``mxprof merge`` places them.
         output: the folder to write.
+        jobs, engine: the executor that converts the inputs, one a task
+            (``trace.engine.executor``; default: one, in this process).  The
+            tables are the same whatever it is.
 
     Raises:
         MissingExtra: pyarrow or duckdb is not installed.
@@ -174,7 +180,7 @@ def write_parquet(paths: Sequence[PathArg], output: PathArg) -> dict[str, Any]:
     except OSError as e:
         raise OutputError(f"cannot write {shown(out)}: {e.strerror or e}", out, e.errno) from None
     try:
-        manifest = _convert(paths, work, pa, pq, duckdb)
+        manifest = _convert(paths, work, pa, pq, duckdb, jobs, engine)
         if os.path.exists(out):
             shutil.rmtree(out)
         os.replace(work, out)
@@ -188,20 +194,34 @@ def write_parquet(paths: Sequence[PathArg], output: PathArg) -> dict[str, Any]:
     return manifest
 
 
-def _convert(paths: Sequence[PathArg], work: str, pa: Any, pq: Any, duckdb: Any) -> dict[str, Any]:
+def _convert(
+    paths: Sequence[PathArg],
+    work: str,
+    pa: Any,
+    pq: Any,
+    duckdb: Any,
+    jobs: int | None,
+    engine: str,
+) -> dict[str, Any]:
+    """Map: each input's rows to temporary tables of its own (``_convert_part``,
+    its ids from 0), on the merged clock worked out here first; reduce: the
+    final tables from them in the inputs' order, ids offset (``_Job``)."""
+    from .engine import executor
+
     listed = sources(paths)
     names = [os.fspath(p) for p in paths]
     metadata = [_metadata(n) for n in names]
     mapping = timeline(list(zip(names, metadata)))
     raw = os.path.join(work, ".raw")
     os.mkdir(raw)
-    rows = _Rows(pa, pq, raw)
-    try:
-        for k, (name, meta, (info, move)) in enumerate(zip(names, metadata, mapping)):
-            rows.add_input(k, name, meta, info, move)
-    finally:
-        rows.close()
-    counts = _finish(pa, pq, duckdb, work, raw, rows)
+    tasks = [
+        (name, k, os.path.join(raw, str(k)), meta, info, move)
+        for k, (name, meta, (info, move)) in enumerate(zip(names, metadata, mapping))
+    ]
+    with executor(jobs, engine) as ex:
+        parts = ex.map(_convert_part, tasks)
+    job = _Job(raw, parts)
+    counts = _finish(pa, pq, duckdb, work, job)
     shutil.rmtree(raw)
     manifest = {
         "format": "mxprof-parquet",
@@ -640,20 +660,105 @@ class _Rows:
     def close(self) -> None:
         for writer in self.writers.values():
             writer.close()
-        pa, pq = self.pa, self.pq
-        i64, string = pa.int64(), pa.string()
-        job = [("rank", i64), ("role", string), ("host", string), ("file", string)]
-        thread = pa.schema(
-            [("utid", i64), ("upid", i64), ("tid", i64), ("pid", i64), ("name", string)] + job
-        )
-        process = pa.schema([("upid", i64), ("pid", i64), ("name", string)] + job)
-        pq.write_table(
-            pa.Table.from_pylist(self.threads, thread), os.path.join(self.folder, "thread.parquet")
-        )
-        pq.write_table(
-            pa.Table.from_pylist(self.processes, process),
-            os.path.join(self.folder, "process.parquet"),
-        )
+
+    def part(self) -> _Part:
+        """What the reduce needs of this converter's one input (closed)."""
+        upids = [0] * len(self.utids)
+        for (k, pid, _), utid in self.utids.items():
+            upids[utid] = self.upids[k, pid]
+        return _Part(
+            self.folder, dict(self.counts), self.keys, upids, self.threads, self.processes,
+            self.step_ranges, self.who,
+        )  # fmt: skip
+
+
+def _convert_part(task: tuple[str, int, str, dict[str, Any], dict[str, Any] | None, Any]) -> _Part:
+    """One input (path, its place k, a folder to make, its metadata, its
+    distributedInfo, its time mapping) to temporary tables: the map of
+    ``_convert``, run by any executor (in a worker: the folder must be one
+    it can write, beside the output)."""
+    path, k, folder, meta, info, move = task
+    pa, pq, _ = need()
+    os.mkdir(folder)
+    rows = _Rows(pa, pq, folder)
+    try:
+        rows.add_input(k, path, meta, info, move)
+    finally:
+        rows.close()
+    return rows.part()
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One input converted: its temporary tables' folder, their rows'
+    counts, and, its ids counted from 0, its keys (by key id), each utid's
+    upid, its thread and process rows, its steps and its processes' job."""
+
+    folder: str
+    counts: dict[str, int]
+    keys: list[tuple[str, str, str]]
+    upids: list[int]
+    threads: list[dict[str, Any]]
+    processes: list[dict[str, Any]]
+    step_ranges: dict[tuple[int, Any, str, str], tuple[array[int], ...]]
+    who: dict[int, tuple[int, str | None, str | None]]
+
+
+class _Job:
+    """The inputs' parts as one: ids offset by the earlier inputs' (the
+    numbering one converter reading the inputs in turn would give)."""
+
+    def __init__(self, folder: str, parts: list[_Part]) -> None:
+        self.folder, self.parts = folder, parts
+        self.utid_at: list[int] = []  # each part's first utid, upid and key id
+        self.upid_at: list[int] = []
+        self.key_at: list[int] = []
+        self.keys: list[tuple[str, str, str]] = []
+        self.upids: list[int] = []  # by utid
+        self.threads: list[dict[str, Any]] = []
+        self.processes: list[dict[str, Any]] = []
+        self.step_ranges: dict[tuple[int, Any, str, str], tuple[array[int], ...]] = {}
+        self.who: dict[int, tuple[int, str | None, str | None]] = {}
+        self.counts = dict.fromkeys(TABLES[:3], 0)
+        for part in parts:
+            utid, upid = len(self.upids), len(self.who)
+            self.utid_at.append(utid)
+            self.upid_at.append(upid)
+            self.key_at.append(len(self.keys))
+            self.keys += part.keys
+            self.upids += [u + upid for u in part.upids]
+            self.threads += [{**t, "utid": t["utid"] + utid, "upid": t["upid"] + upid}
+                             for t in part.threads]  # fmt: skip
+            self.processes += [{**p, "upid": p["upid"] + upid} for p in part.processes]
+            for key, found in part.step_ranges.items():
+                self.step_ranges[(key[0] + upid, key[1], key[2], key[3])] = found
+            self.who.update({u + upid: w for u, w in part.who.items()})
+            for table, n in part.counts.items():
+                self.counts[table] += n
+
+    def batches(self, pa: Any, table: str, backwards: bool = False) -> Iterator[Any]:
+        """The temporary table's batches in the inputs' order (or backwards:
+        last batch first), ids offset onto the job's."""
+        import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+        order = list(range(len(self.parts)))
+        for i in reversed(order) if backwards else order:
+            with _temporary(pa, self.parts[i].folder, table) as source:
+                found = range(source.num_record_batches)
+                for k in reversed(found) if backwards else found:
+                    batch = source.get_batch(k)
+                    for name, at in (("utid", self.utid_at[i]), ("key", self.key_at[i])):
+                        if at:
+                            field = batch.schema.get_field_index(name)
+                            column = batch.column(field)
+                            column = pc.add(column, pa.scalar(at, column.type))
+                            batch = batch.set_column(field, name, column)
+                    yield batch
+
+    def schema(self, pa: Any, table: str) -> Any:
+        """The temporary table's schema."""
+        with _temporary(pa, self.parts[0].folder, table) as source:
+            return source.schema
 
 
 class _Sink:
@@ -727,7 +832,7 @@ class _Unordered(Exception):
     """A thread's ranges are not in the order they ended: depth the general way."""
 
 
-def _finish(pa: Any, pq: Any, duckdb: Any, work: str, raw: str, rows: _Rows) -> dict[str, int]:
+def _finish(pa: Any, pq: Any, duckdb: Any, work: str, rows: _Job) -> dict[str, int]:
     """The final tables from the temporary ones: depth, step and thread names
     added, written by rank (hive style: ``rank=R/``).
 
@@ -742,11 +847,9 @@ def _finish(pa: Any, pq: Any, duckdb: Any, work: str, raw: str, rows: _Rows) -> 
     steps = {upid: _sorted_steps(np, *rows.step_ranges[key]) for upid, key in _chosen(rows).items()}
     # What a utid names, by utid: its thread's name, process, ids, file and job.
     threads = sorted(rows.threads, key=lambda t: int(t["utid"]))
-    assert [t["utid"] for t in threads] == list(range(len(rows.utids)))
-    upids = np.zeros(len(rows.utids), dtype=np.int64)
-    for (k, pid, _), utid in rows.utids.items():
-        upids[utid] = rows.upids[k, pid]
-    who = [rows.who[upid] for upid in upids.tolist()]
+    assert [t["utid"] for t in threads] == list(range(len(rows.upids)))
+    upids = np.array(rows.upids, dtype=np.int64)
+    who = [rows.who[upid] for upid in rows.upids]
     per_thread = {
         "thread": pa.array([t["name"] for t in threads], pa.string()),
         "upid": pa.array(upids),
@@ -763,24 +866,37 @@ def _finish(pa: Any, pq: Any, duckdb: Any, work: str, raw: str, rows: _Rows) -> 
     )
     extra = _Extra(pa, np, steps, upids, per_thread, keys)
     try:
-        _write_slices(pa, pq, work, raw, extra, depths=None)
+        _write_slices(pa, pq, work, rows, extra, depths=None)
     except _Unordered:
         shutil.rmtree(os.path.join(work, "slice"), ignore_errors=True)
-        _write_slices(pa, pq, work, raw, extra, depths=_duckdb_depths(duckdb, raw))
+        _write_slices(pa, pq, work, rows, extra, depths=_duckdb_depths(duckdb, rows))
     for table in ("counter", "instant"):
-        with _temporary(pa, raw, table) as source, _Partitions(pq, work, table) as out:
-            for k in range(source.num_record_batches):
-                out.write(extra.add(pa.Table.from_batches([source.get_batch(k)])))
-            out.finish(extra.add(source.schema.empty_table()))
-    for table in ("thread", "process"):
-        os.replace(os.path.join(raw, f"{table}.parquet"), os.path.join(work, f"{table}.parquet"))
+        with _Partitions(pq, work, table) as out:
+            for batch in rows.batches(pa, table):
+                out.write(extra.add(batch))
+            out.finish(extra.add(rows.schema(pa, table).empty_table()))
+    _write_threads(pa, pq, work, rows)
     counts = dict(rows.counts)
     counts["thread"] = len(rows.threads)
     counts["process"] = len(rows.processes)
     return counts
 
 
-def _chosen(rows: _Rows) -> dict[int, tuple[int, Any, str, str]]:
+def _write_threads(pa: Any, pq: Any, work: str, rows: _Job) -> None:
+    """The thread and process tables."""
+    i64, string = pa.int64(), pa.string()
+    job = [("rank", i64), ("role", string), ("host", string), ("file", string)]
+    thread = pa.schema(
+        [("utid", i64), ("upid", i64), ("tid", i64), ("pid", i64), ("name", string)] + job
+    )
+    process = pa.schema([("upid", i64), ("pid", i64), ("name", string)] + job)
+    pq.write_table(pa.Table.from_pylist(rows.threads, thread), os.path.join(work, "thread.parquet"))
+    pq.write_table(
+        pa.Table.from_pylist(rows.processes, process), os.path.join(work, "process.parquet")
+    )
+
+
+def _chosen(rows: _Job) -> dict[int, tuple[int, Any, str, str]]:
     """Each process's steps: the group ``steps.chosen`` picks, given the
     groups in the order it expects (thread order, then first start)."""
     by_process: dict[int, list[tuple[int, Any, str, str]]] = {}
@@ -846,7 +962,7 @@ class _Extra:
     def add(self, table: Any, depth: Any = None) -> Any:
         """A temporary table (or batch of one) as the final one: its ids
         expanded, ``depth`` (slices) and ``step`` added, in the final order."""
-        import pyarrow.compute as pc  # type: ignore[import-untyped]
+        import pyarrow.compute as pc
 
         pa, np = self.pa, self.np
         utids = _numbers(np, table.column("utid"))
@@ -918,7 +1034,9 @@ def _temporary(pa: Any, raw: str, table: str) -> Iterator[Any]:
         yield pa.ipc.open_file(f)
 
 
-def _write_slices(pa: Any, pq: Any, work: str, raw: str, extra: _Extra, depths: Any | None) -> None:
+def _write_slices(
+    pa: Any, pq: Any, work: str, rows: _Job, extra: _Extra, depths: Any | None
+) -> None:
     """The slice table, depth from the reverse pass (depths None) or given by row."""
     np = extra.np
     # The pass in C where the offline reader's module is built (and not
@@ -926,10 +1044,9 @@ def _write_slices(pa: Any, pq: Any, work: str, raw: str, extra: _Extra, depths: 
     compiled = _fastread.Depths() if _fastread.available() else None
     stacks: dict[int, list[int]] = {}
     last_end: dict[int, int] = {}
-    with _temporary(pa, raw, "slice") as source, _Partitions(pq, work, "slice") as out:
+    with _Partitions(pq, work, "slice") as out:
         end = 0 if depths is None else len(depths)  # the rows before the next batch read
-        for k in reversed(range(source.num_record_batches)):
-            batch = source.get_batch(k)
+        for batch in rows.batches(pa, "slice", backwards=True):
             end -= batch.num_rows
             if depths is not None:
                 out.write(extra.add(batch, depths[end : end + batch.num_rows]))
@@ -947,7 +1064,7 @@ def _write_slices(pa: Any, pq: Any, work: str, raw: str, extra: _Extra, depths: 
             else:
                 found = _depths(utids.tolist(), ts.tolist(), durs.tolist(), stacks, last_end)
             out.write(extra.add(backwards, found))
-        out.finish(extra.add(source.schema.empty_table(), []))
+        out.finish(extra.add(rows.schema(pa, "slice").empty_table(), []))
 
 
 def _depths(
@@ -991,16 +1108,15 @@ def _depths(
     return out
 
 
-def _duckdb_depths(duckdb: Any, raw: str) -> Any:
-    """Depth of every slice, in the temporary table's row order, by DuckDB
+def _duckdb_depths(duckdb: Any, rows: _Job) -> Any:
+    """Depth of every slice, in the temporary tables' row order, by DuckDB
     (from a Parquet copy of the three columns it needs, made batch by batch)."""
     pa, pq, _ = need()
-    with _temporary(pa, raw, "slice") as source:
-        schema = pa.schema([("utid", pa.int64()), ("ts", pa.int64()), ("dur", pa.int64())])
-        with pq.ParquetWriter(os.path.join(raw, "slice.parquet"), schema) as out:
-            for k in range(source.num_record_batches):
-                batch = source.get_batch(k)
-                out.write_table(pa.Table.from_batches([batch.select(schema.names)]))
+    raw = rows.folder
+    schema = pa.schema([("utid", pa.int64()), ("ts", pa.int64()), ("dur", pa.int64())])
+    with pq.ParquetWriter(os.path.join(raw, "slice.parquet"), schema) as out:
+        for batch in rows.batches(pa, "slice"):
+            out.write_table(pa.Table.from_batches([batch.select(schema.names)]))
     con = duckdb.connect(":memory:")
     try:
         con.execute(f"SET memory_limit = '{_MEMORY_LIMIT}'")
