@@ -63,10 +63,9 @@ import shutil
 import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import chain, compress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -82,6 +81,9 @@ from .processes import SCOPE_STORAGE, identities_of
 from .reader import PathArg, open_trace, read_raw, shown
 from .steps import chosen, number
 from .steps import group as steps_group
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 SCHEMA_VERSION = 1  # of the tables; a cache made with another is converted again
 MANIFEST = "manifest.json"
@@ -1140,6 +1142,10 @@ class _Partitions:
     def __init__(self, pq: Any, work: str, table: str) -> None:
         self.pq, self.folder = pq, os.path.join(work, table)
         self.writers: dict[int, Any] = {}
+        # Imported here: concurrent.futures registers an exit hook, which a
+        # command that never writes Parquet must not leave (tests/test_offline.py).
+        from concurrent.futures import ThreadPoolExecutor
+
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="mxprof-parquet")
         self.pending: Future[None] | None = None
 
