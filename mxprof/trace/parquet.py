@@ -619,7 +619,10 @@ class _Rows:
         with_args = np.flatnonzero(has)
         if args and all(len(a) == 1 for a in args):
             found = list(chain.from_iterable(map(dict.values, args)))
-            numeric = np.fromiter(map(_number, found), dtype=bool, count=len(found))
+            # _number's test by the value's exact type (maps of builtins: no frame a row)
+            numeric = np.fromiter(
+                map(_NUMERIC.__contains__, map(type, found)), dtype=bool, count=len(found)
+            )
             kept = with_args[numeric]
             names: list[str | None] = [None] * len(kept)  # the counter's own: the key's
             values = np.fromiter(
@@ -794,6 +797,9 @@ _X, _C, _POINT = 0, 1, 2
 
 def _int(value: Any) -> int | None:
     return value if type(value) is int and -(2**63) <= value < 2**63 else None
+
+
+_NUMERIC = frozenset((int, float))  # what _number takes, as exact types (msgspec decodes no others)
 
 
 def _number(value: Any) -> bool:
