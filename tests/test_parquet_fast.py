@@ -14,6 +14,7 @@ Run under AddressSanitizer by native/offline/asan.sh.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -222,3 +223,39 @@ def test_the_c_depth_pass_is_the_python_one():
         _fastread.Depths().run(np.array([-1]), one, one, out)
     with pytest.raises(ValueError):  # columns of different lengths
         _fastread.Depths().run(np.array([0, 1]), one, one, out)
+
+
+def test_step_numbers_are_steps_number_in_file_order(tmp_path, monkeypatch, small):
+    """Frames with and without a frame arg (an int, a bool, text), ProfilerStep#N,
+    on several threads and processes, across batches: each range's step_number
+    is steps.number of its args and its place among its thread's of its name."""
+    from mxprof.trace.steps import group, number
+
+    rng = random.Random(3)
+    events, order, expected = [], {}, []
+    for i in range(600):
+        e = {"name": "x", "cat": "c", "ph": "X", "ts": i, "dur": rng.randint(0, 5),
+             "pid": rng.choice([1, 2]), "tid": rng.choice([1, 2, 3])}  # fmt: skip
+        kind = rng.randrange(6)
+        if kind == 0:
+            e.update(name="it", cat="t,frame")
+        elif kind == 1:
+            e.update(name="it", cat="t,frame", args={"frame": rng.choice([i, True, "s", 7])})
+        elif kind == 2:
+            e.update(name=f"ProfilerStep#{rng.randrange(50)}", cat=rng.choice(["", "op"]))
+        elif kind == 3:
+            e.update(name="ProfilerStep#x", cat="")
+        events.append(e)
+        if group(e["name"], e["cat"]) is not None:
+            key = (e["pid"], e["tid"], e["name"])
+            n = order.get(key, 0)
+            order[key] = n + 1
+            expected.append((e["pid"], e["tid"], e["name"], e["ts"] * 1000,
+                             number(e["name"], e.get("args", {}), n)))  # fmt: skip
+    path = tmp_path / "steps.json"
+    write_lines(path, [json.dumps(e, separators=(",", ":")) for e in events])
+    got = _same([path], tmp_path, monkeypatch)
+    assert sum(small) > 500  # (a bool arg is no row: the Python way takes it)
+    rows = [r for r in _rows(got, "slice") if r["step_number"] is not None]
+    found = sorted((r["pid"], r["tid"], r["name"], r["ts"], r["step_number"]) for r in rows)
+    assert found == sorted(expected) and len(expected) > 250

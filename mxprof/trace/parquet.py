@@ -64,7 +64,7 @@ import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress
+from itertools import chain, compress, repeat
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -266,6 +266,11 @@ class _Rows:
         self.key_ids: dict[tuple[str, str, str], int] = {}
         self.key_group: list[tuple[str, str] | None] = []
         self.key_step = array("b")  # 1 where key_group is set
+        self.key_group_id = array("i")  # key_group's, numbered in group_ids
+        self.group_ids: dict[tuple[str, str] | None, int] = {}
+        self.key_name = array("i")  # the name's, numbered in names
+        self.names: dict[str, int] = {}
+        self.key_number = array("q")  # a step's number by its name (ProfilerStep#N), else -1
         self.key_phase = array("b")  # _X, _C or _POINT
         self.key_storage = array("b")  # 1 for a counter of a memory scope (its name is one)
         # The input's threads, by id: (pid, tid) as in the file.
@@ -429,6 +434,9 @@ class _Rows:
             group = steps_group(name, category) if ph == "X" else None
             self.key_group.append(group)
             self.key_step.append(group is not None)
+            self.key_group_id.append(self.group_ids.setdefault(group, len(self.group_ids)))
+            self.key_name.append(self.names.setdefault(name, len(self.names)))
+            self.key_number.append(number(name, NO_ARGS, -1) if group is not None else -1)
             self.key_phase.append(_X if ph == "X" else _C if ph == "C" else _POINT)
             self.key_storage.append(category == SCOPE_STORAGE)
         return found
@@ -574,7 +582,8 @@ class _Rows:
                 for f in schema
             }
         )
-        self.writers[table].write_table(batch)
+        # Batches of _ROWS at most, as the depth pass and its fallback read them.
+        self.writers[table].write_table(batch, max_chunksize=_ROWS)
         self.counts[table] += batch.num_rows
 
     def _write_slices(self, batch: _Batch, rows: Any) -> None:
@@ -583,32 +592,81 @@ class _Rows:
         columns: dict[str, Any] = {"ts": starts, "dur": lengths, "key": batch.key[rows]}
         columns["utid"], upids = self._thread_columns(batch, rows)
         has, args = self._args(batch, rows)
-        columns["args"] = self._sparse(has, [_ENCODE(a).decode() for a in args])
-        columns["scope"] = self._sparse(has, [_scope(a) for a in args])
-        # Steps: the rows of keys that are steps, one by one (a few per step).
+        columns["args"] = self._sparse(has, list(map(_ENCODE, args)))
+        columns["scope"] = self._sparse(has, _scopes(args))
         keys = batch.key[rows]
         is_step = np.frombuffer(self.key_step, dtype=np.int8)[keys].astype(bool)
         numbers = np.zeros(len(rows), dtype=np.int64)
         if is_step.any():
-            args_at = np.cumsum(has) - 1
-            ends = starts + lengths
-            for i in np.flatnonzero(is_step).tolist():
-                name, category, _ = self.keys[keys[i]]
-                group = self.key_group[keys[i]]
-                assert group is not None
-                pid, tid = self.thread_keys[batch.thread[rows[i]]]
-                order_key = (self.k, pid, tid, name)
-                n = self.order.get(order_key, 0)
-                self.order[order_key] = n + 1
-                numbers[i] = number(name, args[args_at[i]] if has[i] else NO_ARGS, n)
-                found = self.step_ranges.setdefault(
-                    (int(upids[i]), tid, *group), (array("q"), array("q"), array("q"))
-                )
-                found[0].append(int(starts[i]))
-                found[1].append(int(ends[i]))
-                found[2].append(int(numbers[i]))
+            at = np.flatnonzero(is_step)
+            # The steps' frame args: (place among the steps, value) where an int.
+            with_args = np.flatnonzero(has[at])
+            index = (np.cumsum(has) - 1)[at[with_args]].tolist()
+            found = map(dict.get, map(args.__getitem__, index), repeat("frame"))
+            frames = [(p, f) for p, f in zip(with_args.tolist(), found) if type(f) is int]
+            numbers[at] = self._steps(
+                batch.thread[rows[at]], keys[at], upids[at], starts[at],
+                (starts + lengths)[at], frames,
+            )  # fmt: skip
         columns["step_number"] = pa.array(numbers, pa.int64(), mask=~is_step)
         self._write("slice", columns)
+
+    def _steps(
+        self,
+        threads: Any,
+        keys: Any,
+        upids: Any,
+        starts: Any,
+        ends: Any,
+        frames: list[tuple[int, int]],
+    ) -> Any:
+        """The steps' numbers (``steps.number``: the ``frame`` arg, else the N
+        of ``ProfilerStep#N``, else the range's place among its thread's of
+        its name, counted on from earlier batches), their ranges added to
+        ``step_ranges`` in row order, groups in the order first met."""
+        np = self.np
+        n = len(keys)
+        # Each row's place among the rows of its (thread, name), from the counts so far.
+        names = np.frombuffer(self.key_name, dtype=np.int32)[keys].astype(np.int64)
+        found, first, inverse = np.unique(
+            threads.astype(np.int64) * len(self.names) + names,
+            return_index=True, return_inverse=True,
+        )  # fmt: skip
+        inverse = inverse.reshape(-1)
+        counts = np.bincount(inverse, minlength=len(found))
+        place = np.empty(n, dtype=np.int64)
+        place[np.argsort(inverse, kind="stable")] = np.arange(n) - np.repeat(
+            np.cumsum(counts) - counts, counts
+        )
+        base = np.zeros(len(found), dtype=np.int64)
+        for g, row in enumerate(first.tolist()):
+            pid, tid = self.thread_keys[threads[row]]
+            key = (self.k, pid, tid, self.keys[keys[row]][0])
+            base[g] = self.order.get(key, 0)
+            self.order[key] = int(base[g] + counts[g])
+        numbers = base[inverse] + place
+        fixed = np.frombuffer(self.key_number, dtype=np.int64)[keys]  # ProfilerStep#N, or -1
+        numbers = np.where(fixed >= 0, fixed, numbers)
+        if frames:  # (place, int value): a bool is no frame number, as steps.number has it
+            numbers[[p for p, _ in frames]] = [f for _, f in frames]
+        # The ranges by (process, thread, group), each group's rows in order.
+        groups = np.frombuffer(self.key_group_id, dtype=np.int32)[keys]
+        combos, first, inverse = np.unique(
+            np.stack([upids, threads.astype(np.int64), groups.astype(np.int64)], axis=1),
+            axis=0, return_index=True, return_inverse=True,
+        )  # fmt: skip
+        inverse = inverse.reshape(-1)
+        for c in np.argsort(first, kind="stable").tolist():
+            upid, thread, _ = combos[c].tolist()
+            group = self.key_group[keys[first[c]]]
+            assert group is not None
+            got = self.step_ranges.setdefault(
+                (upid, self.thread_keys[thread][1], *group), (array("q"), array("q"), array("q"))
+            )
+            sel = inverse == c
+            for values, into in zip((starts[sel], ends[sel], numbers[sel]), got):
+                into.frombytes(values.astype(np.int64).tobytes())
+        return numbers
 
     def _write_counters(self, batch: _Batch, rows: Any) -> None:
         """A row per series of each counter: per value when a counter has one
@@ -658,8 +716,8 @@ class _Rows:
         columns: dict[str, Any] = {"ts": starts, "key": batch.key[rows]}
         columns["utid"] = self._thread_columns(batch, rows)[0]
         has, args = self._args(batch, rows)
-        columns["args"] = self._sparse(has, [_ENCODE(a).decode() for a in args])
-        columns["scope"] = self._sparse(has, [_scope(a) for a in args])
+        columns["args"] = self._sparse(has, list(map(_ENCODE, args)))
+        columns["scope"] = self._sparse(has, _scopes(args))
         self._write("instant", columns)
 
     def close(self) -> None:
@@ -804,6 +862,11 @@ _NUMERIC = frozenset((int, float))  # what _number takes, as exact types (msgspe
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _scopes(args: list[dict[str, Any]]) -> list[str | None]:
+    """``_scope`` of each (dicts, not empty)."""
+    return [s if type(s) is str else None for s in map(dict.get, args, repeat("scope"))]
 
 
 def _scope(args: dict[str, Any]) -> str | None:
