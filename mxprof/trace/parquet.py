@@ -43,13 +43,19 @@ not it is of that group.
 
 Memory stays bounded: events are read block by block (files in mxprof's
 one-event-per-line shape; others are read whole, one input at a time) and
-written to temporary Parquet row groups as they come.  The final tables are
-written from those, row group by row group: ``depth`` in one backwards pass
-(a thread's ranges come in the order they ended, so backwards a parent comes
-before its children and a stack of starts per thread is all it takes; a
-thread in another order, as other tools write, gets its depths from DuckDB
-under a memory limit instead), ``step`` by a sorted lookup in its process's
-steps (the one thing held whole: three integers per step).
+written to temporary tables (Arrow IPC, ids for names and threads) as they
+come: the compiled reader's rows as columns (``_fastread.RowBlock``), the
+events it leaves, or all of them without it, as the same columns.  Each
+input is converted on its own (``_convert_part``: a map any executor of
+``trace.engine`` runs, its ids from 0), then the final tables are written
+from the parts in the inputs' order, their ids offset, batch by batch:
+``depth`` in one backwards pass (a thread's ranges come in the order they
+ended, so backwards a parent comes before its children and a stack of
+starts per thread is all it takes: ``native/offline/mxo_depth.c``, or
+``_depths`` without the module; a thread in another order, as other tools
+write, gets its depths from DuckDB under a memory limit instead), ``step``
+by a sorted lookup in its process's steps (the one thing held whole: three
+integers per step).
 
 Needs pyarrow and duckdb: ``pip install "mxprof[sql]"``.
 """
