@@ -10,7 +10,9 @@ category, phase), threads by (pid, tid).  Every other event is left in its
 handed to ``Converter.add_block`` / ``Converter.add`` at its place, so
 each thread's events, the keys' order and the pairing are what the pure
 path makes.  A ``Thread`` sink takes a run of rows as columns at once (its
-order restored in C); other sinks get the rows one at a time, in file order.
+order restored in C); a sink every thread shares with ``take_rows``
+(parquet.py's) takes them as a ``RowBlock`` of machine arrays, in file
+order; other sinks get the rows one at a time, in file order.
 
 The block is taken only once all its runs decoded; otherwise ``take``
 returns False before anything was added and the caller reads the block the
