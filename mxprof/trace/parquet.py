@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import shutil
 import tempfile
@@ -570,13 +571,30 @@ class _Rows:
         return has, [batch.args[i] for i in index.tolist()]
 
     def _sparse(self, has: Any, values: list[Any]) -> Any:
-        """A string column of len(has) rows: values where has, null elsewhere."""
+        """A string column of len(has) rows: values (str, UTF-8 bytes or None)
+        where has, null elsewhere; built from its buffers (no object a row)."""
         np, pa = self.np, self.pa
+        n = len(has)
+        kept = np.fromiter(map(operator.is_not, values, repeat(None)), bool, len(values))
+        if not kept.all():
+            values = list(compress(values, kept))
+            has = has.copy()
+            has[has] = kept
         if not values:
-            return pa.nulls(len(has), pa.string())
-        index = np.zeros(len(has), dtype=np.int32)
-        index[has] = np.arange(len(values), dtype=np.int32)
-        return pa.array(values, pa.string()).take(pa.array(index, mask=~has))
+            return pa.nulls(n, pa.string())
+        if type(values[0]) is str:
+            values = list(map(str.encode, values))
+        lengths = np.zeros(n, dtype=np.int64)
+        lengths[has] = np.fromiter(map(len, values), np.int64, len(values))
+        offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(lengths)])
+        if offsets[-1] >= 2**31:  # past a string array's 32-bit offsets: by pieces
+            index = np.zeros(n, dtype=np.int32)
+            index[has] = np.arange(len(values), dtype=np.int32)
+            return pa.array(values, pa.string()).take(pa.array(index, mask=~has))
+        buffers = [np.packbits(has, bitorder="little"), offsets.astype(np.int32), b"".join(values)]
+        return pa.Array.from_buffers(
+            pa.string(), n, [pa.py_buffer(b) for b in buffers], null_count=n - len(values)
+        )
 
     def _write(self, table: str, columns: dict[str, Any]) -> None:
         schema = self.schemas[table]
@@ -608,8 +626,10 @@ class _Rows:
             # The steps' frame args: (place among the steps, value) where an int.
             with_args = np.flatnonzero(has[at])
             index = (np.cumsum(has) - 1)[at[with_args]].tolist()
-            found = map(dict.get, map(args.__getitem__, index), repeat("frame"))
-            frames = [(p, f) for p, f in zip(with_args.tolist(), found) if type(f) is int]
+            found = list(map(dict.get, map(args.__getitem__, index), repeat("frame")))
+            # (an exact int: a bool is no frame number, as steps.number has it)
+            ints = np.fromiter(map(operator.is_, map(type, found), repeat(int)), bool, len(found))
+            frames = (with_args[ints], list(compress(found, ints)))
             numbers[at] = self._steps(
                 batch.thread[rows[at]], keys[at], upids[at], starts[at],
                 (starts + lengths)[at], frames,
@@ -624,7 +644,7 @@ class _Rows:
         upids: Any,
         starts: Any,
         ends: Any,
-        frames: list[tuple[int, int]],
+        frames: tuple[Any, list[Any]],
     ) -> Any:
         """The steps' numbers (``steps.number``: the ``frame`` arg, else the N
         of ``ProfilerStep#N``, else the range's place among its thread's of
@@ -653,8 +673,8 @@ class _Rows:
         numbers = base[inverse] + place
         fixed = np.frombuffer(self.key_number, dtype=np.int64)[keys]  # ProfilerStep#N, or -1
         numbers = np.where(fixed >= 0, fixed, numbers)
-        if frames:  # (place, int value): a bool is no frame number, as steps.number has it
-            numbers[[p for p, _ in frames]] = [f for _, f in frames]
+        if len(frames[1]):  # the frame args that are ints, by their place among the steps
+            numbers[frames[0]] = frames[1]
         # The ranges by (process, thread, group), each group's rows in order.
         groups = np.frombuffer(self.key_group_id, dtype=np.int32)[keys]
         combos, first, inverse = np.unique(
