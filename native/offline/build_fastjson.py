@@ -82,7 +82,8 @@ int mxo_collect(mxo_reader *r);
 int mxo_order(int64_t *ts, int64_t *dur, int32_t *kind, size_t n, size_t from);
 """
 
-CDEF += open(os.path.join(HERE, "mxo_depth.h")).read()  # the depth pass (mxo_depth.c)
+with open(os.path.join(HERE, "mxo_depth.h")) as f:  # the depth pass (mxo_depth.c)
+    CDEF += f.read()
 
 CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden"]
 LDFLAGS: list = []
