@@ -768,7 +768,7 @@ def _convert_part(task: tuple[str, int, str, dict[str, Any], dict[str, Any] | No
     it can write, beside the output)."""
     path, k, folder, meta, info, move = task
     pa, pq, _ = need()
-    os.mkdir(folder)
+    os.makedirs(folder, exist_ok=True)  # (a task run again, its worker lost: written anew)
     rows = _Rows(pa, pq, folder)
     try:
         rows.add_input(k, path, meta, info, move)
