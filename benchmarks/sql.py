@@ -140,6 +140,8 @@ def main() -> None:
         os.rmdir(folder)
     elif args.trace is None:
         print(f"trace kept: {path}")
+    else:
+        os.rmdir(folder)  # (made for a recording, not used)
 
 
 if __name__ == "__main__":
