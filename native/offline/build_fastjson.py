@@ -82,6 +82,9 @@ int mxo_collect(mxo_reader *r);
 int mxo_order(int64_t *ts, int64_t *dur, int32_t *kind, size_t n, size_t from);
 """
 
+with open(os.path.join(HERE, "mxo_depth.h")) as f:  # the depth pass (mxo_depth.c)
+    CDEF += f.read()
+
 CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden"]
 LDFLAGS: list = []
 SANITIZE = os.environ.get("MXPROF_SANITIZE", "")
@@ -94,7 +97,7 @@ ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "mxprof.trace._fastjson",
-    '#include "mxo_read.h"\n',
+    '#include "mxo_read.h"\n#include "mxo_depth.h"\n',
     sources=SOURCES,
     include_dirs=[os.path.join("native", "offline")],
     extra_compile_args=CFLAGS,
