@@ -2,6 +2,7 @@
 next ones (read from it), the size of that form, against ``load().key_averages()``.
 
     python benchmarks/sql.py [--quick] [--ranges 10000000] [--trace PATH] [--repeat 3] [--keep]
+                             [--against TREE]
 
 Records a trace of ``--ranges`` ranges with the live core (``stats.record``:
 steps as frames, each with two nested ranges; or reads ``--trace``), then
@@ -14,7 +15,14 @@ of each (medians over the repeats; ``mxprof.sql()``: the call alone, after
 the imports, in an interpreter that made them) and the sizes of the JSON and of its
 Parquet form.  Targets (issue 26): first ≤ 10 s, next ≤ 1 s, peak ≤ 1 GB,
 Parquet ≤ 1/3 of the JSON.  ``--quick`` checks the script works, never how
-fast anything is.
+fast anything is.  ``--against TREE`` also times the first query with that
+tree's mxprof (``PYTHONPATH=TREE``, e.g. /work/main) in the same run, just
+before this tree's: a before and after under one load.  A training-like
+trace (counters, memory scopes: ``benchmarks/report.py``'s) is measured with
+``--trace`` once recorded::
+
+    python -c "import sys; sys.path.insert(0, 'benchmarks'); import report; \\
+        report.record('/tmp/t10m.json', 10_000_000)"
 
 Run it from the repository root with ``PYTHONPATH`` naming the tree to
 measure (a tree with a built core to record; ``--trace`` otherwise).
@@ -60,13 +68,17 @@ MEASURE = textwrap.dedent(
 )
 
 
-def measure(what: str, path: str) -> dict[str, float]:
+def measure(what: str, path: str, tree: str | None = None) -> dict[str, float]:
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = os.path.abspath(tree)
     proc = subprocess.run(
         [sys.executable, "-c", MEASURE, what, path, QUERY],
         capture_output=True,
         text=True,
         check=True,
         cwd=tempfile.gettempdir(),  # not here: -c imports from its working directory first
+        env=env,
     )
     result: dict[str, float] = json.loads(proc.stdout.splitlines()[-1])
     return result
@@ -87,6 +99,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each cached measure")
     parser.add_argument("--keep", action="store_true", help="keep the recorded trace")
     parser.add_argument("--quick", action="store_true", help="a small run: does it work")
+    parser.add_argument("--against", help="also time the first query with this tree's mxprof")
     args = parser.parse_args()
     ranges = 3_000 if args.quick else args.ranges
     folder = tempfile.mkdtemp(prefix="mxprof-sql-bench-")
@@ -103,7 +116,11 @@ def main() -> None:
     shutil.rmtree(cache, ignore_errors=True)
     size = os.path.getsize(path)
     print(f"mxprof {mxprof.__version__}, {os.cpu_count()} cores, load {os.getloadavg()}")
-    results = {"sql, first (converts)": measure("sql", path)}
+    results = {}
+    if args.against:
+        results[f"first, {args.against}"] = measure("sql", path, args.against)
+        shutil.rmtree(cache, ignore_errors=True)
+    results["sql, first (converts)"] = measure("sql", path)
     parquet_size = folder_size(cache)
     results["sql, cached"] = median([measure("sql", path) for _ in range(args.repeat)])
     results["mxprof.sql(), cached"] = median([measure("call", path) for _ in range(args.repeat)])
@@ -112,9 +129,10 @@ def main() -> None:
     )
     print(f"trace {size / 1e6:.0f} MB JSON; Parquet form {parquet_size / 1e6:.1f} MB "
           f"({parquet_size / size:.3f} of the JSON)")  # fmt: skip
-    print(f"{'':24}{'wall s':>10}{'CPU s':>10}{'peak RSS MB':>14}")
+    width = max(24, *(len(w) + 2 for w in results))
+    print(f"{'':{width}}{'wall s':>10}{'CPU s':>10}{'peak RSS MB':>14}")
     for what, got in results.items():
-        print(f"{what:24}{got['s']:>10.2f}{got['cpu_s']:>10.2f}{got['peak_mb']:>14.0f}")
+        print(f"{what:{width}}{got['s']:>10.2f}{got['cpu_s']:>10.2f}{got['peak_mb']:>14.0f}")
     print(f"load after: {os.getloadavg()}")
     shutil.rmtree(cache, ignore_errors=True)
     if args.trace is None and not args.keep:
@@ -122,6 +140,8 @@ def main() -> None:
         os.rmdir(folder)
     elif args.trace is None:
         print(f"trace kept: {path}")
+    else:
+        os.rmdir(folder)  # (made for a recording, not used)
 
 
 if __name__ == "__main__":

@@ -477,7 +477,7 @@ def _export_parquet(args: argparse.Namespace) -> int:
 
     if args.output == "-":
         raise CommandError("--format parquet writes a folder: -o DIR")
-    manifest = write_parquet(args.traces, args.output)
+    manifest = write_parquet(args.traces, args.output, jobs=args.jobs, engine=args.engine)
     counts = ", ".join(f"{n} {t}" for t, n in manifest["tables"].items())
     print(f"mxprof export: {counts} written to {args.output} (parquet)", file=sys.stderr)
     return 0
@@ -487,7 +487,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     """One SQL query over traces or Parquet folders (mxprof.report.sql)."""
     from .report import sql
 
-    table = sql.run(args.query, _inputs(args.inputs, "sql"))
+    table = sql.run(args.query, _inputs(args.inputs, "sql"), jobs=args.jobs, engine=args.engine)
     sql.write(table, args.format, sys.stdout)
     return 0
 
@@ -805,6 +805,7 @@ def parser() -> argparse.ArgumentParser:
         help="only the samples taken in this span, seconds on the trace's clock (10:12); "
         "reads only the blocks of an indexed trace that may hold them",
     )
+    _executor_options(ex)  # (parquet: the inputs converted at once)
     ex.set_defaults(func=cmd_export)
 
     sq = sub.add_parser(
@@ -828,6 +829,7 @@ def parser() -> argparse.ArgumentParser:
     sq.add_argument(
         "--format", choices=("table", "csv", "json"), default="table", help="output (table)"
     )
+    _executor_options(sq)  # (the traces converted at once, the first time)
     sq.set_defaults(func=cmd_sql)
 
     vw = sub.add_parser(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -64,7 +65,7 @@ SCRIPT = textwrap.dedent(
     if __name__ == "__main__":
         cfg = json.loads(sys.argv[1])
         mxprof.set_config(filename=cfg["out"], follow_children=True, aggregate_stats=True,
-                          dump_period=0.05)
+                          dump_period=cfg.get("dump_period", 0.05))
         if cfg.get("iterable"):
             data = Stream(cfg["n"])
         else:
@@ -120,6 +121,27 @@ def run(tmp_path, **cfg):
     merged = tmp_path / "merged.json"
     merge([str(out), *children], merged)
     return merged, done.stdout, children
+
+
+def explain(ld, children):
+    """What was recorded, for an assertion's message: the run's files are gone by then."""
+    lines = [f"children: {children}"]
+    for b in ld.batches:
+        lines.append(
+            f"batch {b.index} worker {b.worker} {b.proc.label} {b.ts}..{b.end} samples {b.samples}"
+        )
+    for w in ld.waits:
+        got = None if w.batch is None else (w.batch.index, w.batch.proc.label, w.batch.ts)
+        lines.append(f"wait {w.index} {w.ts}..{w.end} -> {got}")
+    for path in children:
+        events = json.loads(pathlib.Path(path).read_text())["traceEvents"]
+        mine = [
+            (e.get("ph"), e.get("name"), e.get("ts"), e.get("dur"), e.get("args"))
+            for e in events
+            if e.get("cat") == "dataloader" and e.get("name") != "DataLoader getitem"
+        ]
+        lines.append(f"{path}: {len(events)} events; {mine}")
+    return "\n".join(lines)
 
 
 def flows_of(path):
@@ -310,16 +332,23 @@ def test_iterable_dataset(tmp_path):
 
 @pytest.mark.parametrize("persistent", [False, True])
 def test_two_epochs(tmp_path, persistent):
-    merged, out, children = run(tmp_path, workers=2, epochs=2, persistent=persistent, n=16)
+    # No background write during the run (dump_period 60 s): every worker's
+    # file is written as it exits. Persistent workers outlive the loop and
+    # are ended at the main process's exit: mxprof ends them torch's way
+    # (told to stop) instead of multiprocessing's SIGTERM, on which torch's
+    # worker leaves by _exit and its file would be missing.
+    merged, out, children = run(
+        tmp_path, workers=2, epochs=2, persistent=persistent, n=16, dump_period=60
+    )
     assert "BATCHES 8" in out
     # persistent workers live through both epochs; otherwise each epoch forks two
     assert len(children) == (2 if persistent else 4)
     ld = loader(job([mxprof.load(merged)]))
     assert ld is not None
     paired = [w for w in ld.waits if w.batch is not None]
-    assert [w.index for w in paired] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert [w.index for w in paired] == [0, 1, 2, 3, 0, 1, 2, 3], explain(ld, children)
     # numbers restart per epoch: each wait joins its own epoch's batch
-    assert len({id(w.batch) for w in paired}) == 8
+    assert len({id(w.batch) for w in paired}) == 8, explain(ld, children)
     assert all(w.batch.end <= w.end for w in paired)
     assert len(flows_of(merged)) == 16
 

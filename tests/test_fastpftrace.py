@@ -101,13 +101,13 @@ def _same(path):
 def taken(monkeypatch):
     """The ranges the compiled path paired, handed on per batch."""
     seen: list[int] = []
-    take = _fastread.Reader.take_rows
+    take = _fastread.Reader.flush_rows
 
     def spy(self):
         seen.append(self.state.n)
         take(self)
 
-    monkeypatch.setattr(_fastread.Reader, "take_rows", spy)
+    monkeypatch.setattr(_fastread.Reader, "flush_rows", spy)
     return seen
 
 

@@ -141,10 +141,10 @@ def test_an_unwritable_folder_uses_a_temporary_one(tmp_path, monkeypatch):
     trace = write(tmp_path / "t.json", steps())
     real = parquet.write_parquet
 
-    def refuse_beside(paths, output):
+    def refuse_beside(paths, output, **how):
         if str(output).startswith(str(tmp_path)):
             raise parquet.OutputError("cannot write: refused", str(output), 13)
-        return real(paths, output)
+        return real(paths, output, **how)
 
     monkeypatch.setattr(parquet, "write_parquet", refuse_beside)
     assert mxprof.sql("SELECT count(*) AS n FROM slice", trace) == [{"n": 5}]

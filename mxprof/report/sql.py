@@ -81,15 +81,18 @@ def sql(query: str, paths: PathArg | Sequence[PathArg], *, arrow: bool = False) 
     return table if arrow else table.to_pylist()
 
 
-def run(query: str, paths: Sequence[PathArg]) -> Any:
-    """``sql``'s work: the query's result as a pyarrow Table."""
+def run(
+    query: str, paths: Sequence[PathArg], *, jobs: int | None = 1, engine: str = "local"
+) -> Any:
+    """``sql``'s work: the query's result as a pyarrow Table (traces not yet
+    converted are, on the executor jobs and engine name: ``write_parquet``)."""
     _, _, duckdb = parquet.need()
     if not paths:
         raise TraceFormatError("sql: no traces or Parquet folders given")
     con = duckdb.connect(":memory:")
     try:
         check(con, query)
-        with _folders(paths) as folders:
+        with _folders(paths, jobs, engine) as folders:
             _views(con, folders)
             try:
                 relation = con.sql(query)
@@ -159,7 +162,7 @@ def fresh(folder: str, paths: Sequence[PathArg]) -> bool:
 
 
 @contextlib.contextmanager
-def _folders(paths: Sequence[PathArg]) -> Iterator[list[str]]:
+def _folders(paths: Sequence[PathArg], jobs: int | None, engine: str) -> Iterator[list[str]]:
     """The Parquet folders of the inputs: given ones as they are, the traces
     converted together (or their cache reused)."""
     folders: list[str] = []
@@ -181,11 +184,11 @@ def _folders(paths: Sequence[PathArg]) -> Iterator[list[str]]:
             cache = cache_folder(traces)
             if not fresh(cache, traces):
                 try:
-                    parquet.write_parquet(traces, cache)
+                    parquet.write_parquet(traces, cache, jobs=jobs, engine=engine)
                 except OutputError:  # the traces' folder is not ours to write: a temporary one
                     temporary = tempfile.mkdtemp(prefix="mxprof-sql-")
                     cache = os.path.join(temporary, "tables")
-                    parquet.write_parquet(traces, cache)
+                    parquet.write_parquet(traces, cache, jobs=jobs, engine=engine)
             folders.append(cache)
         yield folders
     finally:

@@ -10,7 +10,9 @@ category, phase), threads by (pid, tid).  Every other event is left in its
 handed to ``Converter.add_block`` / ``Converter.add`` at its place, so
 each thread's events, the keys' order and the pairing are what the pure
 path makes.  A ``Thread`` sink takes a run of rows as columns at once (its
-order restored in C); other sinks get the rows one at a time, in file order.
+order restored in C); a sink every thread shares with ``take_rows``
+(parquet.py's) takes them as a ``RowBlock`` of machine arrays, in file
+order; other sinks get the rows one at a time, in file order.
 
 The block is taken only once all its runs decoded; otherwise ``take``
 returns False before anything was added and the caller reads the block the
@@ -70,6 +72,45 @@ def order(thread_ts: Any, thread_dur: Any, thread_kind: Any, start: int) -> bool
         ffi.release(kind)
 
 
+class Depths:
+    """The depth pass of the Parquet form in C (native/offline/mxo_depth.h):
+    ranges met latest-ended first per thread, its state kept across calls."""
+
+    def __init__(self) -> None:
+        self._d = ffi.gc(lib.mxo_depths_new(), lib.mxo_depths_free)
+        if self._d == ffi.NULL:
+            raise MemoryError
+
+    def run(self, thread: Any, ts: Any, dur: Any, out: Any) -> bool:
+        """Depths of the ranges (int64 buffers of thread ids, starts, lengths)
+        into out (an int32 buffer as long); False when a thread's ranges did
+        not come latest-ended first (then this pass is spent).
+
+        Raises:
+            ValueError: the buffers differ in length, or a thread id is negative.
+            MemoryError: out of memory.
+        """
+        n = len(out)
+        if not len(thread) == len(ts) == len(dur) == n:
+            raise ValueError("mxprof: depth columns of different lengths")
+        args = [
+            ffi.from_buffer("int64_t[]", thread),
+            ffi.from_buffer("int64_t[]", ts),
+            ffi.from_buffer("int64_t[]", dur),
+            ffi.from_buffer("int32_t[]", out, require_writable=True),
+        ]
+        try:
+            rc = lib.mxo_depths_run(self._d, *args[:3], n, args[3])
+        finally:
+            for a in args:
+                ffi.release(a)
+        if rc == lib.MXO_ERR_MEMORY:
+            raise MemoryError("mxprof: out of memory computing depths")
+        if rc == lib.MXO_ERR_ARG:
+            raise ValueError("mxprof: a negative thread id in the depth pass")
+        return bool(rc == 0)
+
+
 class Reader:
     """The C parser's state for one file: its keys' and threads' ids."""
 
@@ -112,7 +153,7 @@ class Reader:
         rows (``perfetto.py``'s compiled path, native/offline/mxo_pftrace.c)."""
         return self._r
 
-    def take_rows(self) -> None:
+    def flush_rows(self) -> None:
         """The rows another parser put in the C reader (in file order, their
         args in ``held``) to their threads' sinks, as a block's rows go; then
         none are left."""
@@ -174,20 +215,25 @@ class Reader:
         if begin == end:
             return
         r = self._r
-        if lib.mxo_group(r, self._text, len(self._text), begin, end) != 0:
-            raise MemoryError("mxprof: out of memory reading a trace")
         for t in range(len(self._sinks), r.n_threads):
             self._sinks.append(None)
             self._ids.append((r.thread_pid[t], r.thread_tid[t]))
+        if self._mode is None:  # the first sink (mxo_group's first group's) tells the mode
+            t = r.thread[begin]
+            self._sinks[t] = self.converted.sink(self._ids[t])
+            self._mode = _mode(self._sinks[t])
+            if self._mode is _COLUMNS:
+                self._keys = self._sinks[t].keys
+        if self._mode is _ROWS and self.held is None:  # (a .pftrace's go one by one)
+            self._block(begin, end)
+            return
+        if lib.mxo_group(r, self._text, len(self._text), begin, end) != 0:
+            raise MemoryError("mxprof: out of memory reading a trace")
         sinks = self._sinks
         for g in range(r.n_groups):  # in the order of their first rows, as the pure path
             t = r.g_thread[g]
             if sinks[t] is None:
                 sinks[t] = self.converted.sink(self._ids[t])
-                if self._mode is None:
-                    self._mode = _mode(sinks[t])
-                    if self._mode is _COLUMNS:
-                        self._keys = sinks[t].keys
         self._name_keys()
         self._keys_for(end)
         if lib.mxo_globalize(r) != 0:
@@ -200,6 +246,33 @@ class Reader:
             whole = False
         if not whole:
             self._one_by_one(begin, end)
+
+    def _block(self, begin: int, end: int) -> None:
+        """The rows [begin, end) to the one sink every thread shares, as columns."""
+        r = self._r
+        sinks = self._sinks
+        shared = next(s for s in sinks if s is not None)
+        for t, sink in enumerate(sinks):
+            if sink is None:  # threads in the order the parser first met them
+                sink = sinks[t] = self.converted.sink(self._ids[t])
+            if sink is not shared:
+                raise TypeError("mxprof: a sink with take_rows must be every thread's")
+        self._name_keys()
+        self._keys_for(end)
+        n = end - begin
+        shared.take_rows(
+            RowBlock(
+                ffi.buffer(r.ts + begin, n * 8)[:],
+                ffi.buffer(r.dur + begin, n * 8)[:],
+                ffi.buffer(r.key + begin, n * 4)[:],
+                ffi.buffer(r.thread + begin, n * 4)[:],
+                ffi.buffer(r.args + begin, n * ffi.sizeof("size_t"))[:],
+                ffi.buffer(r.args_len + begin, n * ffi.sizeof("size_t"))[:],
+                self._text,
+                self._key_text,
+                self._ids,
+            )
+        )
 
     def _columns(self) -> bool:
         """mxo_group's groups to their Threads as columns; False if a sink is not one."""
@@ -370,6 +443,54 @@ class Reader:
             self._globals += 1
 
 
+class RowBlock:
+    """Rows of a block in file order, as machine arrays (bytes), for a sink
+    with ``take_rows`` (one sink for every thread: parquet.py's).
+
+    ``ts`` and ``dur`` int64 ns (``dur``: ``NO_DUR`` for a point), ``key``
+    int32 ids into ``keys`` ((name, category, phase) per id), ``thread``
+    int32 ids into ``threads`` ((pid, tid) per id; both lists are the file's
+    reader's and only grow while it reads), ``args_at`` and ``args_len``
+    size_t: each row's args object in ``text`` (length 0: none).  The rows
+    are exactly the events the pure path would hand the sink at their place
+    (same times, names, ids and args).
+    """
+
+    __slots__ = ("ts", "dur", "key", "thread", "args_at", "args_len", "text", "keys", "threads")
+
+    def __init__(
+        self,
+        ts: bytes,
+        dur: bytes,
+        key: bytes,
+        thread: bytes,
+        args_at: bytes,
+        args_len: bytes,
+        text: bytes,
+        keys: list[tuple[str, str, str]],
+        threads: list[tuple[int, int]],
+    ) -> None:
+        self.ts, self.dur, self.key, self.thread = ts, dur, key, thread
+        self.args_at, self.args_len, self.text = args_at, args_len, text
+        self.keys, self.threads = keys, threads
+
+    def __len__(self) -> int:
+        return len(self.ts) // 8
+
+    def args(self, rows: Any) -> list[dict[str, Any]]:
+        """The args of the given rows (each with args), decoded as the pure path does."""
+        if not len(rows):
+            return []
+        # size_t: struct's "N" (typeshed's overloads of cast do not list it)
+        at = memoryview(self.args_at).cast("N")  # type: ignore[call-overload]
+        length = memoryview(self.args_len).cast("N")  # type: ignore[call-overload]
+        starts = [at[i] for i in rows]
+        ends = [at[i] + length[i] for i in rows]
+        # (maps of builtins: no Python frame per row)
+        pieces = map(self.text.__getitem__, map(slice, starts, ends))
+        return _DECODE_ARGS(b"[" + b",".join(pieces) + b"]")
+
+
 _HELD = -1 if lib is None else lib.MXO_HELD_ARGS  # a row's args_len: its args in Reader.held
 _COUNTER = -1 if lib is None else lib.MXO_COUNTER_ARGS  # ...: a counter's, args its value
 
@@ -379,6 +500,7 @@ def _signed(bits: int) -> int:
     return bits - (1 << 64) if bits >= 1 << 63 else bits
 
 
+_ROWS = "rows"  # one sink for every thread, taking RowBlocks
 _COLUMNS = "columns"  # Thread sinks: rows as columns at once
 _SUMMARY = "summary"  # model._Running sinks: the rule run in C
 _EVENTS = "events"  # anything else: rows one at a time
@@ -392,6 +514,8 @@ def _array(typecode: str, data: Any) -> array[int]:
 
 
 def _mode(sink: Any) -> str:
+    if hasattr(sink, "take_rows"):
+        return _ROWS
     if type(sink) is Thread and isinstance(sink.ts, array):
         return _COLUMNS
     if hasattr(sink, "take_ranges"):

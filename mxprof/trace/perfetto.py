@@ -811,7 +811,7 @@ class _Compiled:
     of the C reader's columns; the events the decoder decodes itself join
     the same rows (``put``; their args held in ``Reader.held``), so one
     stream in file order goes to the threads' sinks, in batches
-    (``_fastread.Reader.take_rows``: columns at once for a ``Thread``, the
+    (``_fastread.Reader.flush_rows``: columns at once for a ``Thread``, the
     summary's rule in C for ``key_averages``, one by one for other sinks).
     The sinks are made where the pure decoding makes them (merge numbers
     pids in that order), so everything comes out as the pure decoding gives it.
@@ -894,7 +894,7 @@ class _Compiled:
         rc = self.lib.mxo_pf_put(self.r, self.pf, pid, tid, ts, dur, proto, held)
         if rc:
             self._check(rc)
-            self.reader.take_rows()  # _FULL: rows (and args) held in bounded memory
+            self.reader.flush_rows()  # _FULL: rows (and args) held in bounded memory
         return True
 
     def push(self, track: int, ts: int, name: str, cat: str, args: dict[str, Any] | None) -> None:
@@ -928,7 +928,7 @@ class _Compiled:
     def flush(self) -> None:
         """The ranges paired in C so far to their sinks."""
         if self.r.n:
-            self.reader.take_rows()
+            self.reader.flush_rows()
 
     def run(
         self,
@@ -1003,7 +1003,7 @@ class _Compiled:
             else:  # _FULL
                 if pf.ranges > ranges:
                     decoder.sink_put(*self.thread)
-                self.reader.take_rows()
+                self.reader.flush_rows()
         if pf.ranges > ranges:  # the pure decoding makes the sink at its first range
             decoder.sink_put(*self.thread)
         state.deltas[clock] = pf.now

@@ -23,4 +23,6 @@ ldd mxprof/trace/_fastjson*.so | grep -q libasan
 # own allocations are not checked for leaks (it keeps much until exit).
 LD_PRELOAD="$(${CC:-gcc} -print-file-name=libasan.so)" \
 ASAN_OPTIONS="detect_leaks=0:abort_on_error=1" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
-PYTHONPATH="$work" "$python" -m pytest -q -p no:cacheprovider tests/test_fastjson.py tests/test_fastpftrace.py
+PYTHONPATH="$work" "$python" -m pytest -q -p no:cacheprovider tests/test_fastjson.py \
+  tests/test_fastpftrace.py \
+  tests/test_parquet_fast.py  # the depth pass (mxo_depth.c), by the Parquet form

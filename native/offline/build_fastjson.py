@@ -118,6 +118,9 @@ int mxo_pf_cache_track(mxo_reader *r, mxo_pf *pf, uint64_t track, int32_t proto,
 int mxo_pf_run(mxo_reader *r, mxo_pf *pf, const char *data, size_t len, size_t *pos);
 """
 
+with open(os.path.join(HERE, "mxo_depth.h")) as f:  # the depth pass (mxo_depth.c)
+    CDEF += f.read()
+
 CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden"]
 LDFLAGS: list = []
 SANITIZE = os.environ.get("MXPROF_SANITIZE", "")
@@ -130,7 +133,7 @@ ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "mxprof.trace._fastjson",
-    '#include "mxo_read.h"\n#include "mxo_pftrace.h"\n',
+    '#include "mxo_read.h"\n#include "mxo_pftrace.h"\n#include "mxo_depth.h"\n',
     sources=SOURCES,
     include_dirs=[os.path.join("native", "offline")],
     extra_compile_args=CFLAGS,

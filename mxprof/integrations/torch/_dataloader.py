@@ -26,6 +26,8 @@ not profiled (``follow_children`` off: the main process's waits only).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import sys
 import warnings
 import weakref
@@ -214,6 +216,34 @@ class _WorkerInit:
             self.user(worker_id)
 
 
+# Loaders whose workers outlive their epochs: ended by _end_persistent at exit.
+_persistent: weakref.WeakSet[DataLoader[Any]] = weakref.WeakSet()
+
+
+def _end_persistent() -> None:
+    """End the persistent workers of instrumented loaders the way torch ends any others.
+
+    torch keeps a persistent loader's iterator (and its workers) until the
+    loader is deleted, and at interpreter exit skips its own shutdown:
+    multiprocessing then sends each daemonic worker SIGTERM, and torch's C
+    handler in the worker leaves at once by ``_exit``, before any Python
+    runs, so everything the worker recorded since its last background write
+    was lost (with a job shorter than ``dump_period``, its whole file).
+    Ending them here, before torch marks the exit (atexit runs handlers in
+    reverse: this module registers after torch's), takes torch's own path:
+    each worker is told to stop, returns from its loop and exits through
+    multiprocessing's exit hook, where its trace is completed.  torch waits
+    for each at most ``MP_STATUS_CHECK_INTERVAL`` and then terminates it.
+    """
+    for loader in list(_persistent):
+        shutdown = getattr(getattr(loader, "_iterator", None), "_shutdown_workers", None)
+        if shutdown is not None:
+            with contextlib.suppress(Exception):  # a loader torch already shut down, or broke
+                shutdown()
+
+
+atexit.register(_end_persistent)
+
 _pin_users = 0
 _pin_original: Any = None
 
@@ -262,6 +292,8 @@ class ProfiledLoader:
         self._pin = bool(loader.pin_memory) and loader.num_workers > 0
         self.active = True
         loader.worker_init_fn = _WorkerInit(self._user_init)
+        if loader.persistent_workers and loader.num_workers > 0:
+            _persistent.add(loader)
         if self._pin:
             _install_pin()
         self._release = weakref.finalize(self, _remove_pin) if self._pin else None
