@@ -490,6 +490,25 @@ def test_the_switch(monkeypatch):
     assert decoder(None).compiled is None  # read_perfetto: raw events, pure
 
 
+def test_a_sink_that_takes_row_blocks_gets_events(core, monkeypatch):
+    """A sink every thread shares with ``take_rows`` (parquet's) takes JSON's
+    rows as RowBlocks; a .pftrace's (args held in Python) come as events."""
+
+    class Rows(_Shared):
+        def take_rows(self, block):
+            raise AssertionError("a .pftrace's rows as a RowBlock")
+
+    got = {}
+    for pure in ("1", "0"):
+        monkeypatch.setenv("MXPROF_PURE_READER", pure)
+        sink = Rows()
+        read = read_protobuf(core, lambda key, sink=sink: sink)
+        assert read is not None
+        read[0].finish()
+        got[pure] = sink.events
+    assert got["0"] == got["1"] and len(got["1"]) > 1000
+
+
 def test_without_the_module_the_pure_path_runs(core):
     """mxprof.trace._fastjson missing (no compiler at install): a .pftrace
     loads the pure way, with the same result."""
