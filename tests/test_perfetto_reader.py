@@ -89,10 +89,17 @@ def test_the_same_scenario_written_now_loads_as_the_first_encoding_did(tmp_path)
         expected = json.load(f)
     # Threads by name: the pid, and the tids the core gives out, depend on the process.
     names = {tid: name for _, tid, name in expected["threads"]}
-    want = [r[:5] + [names.get(r[6], "")] + r[7:] for r in expected["events"]]
+
+    # Threads in name order, each thread's events in their own order: which
+    # thread comes first depends on the tids the core gave out in this process.
+    def by_thread(events):
+        return sorted(events, key=lambda r: r[5])  # stable: each thread's order kept
+
+    want = by_thread([r[:5] + [names.get(r[6], "")] + r[7:] for r in expected["events"]])
     for trace in (mxprof.load(path), mxprof.trace.model.read_events(path)):
         named = {tid: name for (_, tid), name in trace.thread_names.items()}
-        assert [r[:5] + [named.get(r[6], "")] + r[7:] for r in rows(trace)] == want
+        got = by_thread([r[:5] + [named.get(r[6], "")] + r[7:] for r in rows(trace)])
+        assert got == want
         assert sorted(named.values()) == sorted(names.values())
         assert not trace.truncated and trace.unmatched == 0
 
