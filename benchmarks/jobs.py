@@ -14,8 +14,9 @@ command runs as ``mxprof`` in a process of its own, as a user would run it:
   stopped inside the command: its start is in the time);
 - the same for ``mxprof ranks``;
 - ``mxprof report FILES -o PAGE`` the same way (``--commands report``, not
-  in the default: the page holds every event in one process, about 0.6 GB
-  and 12 s a million events; use ``--ranks 8``).
+  in the default: the page holds every event in one process, about 7 s a
+  million events; use ``--ranks 8``; it reads its inputs in its own process
+  whatever the options, so this checks that they cost nothing).
 
 Each command's output (for report: the page) must be the same on the three
 engines (checked: the run stops otherwise). Printed: the median wall time of each over the

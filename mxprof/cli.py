@@ -532,8 +532,8 @@ def _percent(text: str) -> float:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the HTML report of traces (by default beside the first argument:
-    ``report_path``); a job's manifest stands for its files; the inputs are
-    read on the executor ``--jobs``/``--engine`` name."""
+    ``report_path``); a job's manifest stands for its files; ``--jobs`` and
+    ``--engine`` are checked, the inputs read here (``mxprof.report.report``)."""
     output = args.output if args.output is not None else report_path(args.traces[0])
     traces = _inputs(args.traces, "report")
     baseline = _inputs(args.baseline, "report") if args.baseline else None
