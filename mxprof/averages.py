@@ -21,9 +21,13 @@ only add a second error of the same size.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
+from typing import Union
 
 from ._render import display, format_ns, is_own, pad, sort_key, width
 from .errors import ConfigError
@@ -75,13 +79,114 @@ _COLUMNS: tuple[tuple[str, Callable[[Row], str]], ...] = (
 PERCENTILES = (50, 90, 99)
 
 
-def nearest_rank(runs: Sequence[Sequence[int]], percent: int) -> int:
+@dataclass(frozen=True)
+class Tally:
+    """Sorted durations as their distinct values and, for each, how many
+    durations are at most it: the same multiset in a few kB where most
+    durations repeat (short ranges, which a file's ns resolution rounds to a
+    few hundred values), for sending between processes.
+
+    Attributes:
+        values: the distinct durations, ascending (ns).
+        upto: ``upto[i]`` durations are <= ``values[i]`` (so ``upto[-1]`` is
+            the count).
+        total: the durations' sum (ns).
+    """
+
+    values: Sequence[int]
+    upto: Sequence[int]
+    total: int
+
+    def __len__(self) -> int:
+        return self.upto[-1] if len(self.upto) else 0
+
+    def at_most(self, value: int) -> int:
+        """How many durations are <= value."""
+        i = bisect_right(self.values, value)
+        return self.upto[i - 1] if i else 0
+
+
+Run = Union[Sequence[int], Tally]  # sorted durations, listed or tallied
+# A run is tallied when at least this share of the neighbours sampled are equal.
+_TALLY_REPEATS = 0.5
+
+
+def tally(ordered: Run) -> Run:
+    """Sorted durations as a :class:`Tally` where most of them repeat, else as
+    they are (a tally of distinct values would only be larger).
+
+    Whether they repeat is judged from up to 256 neighbouring pairs spread
+    over the run, so a run of distinct values costs nearly nothing.
+
+    Example:
+        >>> t = tally([3] * 40 + [5] * 30 + [9])
+        >>> list(t.values), list(t.upto), t.total, len(t)
+        ([3, 5, 9], [40, 70, 71], 279, 71)
+        >>> tally([1, 2, 3])
+        [1, 2, 3]
+    """
+    n = len(ordered)
+    if isinstance(ordered, Tally) or n < 64:
+        return ordered
+    step = max(1, (n - 1) // 256)
+    pairs = range(0, n - 1, step)
+    equal = sum(ordered[i] == ordered[i + 1] for i in pairs)
+    if equal < _TALLY_REPEATS * len(pairs):
+        return ordered
+    try:
+        values, upto = _distinct(ordered)
+    except OverflowError:  # past int64 ns (a damaged file): sent as it is
+        return ordered
+    total, below = 0, 0
+    for v, at in zip(values, upto):
+        total += v * (at - below)
+        below = at
+    return Tally(values, upto, total)
+
+
+def _distinct(ordered: Sequence[int]) -> tuple[array[int], array[int]]:
+    """(distinct values, how many are at most each) of a sorted run.
+
+    From value to value by bisection (a few hundred distinct values among
+    tens of thousands cost a few hundred bisections); past one distinct
+    value in 32, a count of every duration costs less, and is taken.
+    """
+    n = len(ordered)
+    values, upto = array("q"), array("q")
+    i, most = 0, n // 32 + 1
+    while i < n and len(values) <= most:
+        v = ordered[i]
+        i = bisect_right(ordered, v, i)
+        values.append(v)
+        upto.append(i)
+    if i < n:
+        counts = sorted(Counter(ordered).items())
+        values = array("q", [v for v, _ in counts])
+        upto = array("q", accumulate(c for _, c in counts))
+    return values, upto
+
+
+def _at_most(run: Run, value: int) -> int:
+    return run.at_most(value) if isinstance(run, Tally) else bisect_right(run, value)
+
+
+def _ends(run: Run) -> tuple[int, int]:
+    values = run.values if isinstance(run, Tally) else run
+    return values[0], values[-1]
+
+
+def _total(run: Run) -> int:
+    return run.total if isinstance(run, Tally) else sum(run)
+
+
+def nearest_rank(runs: Sequence[Run], percent: int) -> int:
     """The nearest-rank percentile (see the module docstring) of the durations
     of several sorted runs together, without merging them.
 
     The duration at rank r is the least value v with at least r durations
     <= v: found by bisecting the values between the runs' ends, each step
-    counting with one bisection per run (about 64 steps for ns).
+    counting with one bisection per run (about 64 steps for ns).  A run is
+    a sorted sequence or a :class:`Tally` of one.
 
     Example:
         >>> nearest_rank([[1, 5, 9], [2, 3]], 50), nearest_rank([[1, 5, 9], [2, 3]], 99)
@@ -89,11 +194,12 @@ def nearest_rank(runs: Sequence[Sequence[int]], percent: int) -> int:
     """
     count = sum(len(r) for r in runs)
     rank = max(-(-percent * count // 100), 1)  # ceil without floats
-    lo = min(r[0] for r in runs if len(r))
-    hi = max(r[-1] for r in runs if len(r))
+    ends = [_ends(r) for r in runs if len(r)]
+    lo = min(first for first, _ in ends)
+    hi = max(last for _, last in ends)
     while lo < hi:  # invariant: the answer is in [lo, hi]
         mid = (lo + hi) // 2
-        if sum(bisect_right(r, mid) for r in runs) >= rank:
+        if sum(_at_most(r, mid) for r in runs) >= rank:
             hi = mid
         else:
             lo = mid + 1
@@ -109,7 +215,7 @@ class Partial:
     :func:`combine` makes the rows of several.
     """
 
-    groups: dict[tuple[str, str], tuple[int, Sequence[int]]]
+    groups: dict[tuple[str, str], tuple[int, Run]]
 
 
 def combine(parts: Iterable[Partial]) -> KeyAverages:
@@ -123,7 +229,7 @@ def combine(parts: Iterable[Partial]) -> KeyAverages:
         >>> r.count, r.total, r.self, r.min, r.max, r.p50, r.p99
         (4, 17, 10, 1, 9, 2, 9)
     """
-    runs: dict[tuple[str, str], list[Sequence[int]]] = {}
+    runs: dict[tuple[str, str], list[Run]] = {}
     selfs: dict[tuple[str, str], int] = {}
     for part in parts:
         for key, (own, durations) in part.groups.items():
@@ -138,10 +244,10 @@ def combine(parts: Iterable[Partial]) -> KeyAverages:
                 name,
                 category,
                 sum(len(d) for d in found),
-                sum(sum(d) for d in found),
+                sum(_total(d) for d in found),
                 selfs[(name, category)],
-                min(d[0] for d in found),
-                max(d[-1] for d in found),
+                min(_ends(d)[0] for d in found),
+                max(_ends(d)[1] for d in found),
                 p50,
                 p90,
                 p99,

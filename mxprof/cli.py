@@ -531,9 +531,13 @@ def _percent(text: str) -> float:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Write the HTML report of traces (by default beside the first: ``report_path``)."""
+    """Write the HTML report of traces (by default beside the first argument:
+    ``report_path``); a job's manifest stands for its files; ``--jobs`` and
+    ``--engine`` are checked, the inputs read here (``mxprof.report.report``)."""
     output = args.output if args.output is not None else report_path(args.traces[0])
-    written = report(args.traces, output, baseline=args.baseline)
+    traces = _inputs(args.traces, "report")
+    baseline = _inputs(args.baseline, "report") if args.baseline else None
+    written = report(traces, output, baseline=baseline, jobs=args.jobs, engine=args.engine)
     print(f"mxprof report: written to {written}", file=sys.stderr)
     return 0
 
@@ -675,7 +679,9 @@ def parser() -> argparse.ArgumentParser:
     mg.set_defaults(func=cmd_merge)
 
     rr = sub.add_parser("report", help="one self-contained HTML page of traces")
-    rr.add_argument("traces", nargs="+", help="trace files (several: side by side)")
+    rr.add_argument(
+        "traces", nargs="+", help="trace files or a job's manifest (several: side by side)"
+    )
     rr.add_argument(
         "-o",
         "--output",
@@ -685,6 +691,7 @@ def parser() -> argparse.ArgumentParser:
     rr.add_argument(
         "--baseline", action="append", metavar="BASE", help="compare with this trace (repeatable)"
     )
+    _executor_options(rr)
     rr.set_defaults(func=cmd_report)
 
     rp = sub.add_parser("repair", help="rewrite a trace cut short (a killed process) as valid JSON")

@@ -5,6 +5,7 @@ bad engines, bad inputs and inputs of two jobs refused with the reason."""
 import concurrent.futures
 import json
 import os
+import pickle
 import random
 import sys
 from bisect import bisect_right
@@ -15,7 +16,7 @@ from _isolated import isolated
 
 import mxprof
 from mxprof import cli
-from mxprof.averages import Partial, combine, nearest_rank
+from mxprof.averages import Partial, Tally, combine, nearest_rank, tally
 from mxprof.errors import ConfigError, TraceFormatError, TraceReadError
 from mxprof.report.hints import find_hints
 from mxprof.report.ranks import analyze, rank_part, reduce
@@ -100,6 +101,35 @@ def test_nearest_rank_of_sorted_runs_is_that_of_their_merge():
             assert bisect_right(merged, nearest_rank(runs, p)) >= rank
 
 
+def test_a_tally_holds_the_same_durations_and_counts_at_most_as_bisection_does():
+    rnd = random.Random(11)
+    for distinct, n in ((5, 300), (40, 2000), (700, 2000)):  # the last: counted, not walked
+        ordered = sorted(rnd.randint(0, distinct) for _ in range(n))
+        t = tally(ordered)
+        assert isinstance(t, Tally), (distinct, n)
+        assert (len(t), t.total) == (n, sum(ordered))
+        assert list(t.values) == sorted(set(ordered))
+        for x in range(-1, distinct + 2):
+            assert t.at_most(x) == bisect_right(ordered, x)
+    distinct_values = list(range(0, 3000, 3))
+    assert tally(distinct_values) is distinct_values  # nothing repeats: sent as it is
+    assert tally([4] * 10) == [4] * 10  # too short to be worth it
+
+
+def test_nearest_rank_and_combine_of_tallied_runs_are_those_of_the_listed_ones():
+    rnd = random.Random(5)
+    for _ in range(50):
+        runs = [sorted(rnd.randint(0, 30) for _ in range(rnd.randint(64, 400))) for _ in range(3)]
+        runs.append(sorted(rnd.randint(0, 10**6) for _ in range(rnd.randint(1, 50))))
+        mixed = [tally(r) for r in runs]
+        assert sum(isinstance(r, Tally) for r in mixed) == 3
+        for p in (1, 50, 90, 99, 100):
+            assert nearest_rank(mixed, p) == nearest_rank(runs, p)
+        listed = combine([Partial({("f", "c"): (k, r)}) for k, r in enumerate(runs)])
+        tallied = combine([Partial({("f", "c"): (k, r)}) for k, r in enumerate(mixed)])
+        assert rows(tallied) == rows(listed)
+
+
 def test_combine_adds_counts_totals_self_and_takes_the_ends():
     a = Partial({("f", "c"): (7, [1, 4, 10]), ("g", "c"): (2, [2])})
     b = Partial({("f", "c"): (5, [3, 20])})
@@ -119,6 +149,22 @@ def test_stats_of_several_files_are_those_of_their_merge_on_every_engine(ranks3,
         assert rows(got) == expected, ex.name
         assert [p.path for p in parts] == ranks3
         assert [p.events for p in parts] == [72, 72, 72]
+
+
+@in_child
+def test_stats_sent_back_tallied_are_those_of_the_merge_on_every_engine(tmp_path, cluster):
+    """80 steps of 30 ms and all_reduces of 15 ms: durations that repeat, which a
+    part tallies when pickled (from a spawned process or a Dask worker)."""
+    files = [rank_file(tmp_path / f"r{r}.json", r, seed=r, steps=80, late=1) for r in range(3)]
+    merge(files, tmp_path / "merged.json")
+    expected = rows(mxprof.load(tmp_path / "merged.json").key_averages())
+    sent = pickle.loads(pickle.dumps(engine.stats_part(files[0])))
+    assert isinstance(sent.partial.groups[("step", "train,frame")][1], Tally)
+    assert not isinstance(sent.partial.groups[("optimizer", "app")][1], Tally)  # distinct
+    for ex in (engine.Local(1), engine.Local(2), cluster):
+        got, parts = engine.key_averages(files, ex)
+        assert rows(got) == expected, ex.name
+        assert [p.events for p in parts] == [480, 480, 480]
 
 
 @in_child
@@ -290,7 +336,7 @@ def test_the_default_reads_small_inputs_here_and_jobs_asked_for_spawn(ranks3, mo
 def test_benchmark_quick_mode(tmp_path):
     stdout, doc = _bench.quick("jobs.py", tmp_path)
     assert set(doc["median_s"]) == {
-        f"{c} {e}" for c in ("stats", "ranks") for e in ("jobs 1", "jobs 2", "dask 2")
+        f"{c} {e}" for c in ("stats", "ranks", "report") for e in ("jobs 1", "jobs 2", "dask 2")
     }
     assert doc["stats_speedup"] > 0 and "identical output on every engine: checked" in stdout
 

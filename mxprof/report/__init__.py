@@ -28,6 +28,7 @@ from typing import Union
 
 from ..errors import OutputError, TraceFormatError
 from ..trace import Trace
+from ..trace.engine import Local, parse_engine
 from ..trace.model import read_events
 from ..trace.processes import job
 from ..trace.reader import shown
@@ -112,7 +113,14 @@ def _diff(baseline: list[str], traces: Sequence[Trace]) -> Diff:
     return compare(base if len(base) > 1 else base[0], traces if len(traces) > 1 else traces[0])
 
 
-def report(paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) -> str:
+def report(
+    paths: Inputs,
+    output: PathArg,
+    *,
+    baseline: Inputs | None = None,
+    jobs: int | None = 1,
+    engine: str = "local",
+) -> str:
     """Write the HTML report of one or more traces; return the path written.
 
     Several inputs (the files of one distributed job, or one file per process)
@@ -125,6 +133,17 @@ def report(paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) ->
             temporary file in the same directory, then renamed).
         baseline: trace file(s) of an earlier run; the page then starts with
             the per-name comparison of ``mxprof.report.diff``.
+        jobs: accepted as ``mxprof.trace.engine`` takes it (an integer
+            >= 1, or None) and checked, but the inputs are read in this
+            process: reading each in a worker and sending its trace back
+            was measured slower (8 files of 1 M events on 2 cores: 58.4 s
+            against 54.4 s, 94 s of CPU against 77 s; docs/scaling.md).
+            The page is the same byte for byte whatever ``jobs`` and
+            ``engine``.
+        engine: "local", "dask" or "dask://HOST:PORT", checked likewise and
+            read in this process for the same reason (on Dask, also: the
+            threads a Dask client leaves behind stop ``beside`` from
+            finding the hints in a forked process).
 
     Returns:
         ``output`` as a string.
@@ -132,6 +151,7 @@ def report(paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) ->
     Raises:
         TraceReadError: an input cannot be read (missing, no permission).
         TraceFormatError: an input is not a trace, or holds no events and no samples.
+        ConfigError: a bad ``jobs`` or ``engine``.
         OutputError: the page cannot be written there (no such directory, no
             permission, a directory); nothing is left behind.
 
@@ -140,6 +160,8 @@ def report(paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) ->
         >>> mxprof.report.report("trace.json", "report.html")  # doctest: +SKIP
         'report.html'
     """
+    Local(jobs)  # checked as every command with --jobs checks it
+    parse_engine(engine)
     inputs = _paths(paths, "input")
     bases = _paths(baseline, "baseline") if baseline is not None else []
     out = os.fspath(output)
@@ -179,8 +201,16 @@ class _Package(types.ModuleType):
     callable, so that its submodules (``mxprof.report.diff``, ``.hints``)
     stay reachable as attributes while the name reads as the function."""
 
-    def __call__(self, paths: Inputs, output: PathArg, *, baseline: Inputs | None = None) -> str:
-        return report(paths, output, baseline=baseline)
+    def __call__(
+        self,
+        paths: Inputs,
+        output: PathArg,
+        *,
+        baseline: Inputs | None = None,
+        jobs: int | None = 1,
+        engine: str = "local",
+    ) -> str:
+        return report(paths, output, baseline=baseline, jobs=jobs, engine=engine)
 
 
 sys.modules[__name__].__class__ = _Package

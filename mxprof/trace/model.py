@@ -259,6 +259,13 @@ class Trace(Sequence[Event]):
         """Wall-clock time of ts 0 in ns since the epoch, when the file says."""
         return base_time_ns(self.metadata)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Sent between processes (``mxprof report --jobs``) without the
+        # per-thread walk: it is keyed by the threads' ``id``, which names
+        # other objects in the process that unpickles it; the copy walks again
+        # when asked.  The statistics worked out from it travel.
+        return {**self.__dict__, "_per_thread": None}
+
     def __len__(self) -> int:
         if self._events is None and self._summary is not None:
             return self._summary.count
