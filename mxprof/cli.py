@@ -532,8 +532,8 @@ def _percent(text: str) -> float:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the HTML report of traces (by default beside the first argument:
-    ``report_path``); a job's manifest stands for its files; ``--jobs`` and
-    ``--engine`` are checked, the inputs read here (``mxprof.report.report``)."""
+    ``report_path``); a job's manifest stands for its files; ``--jobs`` sets the
+    page's processes, the inputs are read here (``mxprof.report.report``)."""
     output = args.output if args.output is not None else report_path(args.traces[0])
     traces = _inputs(args.traces, "report")
     baseline = _inputs(args.baseline, "report") if args.baseline else None
@@ -691,7 +691,23 @@ def parser() -> argparse.ArgumentParser:
     rr.add_argument(
         "--baseline", action="append", metavar="BASE", help="compare with this trace (repeatable)"
     )
-    _executor_options(rr)
+    rr.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=None,
+        metavar="N",
+        help="processes the page is built with: 1, all in this one; 2 or more, the hints in a "
+        f"second process beside the sections (default: the cores, {engine.default_jobs()}); "
+        "the inputs are read here",
+    )
+    rr.add_argument(
+        "--engine",
+        type=_engine,
+        default="local",
+        metavar="ENGINE",
+        help="local only: the page is built from every event in this process (a Dask "
+        "engine is refused with the reason)",
+    )
     rr.set_defaults(func=cmd_report)
 
     rp = sub.add_parser("repair", help="rewrite a trace cut short (a killed process) as valid JSON")

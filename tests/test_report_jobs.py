@@ -1,7 +1,8 @@
-"""mxprof report over several inputs with --jobs and --engine: accepted and checked,
-the inputs read in the command's process (reading them in workers was measured
-slower: docs/scaling.md), the page the same byte for byte whatever they say; a
-job's manifest stands for its files; bad options refused.  A trace sent between
+"""mxprof report with --jobs and --engine: --jobs 1 builds the page in one
+process, more puts the hints in a forked child, the page the same byte for byte;
+the inputs are read in the command's process (reading them in workers was
+measured slower: docs/scaling.md), so a Dask engine is refused with the reason;
+a job's manifest stands for its files; bad options refused.  A trace sent between
 processes drops its id-keyed walk and gives the same model and statistics."""
 
 import os
@@ -14,6 +15,7 @@ from test_manifest_inputs import job  # noqa: F401 - the fixture
 import mxprof.report
 from mxprof import cli
 from mxprof.errors import ConfigError, TraceFormatError
+from mxprof.report._parallel import forking_is_safe
 from mxprof.trace.model import read_events
 from mxprof.trace.processes import processes
 
@@ -32,14 +34,36 @@ def page(tmp_path, name, paths, **how):
         return f.read()
 
 
-def test_the_page_is_the_same_whatever_jobs_and_engine_say(ranks, tmp_path):
+def test_jobs_sets_the_processes_and_the_page_is_the_same(ranks, tmp_path, monkeypatch):
     paths, base = ranks
-    serial = page(tmp_path, "serial", paths, baseline=base)
+    forks = []
+    real_fork = os.fork
+
+    def fork():
+        forks.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", fork)
+    serial = page(tmp_path, "serial", paths, baseline=base, jobs=1)
+    assert forks == []  # --jobs 1: the hints found here, after the sections
     assert page(tmp_path, "two", paths, baseline=base, jobs=2) == serial
-    assert page(tmp_path, "dask", paths, baseline=base, jobs=2, engine="dask") == serial
+    if forking_is_safe():
+        assert forks == [1]  # the hints in a forked child beside the sections
     text = serial.decode()
     assert AR in text and "worker 1" in text and "base.json" in text
-    assert page(tmp_path, "one", paths[:1], jobs=2) == page(tmp_path, "one1", paths[:1])
+    assert page(tmp_path, "one", paths[:1], jobs=2) == page(tmp_path, "one1", paths[:1], jobs=1)
+
+
+def test_a_dask_engine_is_refused_with_the_reason(ranks, tmp_path, capsys):
+    paths, _ = ranks
+    for how in ("dask", "dask://127.0.0.1:8786"):
+        with pytest.raises(ConfigError, match="the page is built from every event"):
+            mxprof.report.report(paths, tmp_path / "x.html", engine=how)
+    assert cli.main(["report", *paths, "--engine", "dask", "-o", str(tmp_path / "x.html")]) == 2
+    err = capsys.readouterr().err
+    assert "report: engine 'dask': the page is built from every event" in err
+    assert "stats, ranks, merge --window, export and sql run on a Dask engine" in err
+    assert not os.path.exists(tmp_path / "x.html")
 
 
 def test_a_pickled_trace_gives_the_same_model_and_statistics(ranks):

@@ -26,7 +26,7 @@ import types
 from collections.abc import Iterator, Sequence
 from typing import Union
 
-from ..errors import OutputError, TraceFormatError
+from ..errors import ConfigError, OutputError, TraceFormatError
 from ..trace import Trace
 from ..trace.engine import Local, parse_engine
 from ..trace.model import read_events
@@ -118,7 +118,7 @@ def report(
     output: PathArg,
     *,
     baseline: Inputs | None = None,
-    jobs: int | None = 1,
+    jobs: int | None = None,
     engine: str = "local",
 ) -> str:
     """Write the HTML report of one or more traces; return the path written.
@@ -133,17 +133,19 @@ def report(
             temporary file in the same directory, then renamed).
         baseline: trace file(s) of an earlier run; the page then starts with
             the per-name comparison of ``mxprof.report.diff``.
-        jobs: accepted as ``mxprof.trace.engine`` takes it (an integer
-            >= 1, or None) and checked, but the inputs are read in this
-            process: reading each in a worker and sending its trace back
-            was measured slower (8 files of 1 M events on 2 cores: 58.4 s
-            against 54.4 s, 94 s of CPU against 77 s; docs/scaling.md).
-            The page is the same byte for byte whatever ``jobs`` and
-            ``engine``.
-        engine: "local", "dask" or "dask://HOST:PORT", checked likewise and
-            read in this process for the same reason (on Dask, also: the
-            threads a Dask client leaves behind stop ``beside`` from
-            finding the hints in a forked process).
+        jobs: the processes the page is built with: 1, all of it here,
+            one part after the other; 2 or more, or None (the cores), the
+            hints are found in a forked child while this process builds the
+            sections (``_parallel.beside``; where forking is safe).  The
+            inputs are always read here: the page needs every event in this
+            process, and reading them in workers and sending the traces
+            back was measured slower (8 files of 1 M events on 2 cores:
+            58.4 s against 54.4 s; docs/scaling.md).  The page is the same
+            byte for byte whatever ``jobs`` says.
+        engine: "local" only.  A Dask engine is refused with the reason
+            (the same as above: the page is built from every event here);
+            ``stats``, ``ranks``, ``merge --window``, ``export`` and ``sql``
+            run on one.
 
     Returns:
         ``output`` as a string.
@@ -151,7 +153,7 @@ def report(
     Raises:
         TraceReadError: an input cannot be read (missing, no permission).
         TraceFormatError: an input is not a trace, or holds no events and no samples.
-        ConfigError: a bad ``jobs`` or ``engine``.
+        ConfigError: a bad ``jobs``, or an ``engine`` that is not "local".
         OutputError: the page cannot be written there (no such directory, no
             permission, a directory); nothing is left behind.
 
@@ -161,7 +163,12 @@ def report(
         'report.html'
     """
     Local(jobs)  # checked as every command with --jobs checks it
-    parse_engine(engine)
+    if parse_engine(engine) is not None:
+        raise ConfigError(
+            f"report: engine {engine!r}: the page is built from every event of the inputs "
+            "in this process, so they are read here (--jobs sets its processes); "
+            "stats, ranks, merge --window, export and sql run on a Dask engine"
+        )
     inputs = _paths(paths, "input")
     bases = _paths(baseline, "baseline") if baseline is not None else []
     out = os.fspath(output)
@@ -176,7 +183,9 @@ def report(
         for trace in traces:
             trace.key_averages()
         # The hints need no nesting (self times): the sections work it out beside them.
-        hints, sections = beside(lambda: find_hints(traces), lambda: build(inputs, traces))
+        hints, sections = beside(
+            lambda: find_hints(traces), lambda: build(inputs, traces), fork=jobs != 1
+        )
         compared = diff_html(_diff(bases, traces), bases) if bases else ""
         text = page(sections, hints_html(hints, not_checked(traces)), compared)
     _write(out, text)
@@ -207,7 +216,7 @@ class _Package(types.ModuleType):
         output: PathArg,
         *,
         baseline: Inputs | None = None,
-        jobs: int | None = 1,
+        jobs: int | None = None,
         engine: str = "local",
     ) -> str:
         return report(paths, output, baseline=baseline, jobs=jobs, engine=engine)

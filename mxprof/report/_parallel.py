@@ -5,7 +5,8 @@ and share nothing while they do; on a machine with a second core the hints
 are found in a forked child (which shares the loaded events copy-on-write)
 while this process builds the sections, and come back pickled through a pipe.
 
-Serial, with the same result, where fork is missing or unsafe: no ``fork``
+Serial, with the same result, where the caller says so (``fork=False``:
+``mxprof report --jobs 1``) or fork is missing or unsafe: no ``fork``
 (Windows), another thread running (a fork copies only the calling thread,
 and a lock another thread held stays held in the child), or mxprof's live
 tier loaded (its fork hooks would start a profile in the child). A child
@@ -35,14 +36,14 @@ def forking_is_safe() -> bool:
     )
 
 
-def beside(child: Callable[[], A], here: Callable[[], B]) -> tuple[A, B]:
+def beside(child: Callable[[], A], here: Callable[[], B], *, fork: bool = True) -> tuple[A, B]:
     """(child(), here()): child's in a forked process while here() runs in this one.
 
     Example:
         >>> beside(lambda: 1 + 1, lambda: "page")
         (2, 'page')
     """
-    if not forking_is_safe():
+    if not (fork and forking_is_safe()):
         return child(), here()
     read_end, write_end = os.pipe()
     pid = os.fork()
