@@ -61,7 +61,7 @@ def test_a_dask_engine_is_refused_with_the_reason(ranks, tmp_path, capsys):
             mxprof.report.report(paths, tmp_path / "x.html", engine=how)
     assert cli.main(["report", *paths, "--engine", "dask", "-o", str(tmp_path / "x.html")]) == 2
     err = capsys.readouterr().err
-    assert "report: engine 'dask': the page is built from every event" in err
+    assert "mxprof report: engine 'dask': the page is built from every event" in err
     assert "stats, ranks, merge --window, export and sql run on a Dask engine" in err
     assert not os.path.exists(tmp_path / "x.html")
 

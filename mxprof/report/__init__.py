@@ -165,7 +165,7 @@ def report(
     Local(jobs)  # checked as every command with --jobs checks it
     if parse_engine(engine) is not None:
         raise ConfigError(
-            f"report: engine {engine!r}: the page is built from every event of the inputs "
+            f"engine {engine!r}: the page is built from every event of the inputs "
             "in this process, so they are read here (--jobs sets its processes); "
             "stats, ranks, merge --window, export and sql run on a Dask engine"
         )
